@@ -1,0 +1,107 @@
+"""Per-record checks: a `SourceRecord` becomes a `CheckedRecord` or a `Reject`.
+
+Reason codes are stable strings that `rejects.jsonl` and `manifest.json` use.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+
+from beam.source_records import CheckedRecord, Reject, SourceRecord
+
+MISSING_IMAGE = "missing_image"
+UNREADABLE_IMAGE = "unreadable_image"
+UNSUPPORTED_FORMAT = "unsupported_format"
+SIZE_MISMATCH = "size_mismatch"
+INVALID_BOX = "invalid_box"
+BOX_OUTSIDE_IMAGE = "box_outside_image"
+UNKNOWN_CLASS = "unknown_class"
+DUPLICATE_IMAGE_ID = "duplicate_image_id"
+IMAGE_TOO_LARGE = "image_too_large"
+NO_BOXES = "no_boxes"
+BAD_ANNOTATION = "bad_annotation"
+
+_FORMATS = {"JPEG": "jpeg", "PNG": "png"}
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Knobs of the checks; the defaults suit most datasets."""
+
+    # A box may stick out of the image by this many pixels and is clipped; beyond, rejected.
+    clip_tolerance_px: float = 2.0
+    max_pixels: int = 50_000_000
+    keep_empty: bool = True
+    label_map: dict[str, int] | None = None
+
+
+def _reject(record: SourceRecord, reason: str, message: str) -> Reject:
+    return Reject(record.image_id, reason, message, record.source_ref)
+
+
+def inspect_image(data: bytes) -> tuple[str, int, int, str]:
+    """(PIL format, width, height, mode) after fully decoding the image.
+
+    Raises `ValueError` for data Pillow cannot decode (corrupt or truncated).
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            fmt, (width, height), mode = image.format, image.size, image.mode
+            image.load()  # decodes every pixel: catches truncated files
+    except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as err:
+        raise ValueError(str(err) or type(err).__name__) from err
+    return fmt or "unknown", width, height, mode
+
+
+def check_record(
+    record: SourceRecord, image_bytes: bytes | None, options: CheckOptions
+) -> CheckedRecord | Reject:
+    """Run every per-record check; the first failure decides the reject reason."""
+    if image_bytes is None:
+        return _reject(record, MISSING_IMAGE, f"image file {record.filename!r} not found")
+    try:
+        fmt, width, height, mode = inspect_image(image_bytes)
+    except ValueError as err:
+        return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} cannot be decoded: {err}")
+    if fmt not in _FORMATS:
+        return _reject(record, UNSUPPORTED_FORMAT, f"image {record.filename!r} is {fmt}; only JPEG and PNG are accepted")
+    if width * height > options.max_pixels:
+        return _reject(record, IMAGE_TOO_LARGE, f"image is {width}x{height}, over the limit of {options.max_pixels} pixels")
+    if record.width is not None and record.height is not None and (record.width, record.height) != (width, height):
+        return _reject(
+            record, SIZE_MISMATCH,
+            f"annotation says {record.width}x{record.height}, image is {width}x{height}",
+        )
+    if not record.boxes and not options.keep_empty:
+        return _reject(record, NO_BOXES, "no boxes (negatives are rejected by option)")
+    boxes, texts, difficult = [], [], []
+    tol = options.clip_tolerance_px
+    for index, box in enumerate(record.boxes):
+        where = f"box {index} ({box.class_text!r})"
+        coords = (box.xmin, box.ymin, box.xmax, box.ymax)
+        if not box.class_text:
+            return _reject(record, BAD_ANNOTATION, f"{where} has no class name")
+        if any(math.isnan(c) or math.isinf(c) for c in coords):
+            return _reject(record, INVALID_BOX, f"{where} has a missing or non-finite coordinate {coords}")
+        if box.xmin >= box.xmax or box.ymin >= box.ymax:
+            return _reject(record, INVALID_BOX, f"{where} is empty or inverted: xmin={box.xmin} xmax={box.xmax} ymin={box.ymin} ymax={box.ymax}")
+        if box.xmin < -tol or box.ymin < -tol or box.xmax > width + tol or box.ymax > height + tol:
+            return _reject(record, BOX_OUTSIDE_IMAGE, f"{where} {coords} lies outside the {width}x{height} image by more than {tol} px")
+        if options.label_map is not None and box.class_text not in options.label_map:
+            return _reject(record, UNKNOWN_CLASS, f"{where}: class {box.class_text!r} is not in the label map")
+        xmin, xmax = min(max(box.xmin, 0.0), width), min(max(box.xmax, 0.0), width)
+        ymin, ymax = min(max(box.ymin, 0.0), height), min(max(box.ymax, 0.0), height)
+        boxes.append((xmin / width, ymin / height, xmax / width, ymax / height))
+        texts.append(box.class_text)
+        difficult.append(box.difficult)
+    notes = () if mode == "RGB" else (f"color_mode:{mode}",)
+    return CheckedRecord(
+        image_id=record.image_id, filename=record.filename, image_bytes=image_bytes,
+        image_format=_FORMATS[fmt], width=width, height=height, color_mode=mode,
+        boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
+        source_ref=record.source_ref, notes=notes,
+    )

@@ -1,0 +1,73 @@
+"""Pascal VOC reader: one XML file per image → `SourceRecord`."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam.source_records import SourceBox, SourceRecord
+
+
+class AnnotationError(ValueError):
+    """An annotation file that cannot be parsed into a record."""
+
+
+def list_voc_files(annotations_dir: str) -> list[str]:
+    """Every `*.xml` under `annotations_dir` (local or gs://), sorted for determinism."""
+    pattern = FileSystems.join(annotations_dir.rstrip("/"), "*.xml")
+    matches = FileSystems.match([pattern])[0].metadata_list
+    return sorted(m.path for m in matches)
+
+
+def _number(node: ET.Element | None, tag: str) -> float:
+    child = node.find(tag) if node is not None else None
+    if child is None or child.text is None or not child.text.strip():
+        return math.nan
+    try:
+        return float(child.text.strip())
+    except ValueError:
+        return math.nan
+
+
+def parse_voc_xml(data: bytes, source_ref: str) -> SourceRecord:
+    """Parse one VOC annotation. The image id is the file name without extension.
+
+    Missing numbers become NaN so that the record checks reject them with a reason,
+    rather than the reader failing the whole job.
+    """
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as err:
+        raise AnnotationError(f"not valid XML: {err}") from err
+    filename_node = root.find("filename")
+    if filename_node is None or not (filename_node.text or "").strip():
+        raise AnnotationError("no <filename> element")
+    filename = filename_node.text.strip()
+    size = root.find("size")
+    width, height = _number(size, "width"), _number(size, "height")
+    boxes = []
+    for obj in root.findall("object"):
+        bndbox = obj.find("bndbox")
+        difficult = obj.findtext("difficult", default="0").strip() in ("1", "true")
+        boxes.append(SourceBox(
+            class_text=(obj.findtext("name") or "").strip(),
+            xmin=_number(bndbox, "xmin"), ymin=_number(bndbox, "ymin"),
+            xmax=_number(bndbox, "xmax"), ymax=_number(bndbox, "ymax"),
+            difficult=difficult,
+        ))
+    image_id = filename.rsplit(".", 1)[0]
+    return SourceRecord(
+        image_id=image_id,
+        filename=filename,
+        width=None if math.isnan(width) else int(width),
+        height=None if math.isnan(height) else int(height),
+        boxes=tuple(boxes),
+        source_ref=source_ref,
+    )
+
+
+def read_voc_file(path: str) -> SourceRecord:
+    with FileSystems.open(path) as handle:
+        return parse_voc_xml(handle.read(), source_ref=path)

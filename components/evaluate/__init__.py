@@ -1,0 +1,1 @@
+"""detpipe evaluate step."""

@@ -1,0 +1,116 @@
+"""Evaluate a trained detector on the val shards with COCO metrics.
+
+Plain function used by the CLI and the KFP component. Writes `metrics.json` and
+`eval_report.md`; `min_map` turns the step into a gate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import keras_hub  # noqa: F401  (registers the KerasHub classes for model loading)
+import numpy as np
+import tensorflow as tf
+
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
+from components.train.input_pipeline import eval_examples
+from components.train.trainer import CONFIG_FILE, MODEL_FILE
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.json"
+REPORT_FILE = "eval_report.md"
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, float]
+    num_images: int
+    passed: bool
+    gate: str
+
+
+class GateFailed(RuntimeError):
+    """mAP below the configured minimum."""
+
+
+def load_trained(model_dir: str) -> tuple[keras.Model, dict]:
+    model_dir_path = Path(model_dir)
+    path = model_dir_path / MODEL_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {model_dir} the output of `detpipe train`?")
+    config = json.loads((model_dir_path / CONFIG_FILE).read_text())
+    return keras.saving.load_model(path), config
+
+
+def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size: int = 32,
+                  split: str = "val") -> tuple[list[ImageTruth], list[ImageDetections]]:
+    """Ground truth and detections (normalised yxyx, 1-based labels) for every image."""
+    truths: list[ImageTruth] = []
+    detections: list[ImageDetections] = []
+    examples = eval_examples(data_dir, split).map(
+        lambda ex: (tf.image.resize(tf.cast(ex["image"], tf.float32) / 255.0, [image_size, image_size]),
+                    {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width")}),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    ).ragged_batch(batch_size).prefetch(2)
+    for images, truth in examples:
+        pred = model.predict_on_batch(images)
+        for i in range(int(images.shape[0])):
+            image_id = len(truths) + 1
+            truths.append(ImageTruth(
+                image_id, int(truth["height"][i]), int(truth["width"][i]),
+                [tuple(map(float, b)) for b in truth["boxes"][i].numpy()],
+                [int(v) for v in truth["labels"][i].numpy()],
+                [int(v) for v in truth["difficult"][i].numpy()],
+            ))
+            n = int(pred["num_detections"][i])
+            boxes = np.clip(np.asarray(pred["boxes"][i][:n], dtype=np.float64) / image_size, 0.0, 1.0)
+            detections.append(ImageDetections(
+                image_id, [tuple(b) for b in boxes],
+                [float(s) for s in pred["confidence"][i][:n]],
+                [int(c) + 1 for c in pred["labels"][i][:n]],
+            ))
+    return truths, detections
+
+
+def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: float = 0.0) -> EvalResult:
+    """COCO metrics on the val split; raises `GateFailed` (after writing the files) below `min_map`."""
+    started = time.monotonic()
+    model, config = load_trained(model_dir)
+    label_map = config["label_map"]
+    names = {v: k for k, v in label_map.items()}
+    truths, detections = predict_split(model, data_dir, config["model"]["image_size"])
+    if not truths:
+        raise ValueError(f"the val split in {data_dir} has no records")
+    metrics = coco_box_metrics(truths, detections, names)
+    passed = metrics["mAP"] >= min_map
+    gate = f"mAP {metrics['mAP']:.4f} {'>=' if passed else '<'} minimum {min_map:.4f}"
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / METRICS_FILE).write_text(json.dumps(
+        {"metrics": metrics, "num_images": len(truths), "gate": {"min_map": min_map, "passed": passed},
+         "seconds": round(time.monotonic() - started, 1)}, indent=2, sort_keys=True) + "\n")
+    (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate))
+    result = EvalResult(metrics, len(truths), passed, gate)
+    if not passed:
+        raise GateFailed(gate)
+    return result
+
+
+def _fmt(value: float) -> str:
+    return "n/a" if value < 0 or not math.isfinite(value) else f"{value:.3f}"
+
+
+def _report(metrics: dict[str, float], num_images: int, gate: str) -> str:
+    lines = ["# Evaluation report", "", f"{num_images} val images. Gate: {gate}.", "",
+             "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in metrics.items() if not k.startswith("AP/")]
+    lines += ["", "| class | AP@[.5:.95] |", "|---|---|"]
+    lines += [f"| {k[3:]} | {_fmt(v)} |" for k, v in metrics.items() if k.startswith("AP/")]
+    return "\n".join(lines) + "\n"

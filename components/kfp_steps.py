@@ -1,0 +1,113 @@
+"""KFP Lightweight Python components: thin adapters over the plain step functions.
+
+Each component runs inside the project image (or, locally, the project venv), where
+detpipe is installed, so nothing is pip-installed at run time. Components are made by
+`make_steps(image)` rather than at import, so the image is a compile-time option and
+importing this module has no side effects.
+"""
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
+
+
+def validate_and_convert(
+    images: str,
+    annotations: str,
+    data_format: str,
+    val_fraction: float,
+    seed: int,
+    dataset: Output[Dataset],
+    stats_html: Output[HTML],
+) -> NamedTuple("ConvertOutputs", [("records_in", int), ("written", int), ("rejected", int)]):
+    """Check every record, write rejects, TFDV stats/schema/anomalies and sharded TFRecords."""
+    import logging
+    import shutil
+    from collections import namedtuple
+
+    from beam.convert_job import ConvertOptions, build_dataset
+
+    logging.basicConfig(level=logging.INFO)
+    result = build_dataset(ConvertOptions(images=images, annotations=annotations, output=dataset.path,
+                                          format=data_format, val_fraction=val_fraction, seed=seed))
+    m = result.manifest
+    dataset.metadata.update({"records_in": m["records_in"], "written": m["written_total"],
+                             "rejected": m["rejected"], "num_classes": m["num_classes"]})
+    if result.anomalies:
+        raise RuntimeError("dataset anomalies:\n" + "\n".join(result.anomalies))
+    shutil.copyfile(f"{dataset.path}/stats.html", stats_html.path)
+    return namedtuple("ConvertOutputs", ["records_in", "written", "rejected"])(
+        m["records_in"], m["written_total"], m["rejected"])
+
+
+def probe(data: Input[Dataset], require_gpu: bool, report: Output[Markdown],
+          probe_json: Output[Artifact]) -> str:
+    """Check the training machine; fails the run on FAIL. Returns the verdict."""
+    import logging
+    from pathlib import Path
+
+    from components.probe.probe_report import run_probe, write_probe
+
+    logging.basicConfig(level=logging.INFO)
+    result = run_probe(require_gpu=require_gpu)
+    write_probe(result, Path(probe_json.path), Path(report.path))
+    if result.verdict == "FAIL":
+        raise RuntimeError("probe FAIL: " + "; ".join(f"{c.reason} -> {c.fix}" for c in result.checks
+                                                       if c.status == "FAIL"))
+    return result.verdict
+
+
+def train(data: Input[Dataset], probe_verdict: str, epochs: int, batch_size: str, image_size: int,
+          model_size: str, seed: int, model: Output[Model], report: Output[Markdown]) -> float:
+    """Train the detector; returns training images per second."""
+    import logging
+    import shutil
+
+    from components.train.trainer import REPORT_FILE, TrainConfig, train_detector
+
+    logging.basicConfig(level=logging.INFO)
+    logging.info("probe verdict before training: %s", probe_verdict)
+    result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
+                                        batch_size=batch_size, image_size=image_size,
+                                        model_size=model_size, seed=seed))
+    model.metadata.update({"images_per_second": result.images_per_second, "batch_size": result.batch_size,
+                           **{f"decision/{k}": v for k, v in result.decisions.items()}})
+    shutil.copyfile(f"{model.path}/{REPORT_FILE}", report.path)
+    return result.images_per_second
+
+
+def evaluate(model: Input[Model], data: Input[Dataset], min_map: float, metrics: Output[Metrics],
+             report: Output[Markdown], metrics_json: Output[Artifact]) -> float:
+    """COCO metrics on the val split; fails below `min_map`. Returns mAP@[.5:.95]."""
+    import logging
+    import os
+    import shutil
+
+    from components.evaluate.evaluator import METRICS_FILE, REPORT_FILE, evaluate_detector
+
+    logging.basicConfig(level=logging.INFO)
+    out = os.path.dirname(metrics_json.path) + "/evaluation"
+    result = evaluate_detector(model.path, data.path, out, min_map=min_map)
+    for key, value in result.metrics.items():
+        metrics.log_metric(key, value)
+    shutil.copyfile(f"{out}/{REPORT_FILE}", report.path)
+    shutil.copyfile(f"{out}/{METRICS_FILE}", metrics_json.path)
+    return result.metrics["mAP"]
+
+
+@dataclass(frozen=True)
+class Steps:
+    validate_and_convert: object
+    probe: object
+    train: object
+    evaluate: object
+
+
+def make_steps(image: str) -> Steps:
+    """The four components with `image` as their base image."""
+    def component(func):
+        return dsl.component(func, base_image=image, install_kfp_package=False)
+
+    return Steps(*(component(f) for f in (validate_and_convert, probe, train, evaluate)))

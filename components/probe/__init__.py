@@ -1,0 +1,1 @@
+"""detpipe probe step."""

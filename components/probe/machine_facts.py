@@ -1,0 +1,97 @@
+"""Collect facts about the machine training will run on.
+
+Each collector is a small function with no side effects so that tests can stand in
+other machines by passing other facts to the checks (components/probe/checks.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import platform
+import sys
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+
+def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:
+    """CPUs this process may really use: affinity, then any cgroup v2/v1 CPU quota."""
+    visible = os.cpu_count() or 1
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else visible
+    quota = None
+    v2 = cgroup_root / "cpu.max"
+    v1_quota, v1_period = cgroup_root / "cpu" / "cpu.cfs_quota_us", cgroup_root / "cpu" / "cpu.cfs_period_us"
+    try:
+        if v2.exists():
+            limit, period = v2.read_text().split()[:2]
+            if limit != "max":
+                quota = int(limit) / int(period)
+        elif v1_quota.exists() and v1_period.exists():
+            limit = int(v1_quota.read_text())
+            if limit > 0:
+                quota = limit / int(v1_period.read_text())
+    except (OSError, ValueError) as err:
+        logger.debug("cgroup cpu quota unreadable: %s", err)
+    usable = affinity if quota is None else max(1, min(affinity, math.floor(quota)))
+    return {"visible": visible, "affinity": affinity, "cgroup_quota": quota, "usable": usable}
+
+
+def memory(meminfo: Path = Path("/proc/meminfo"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:
+    """RAM total/available in bytes from /proc/meminfo, and any cgroup memory limit."""
+    values = {}
+    try:
+        for line in meminfo.read_text().splitlines():
+            key, rest = line.split(":", 1)
+            values[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    limit = None
+    for path in (cgroup_root / "memory.max", cgroup_root / "memory" / "memory.limit_in_bytes"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text != "max" and int(text) < (1 << 60):
+            limit = int(text)
+        break
+    return {"total": values.get("MemTotal"), "available": values.get("MemAvailable"), "cgroup_limit": limit}
+
+
+def tensorflow_facts() -> dict:
+    """TF version, what the build expects (CUDA, cuDNN, compute capabilities), GPUs TF sees."""
+    import tensorflow as tf
+
+    build = {k: (list(v) if isinstance(v, (list, tuple)) else v)
+             for k, v in tf.sysconfig.get_build_info().items()}
+    gpus = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        gpus.append({"name": details.get("device_name", gpu.name),
+                     "compute_capability": list(details.get("compute_capability") or [])})
+    return {"version": tf.__version__, "build": build, "gpus": gpus}
+
+
+def collect() -> dict:
+    """Every fact, as the versioned JSON document `probe.json` holds."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "os": {"system": platform.system(), "release": platform.release(), "machine": platform.machine()},
+        "python": sys.version.split()[0],
+        "cpu": {"model": platform.processor() or _cpu_model(), **usable_cpus()},
+        "memory": memory(),
+        "tensorflow": tensorflow_facts(),
+    }
+
+
+def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"

@@ -1,0 +1,1 @@
+"""detpipe train step."""

@@ -1,0 +1,146 @@
+"""tf.data readers of the shards (TF OD API keys, from beam/feature_keys.py).
+
+Parallel interleaved reads, parallel parse and decode (JPEG/PNG, greyscale → RGB),
+box-aware horizontal flip and photometric jitter, resize to the model size, padded
+boxes per batch, prefetch.
+
+Boxes leave this module as pixel `yxyx` at the model's image size with 0-based
+labels, padded with label -1: what `RetinaNetObjectDetector.fit` expects.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from beam import feature_keys as K
+
+logger = logging.getLogger(__name__)
+
+AUTOTUNE = tf.data.AUTOTUNE
+MAX_BOXES = 100
+
+_FEATURES = {
+    K.ENCODED: tf.io.FixedLenFeature([], tf.string),
+    K.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+    K.WIDTH: tf.io.FixedLenFeature([], tf.int64),
+    K.SOURCE_ID: tf.io.FixedLenFeature([], tf.string, default_value=""),
+    K.XMIN: tf.io.VarLenFeature(tf.float32),
+    K.YMIN: tf.io.VarLenFeature(tf.float32),
+    K.XMAX: tf.io.VarLenFeature(tf.float32),
+    K.YMAX: tf.io.VarLenFeature(tf.float32),
+    K.CLASS_LABEL: tf.io.VarLenFeature(tf.int64),
+    K.DIFFICULT: tf.io.VarLenFeature(tf.int64),
+}
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    image_size: int = 128
+    batch_size: int = 16
+    augment: bool = True
+    shuffle_buffer: int = 1024
+    seed: int = 0
+    deterministic: bool = False
+
+
+def shard_files(data_dir: str, split: str) -> list[str]:
+    """The split's shard files, sorted; raises if there are none."""
+    files = sorted(tf.io.gfile.glob(f"{data_dir.rstrip('/')}/{split}-*.tfrecord*"))
+    if not files:
+        raise FileNotFoundError(f"no {split}-*.tfrecord shards in {data_dir}")
+    return files
+
+
+def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+    """One Example → decoded RGB uint8 image, normalised yxyx boxes, 1-based labels."""
+    parsed = tf.io.parse_single_example(serialized, _FEATURES)
+    dense = {k: tf.sparse.to_dense(v) for k, v in parsed.items() if isinstance(v, tf.SparseTensor)}
+    image = tf.io.decode_image(parsed[K.ENCODED], channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    boxes = tf.stack([dense[K.YMIN], dense[K.XMIN], dense[K.YMAX], dense[K.XMAX]], axis=-1)
+    return {
+        "image": image,
+        "boxes": tf.reshape(boxes, [-1, 4]),
+        "labels": dense[K.CLASS_LABEL],
+        "difficult": dense[K.DIFFICULT],
+        "height": parsed[K.HEIGHT],
+        "width": parsed[K.WIDTH],
+        "source_id": parsed[K.SOURCE_ID],
+    }
+
+
+def _augment(image: tf.Tensor, boxes: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Horizontal flip that moves the boxes with the pixels, and photometric jitter.
+
+    `seed` is a stateless seed pair so that `--deterministic` runs repeat exactly.
+    """
+    seeds = tf.random.experimental.stateless_split(seed, 3)
+    flip = tf.random.stateless_uniform([], seeds[0]) < 0.5
+    image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
+    flipped = tf.stack([boxes[:, 0], 1.0 - boxes[:, 3], boxes[:, 2], 1.0 - boxes[:, 1]], axis=-1)
+    boxes = tf.where(flip, flipped, boxes)
+    image = tf.image.stateless_random_brightness(image, 0.15, seeds[1])
+    image = tf.image.stateless_random_contrast(image, 0.8, 1.2, seeds[2])
+    return tf.clip_by_value(image, 0.0, 1.0), boxes
+
+
+def _augment_pair(pair: tuple[tf.Tensor, dict], seed: tf.Tensor) -> tuple[tf.Tensor, dict]:
+    image, target = pair
+    image, boxes = _augment(image, target["boxes"], seed)
+    return image, {"boxes": boxes, "labels": target["labels"]}
+
+
+def to_model_inputs(example: dict, image_size: int) -> tuple[tf.Tensor, dict]:
+    image = tf.image.resize(tf.cast(example["image"], tf.float32) / 255.0, [image_size, image_size])
+    return image, {"boxes": example["boxes"], "labels": tf.cast(example["labels"], tf.float32) - 1.0}
+
+
+def _to_pixels(image, target, image_size: int):
+    return image, {"boxes": target["boxes"] * float(image_size), "labels": target["labels"]}
+
+
+def _padded_batch(ds: tf.data.Dataset, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+    return ds.padded_batch(
+        batch_size,
+        padded_shapes=([None, None, 3], {"boxes": [None, 4], "labels": [None]}),
+        padding_values=(0.0, {"boxes": 0.0, "labels": -1.0}),
+        drop_remainder=drop_remainder,
+    )
+
+
+def _read(files: list[str], deterministic: bool) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
+        num_parallel_calls=AUTOTUNE, deterministic=deterministic,
+    )
+
+
+def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
+    """Endless shuffled, augmented, batched training data."""
+    files = shard_files(data_dir, "train")
+    ds = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=config.seed)
+    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
+                       num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+    ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat()
+    ds = ds.map(parse_example, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+    ds = ds.map(lambda ex: to_model_inputs(ex, config.image_size), num_parallel_calls=AUTOTUNE,
+                deterministic=config.deterministic)
+    if config.augment:
+        # Per-element stateless seeds from a counter keep augmentation reproducible.
+        seeds = tf.data.Dataset.counter().map(lambda i: tf.stack([tf.cast(config.seed, tf.int64), i]))
+        ds = tf.data.Dataset.zip((ds, seeds)).map(
+            _augment_pair, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+    ds = ds.map(lambda x, y: _to_pixels(x, y, config.image_size), num_parallel_calls=AUTOTUNE)
+    return _padded_batch(ds, config.batch_size, drop_remainder=True).prefetch(AUTOTUNE)
+
+
+def eval_examples(data_dir: str, split: str = "val") -> tf.data.Dataset:
+    """Parsed examples in shard order (no augmentation), for evaluation."""
+    return _read(shard_files(data_dir, split), deterministic=True).map(parse_example, num_parallel_calls=AUTOTUNE)
+
+
+def count_records(data_dir: str, split: str) -> int:
+    return sum(1 for f in shard_files(data_dir, split) for _ in tf.data.TFRecordDataset(f))

@@ -1,0 +1,93 @@
+"""The detector: a KerasHub RetinaNet built from a config, with no download.
+
+Example:
+    >>> cfg = ModelConfig(num_classes=3, image_size=64, backbone_filters=(64, 16, 16, 16))
+    >>> model = build_detector(cfg)
+    >>> model.num_classes
+    3
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import keras
+import keras_hub
+
+# Pixel box format used between the input pipeline, the model and the evaluator.
+BOX_FORMAT = "yxyx"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything needed to rebuild the same untrained detector."""
+
+    num_classes: int
+    image_size: int = 128
+    backbone_filters: tuple[int, ...] = (64, 64, 96, 128)
+    backbone_blocks: tuple[int, ...] = (1, 1, 1, 1)
+    head_conv_layers: int = 2
+    min_level: int = 3
+    max_level: int = 5
+    anchor_size: float = 4.0
+    # Detections below this score are dropped before NMS; low for mAP.
+    score_threshold: float = 0.05
+    max_detections: int = 100
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        data = dict(data)
+        for key in ("backbone_filters", "backbone_blocks"):
+            data[key] = tuple(data[key])
+        return cls(**data)
+
+
+def build_detector(config: ModelConfig) -> keras_hub.models.RetinaNetObjectDetector:
+    """A RetinaNet with a small ResNet (basic blocks) sized by `config`."""
+    num_stages = len(config.backbone_filters)
+    encoder = keras_hub.models.ResNetBackbone(
+        input_conv_filters=[config.backbone_filters[0]],
+        input_conv_kernel_sizes=[7],
+        stackwise_num_filters=list(config.backbone_filters),
+        stackwise_num_blocks=list(config.backbone_blocks),
+        stackwise_num_strides=[1] + [2] * (num_stages - 1),
+        block_type="basic_block",
+        image_shape=(config.image_size, config.image_size, 3),
+    )
+    backbone = keras_hub.models.RetinaNetBackbone(
+        image_encoder=encoder,
+        min_level=config.min_level,
+        max_level=config.max_level,
+        use_p5=False,
+        image_shape=(config.image_size, config.image_size, 3),
+    )
+    anchors = keras_hub.layers.AnchorGenerator(
+        BOX_FORMAT,
+        min_level=config.min_level,
+        max_level=config.max_level,
+        num_scales=3,
+        aspect_ratios=[0.5, 1.0, 2.0],
+        anchor_size=config.anchor_size,
+    )
+    decoder = keras_hub.layers.NonMaxSuppression(
+        bounding_box_format=BOX_FORMAT,
+        from_logits=True,
+        confidence_threshold=config.score_threshold,
+        max_detections=config.max_detections,
+    )
+    return keras_hub.models.RetinaNetObjectDetector(
+        backbone=backbone,
+        num_classes=config.num_classes,
+        bounding_box_format=BOX_FORMAT,
+        anchor_generator=anchors,
+        pre_logits_num_conv_layers=config.head_conv_layers,
+        prediction_decoder=decoder,
+    )
+
+
+def count_params(model: keras.Model) -> int:
+    return int(sum(keras.ops.size(w) for w in model.weights))

@@ -1,0 +1,203 @@
+"""Train a RetinaNet on the shards: plain function, used by the CLI and the KFP component.
+
+Learning rate scales linearly with the batch from a base rate per 64 images, with
+linear warmup and cosine decay; AdamW with gradient clipping. Every chosen value and
+the reason for it goes into `train_config.json` and `train_report.md`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from components.train.input_pipeline import InputConfig, count_records, train_dataset
+from components.train.model import ModelConfig, build_detector, count_params
+
+logger = logging.getLogger(__name__)
+
+MODEL_FILE = "model.keras"
+CONFIG_FILE = "train_config.json"
+HISTORY_FILE = "history.json"
+REPORT_FILE = "train_report.md"
+
+# Named model sizes: (backbone filters, blocks per stage, head conv layers).
+MODEL_SIZES = {
+    "tiny": ((64, 64, 96, 128), (1, 1, 1, 1), 1),
+    "small": ((64, 96, 128, 192), (1, 1, 1, 1), 2),
+    "resnet18": ((64, 128, 256, 512), (2, 2, 2, 2), 4),
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data_dir: str
+    output_dir: str
+    epochs: int = 10
+    batch_size: str | int = "auto"
+    image_size: int = 128
+    model_size: str = "tiny"
+    base_lr_per_64: float = 8e-3
+    warmup_fraction: float = 0.1
+    weight_decay: float = 1e-4
+    clipnorm: float = 10.0
+    augment: bool = True
+    seed: int = 0
+    deterministic: bool = False
+    max_steps: int | None = None  # cap on total steps (smoke tests)
+
+
+@dataclass
+class TrainResult:
+    model_path: str
+    num_train: int
+    batch_size: int
+    steps: int
+    images_per_second: float
+    final_loss: float
+    seconds: float
+    decisions: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _num_classes(data_dir: str) -> dict[str, int]:
+    path = Path(data_dir) / "label_map.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {data_dir} the output of `detpipe data build`?")
+    return json.loads(path.read_text())
+
+
+def choose_batch_size(requested: str | int, num_train: int) -> tuple[int, str]:
+    """The batch size and why. `auto` on a CPU is a fixed small batch capped at the
+    data size; the trial-step search on accelerators is not built yet (issue 5)."""
+    if requested != "auto":
+        size = int(requested)
+        if size < 1:
+            raise ValueError(f"--batch-size must be >= 1 or 'auto', got {requested}")
+        return min(size, num_train), "given on the command line" + (" (capped at the dataset size)" if size > num_train else "")
+    if tf.config.list_physical_devices("GPU"):
+        return min(32, num_train), "auto: 32 on a GPU (the trial-step search is not built yet)"
+    return min(16, num_train), "auto: 16 on a CPU, where larger batches only add latency"
+
+
+def _mixed_precision() -> tuple[str, str]:
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "float32", "no GPU: float32"
+    details = tf.config.experimental.get_device_details(gpus[0])
+    major = (details.get("compute_capability") or (0, 0))[0]
+    if major >= 8:
+        return "mixed_bfloat16", f"GPU compute capability {major}.x supports bfloat16"
+    if major >= 7:
+        return "mixed_float16", f"GPU compute capability {major}.x: float16 with loss scaling"
+    return "float32", f"GPU compute capability {major}.x is too old for fast mixed precision"
+
+
+class _Throughput(keras.callbacks.Callback):
+    """Images per second over all steps after the first (which includes tracing)."""
+
+    def __init__(self, batch_size: int):
+        super().__init__()
+        self.batch_size = batch_size
+        self.started: float | None = None
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.started is None:
+            self.started = time.perf_counter()
+        else:
+            self.steps += 1
+
+    @property
+    def images_per_second(self) -> float:
+        if self.started is None or not self.steps:
+            return 0.0
+        return self.steps * self.batch_size / (time.perf_counter() - self.started)
+
+
+def train_detector(config: TrainConfig) -> TrainResult:
+    """Train and save `model.keras`, `history.json`, `train_config.json`, `train_report.md`."""
+    started = time.monotonic()
+    keras.utils.set_random_seed(config.seed)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    if config.model_size not in MODEL_SIZES:
+        raise ValueError(f"--model-size must be one of {', '.join(MODEL_SIZES)}, got {config.model_size!r}")
+    label_map = _num_classes(config.data_dir)
+    num_train = count_records(config.data_dir, "train")
+    if num_train == 0:
+        raise ValueError(f"the train split in {config.data_dir} has no records")
+    batch_size, batch_reason = choose_batch_size(config.batch_size, num_train)
+    policy, policy_reason = _mixed_precision()
+    keras.mixed_precision.set_global_policy(policy)
+
+    steps_per_epoch = max(1, num_train // batch_size)
+    total_steps = steps_per_epoch * config.epochs
+    if config.max_steps:
+        total_steps = min(total_steps, config.max_steps)
+    epochs = math.ceil(total_steps / steps_per_epoch)
+    peak_lr = config.base_lr_per_64 * batch_size / 64
+    warmup = max(1, int(total_steps * config.warmup_fraction))
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0, max(1, total_steps - warmup), warmup_target=peak_lr, warmup_steps=warmup)
+
+    filters, blocks, head_layers = MODEL_SIZES[config.model_size]
+    model_config = ModelConfig(
+        num_classes=len(label_map), image_size=config.image_size, backbone_filters=filters,
+        backbone_blocks=blocks, head_conv_layers=head_layers, min_level=4, max_level=6, anchor_size=2.0)
+    model = build_detector(model_config)
+    model.compile(optimizer=keras.optimizers.AdamW(
+        schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm))
+
+    data = train_dataset(config.data_dir, InputConfig(
+        image_size=config.image_size, batch_size=batch_size, augment=config.augment,
+        seed=config.seed, deterministic=config.deterministic))
+    decisions = {
+        "batch_size": f"{batch_size}: {batch_reason}",
+        "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch_size}/64; "
+                         f"linear warmup {warmup} steps, cosine decay to 0 at step {total_steps}",
+        "precision": f"{policy}: {policy_reason}",
+        "model": f"{config.model_size}: {count_params(model):,} parameters, {config.image_size}px input",
+    }
+    for key, value in decisions.items():
+        logger.info("train: %s = %s", key, value)
+
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    throughput = _Throughput(batch_size)
+    verbose = "auto" if os.isatty(2) else 2
+    history = model.fit(data, epochs=epochs, steps_per_epoch=min(steps_per_epoch, total_steps),
+                        callbacks=[throughput], verbose=verbose)
+    model.save(out / MODEL_FILE)
+    losses = {k: [float(v) for v in vs] for k, vs in history.history.items()}
+    (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
+    result = TrainResult(
+        model_path=str(out / MODEL_FILE), num_train=num_train, batch_size=batch_size,
+        steps=epochs * min(steps_per_epoch, total_steps),
+        images_per_second=round(throughput.images_per_second, 2),
+        final_loss=losses["loss"][-1], seconds=round(time.monotonic() - started, 1), decisions=decisions)
+    (out / CONFIG_FILE).write_text(json.dumps(
+        {"model": model_config.to_dict(), "train": asdict(config), "result": result.to_dict(),
+         "label_map": label_map}, indent=2, default=str) + "\n")
+    (out / REPORT_FILE).write_text(_report(result, losses))
+    return result
+
+
+def _report(result: TrainResult, losses: dict[str, list[float]]) -> str:
+    lines = ["# Training report", "", "| decision | value and reason |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in result.decisions.items()]
+    lines += ["", f"- train images: {result.num_train}", f"- steps: {result.steps}",
+              f"- throughput: {result.images_per_second} images/s",
+              f"- final loss: {result.final_loss:.4f}", f"- wall time: {result.seconds} s", "",
+              "| epoch | loss |", "|---|---|"]
+    lines += [f"| {i + 1} | {v:.4f} |" for i, v in enumerate(losses.get("loss", []))]
+    return "\n".join(lines) + "\n"

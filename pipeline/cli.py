@@ -1,0 +1,271 @@
+"""The `detpipe` command line: thin adapters over the step functions.
+
+Exit codes: 0 success, 1 a failed check (reason on stderr, one line a problem),
+2 bad usage.
+"""
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+logger = logging.getLogger("detpipe")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class CheckFailed(Exception):
+    """A step ran and found a problem; each line of the message is one problem."""
+
+
+def _fail_lines(lines: list[str]) -> CheckFailed:
+    return CheckFailed("\n".join(lines))
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_demo_data(args) -> int:
+    from pipeline.demo_data import write_demo_dataset
+
+    summary = write_demo_dataset(Path(args.out), num_train=args.train, num_val=args.val, seed=args.seed)
+    print(f"wrote {summary.num_images} images with {summary.num_objects} objects "
+          f"({', '.join(f'{k}: {v}' for k, v in summary.objects_per_class.items())}) to {summary.output_dir}")
+    return EXIT_OK
+
+
+def cmd_data_build(args, beam_args: list[str]) -> int:
+    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.label_map import read_label_map
+
+    options = ConvertOptions(
+        images=args.images, annotations=args.annotations, output=args.output, format=args.format,
+        val_fraction=args.val_fraction, seed=args.seed,
+        label_map=read_label_map(Path(args.label_map)) if args.label_map else None,
+        keep_empty=not args.reject_empty, runner=args.runner, beam_args=tuple(beam_args),
+    )
+    result = build_dataset(options)
+    m = result.manifest
+    print(f"{m['records_in']} records in: {m['written']['train']} train + {m['written']['val']} val written, "
+          f"{m['rejected']} rejected -> {args.output}")
+    for reason, count in m["rejected_by_reason"].items():
+        print(f"  rejected {count}: {reason} (details in {args.output}/rejects.jsonl)")
+    if result.anomalies:
+        raise _fail_lines(result.anomalies)
+    return EXIT_OK
+
+
+def cmd_probe(args) -> int:
+    from components.probe.probe_report import probe_markdown, run_probe, write_probe
+
+    if args.data or args.baseline:
+        raise NotImplementedError("--data and --baseline are not built yet (issue 4)")
+    result = run_probe(require_gpu=args.require_gpu)
+    write_probe(result, Path(args.json) if args.json else None, None)
+    print(probe_markdown(result))
+    if result.verdict == "FAIL":
+        raise _fail_lines([f"{c.name}: {c.reason}; fix: {c.fix}" for c in result.checks if c.status == "FAIL"])
+    return EXIT_OK
+
+
+def cmd_train(args) -> int:
+    from components.train.trainer import TrainConfig, train_detector
+
+    batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+    result = train_detector(TrainConfig(
+        data_dir=args.data, output_dir=args.output, epochs=args.epochs, batch_size=batch,
+        image_size=args.image_size, model_size=args.model_size, seed=args.seed,
+        deterministic=args.deterministic, max_steps=args.max_steps))
+    print(f"trained {result.steps} steps at {result.images_per_second} images/s, "
+          f"final loss {result.final_loss:.4f} -> {result.model_path}")
+    return EXIT_OK
+
+
+def cmd_evaluate(args) -> int:
+    from components.evaluate.evaluator import GateFailed, evaluate_detector
+
+    try:
+        result = evaluate_detector(args.model, args.data, args.output, min_map=args.min_map)
+    except GateFailed as err:
+        raise _fail_lines([f"gate failed: {err}"]) from err
+    m = result.metrics
+    print(f"{result.num_images} val images: mAP@[.5:.95] {m['mAP']:.4f}, AP50 {m['AP50']:.4f}, "
+          f"AP75 {m['AP75']:.4f} -> {args.output}/metrics.json")
+    return EXIT_OK
+
+
+def cmd_compile(args) -> int:
+    from pipeline.compile import compile_pipeline
+    from pipeline.dag import DEFAULT_IMAGE
+
+    print(compile_pipeline(Path(args.output), image=args.image or DEFAULT_IMAGE))
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    from pipeline.local_run import run_local
+
+    if not args.local:
+        raise _fail_lines(["only --local runs are built; use `detpipe submit` for Vertex AI"])
+    params = {"images": str(Path(args.images).resolve()), "annotations": str(Path(args.annotations).resolve()),
+              "data_format": args.format, "val_fraction": args.val_fraction, "seed": args.seed,
+              "epochs": args.epochs, "batch_size": args.batch_size, "image_size": args.image_size,
+              "model_size": args.model_size, "min_map": args.min_map}
+    summary = run_local(params, Path(args.pipeline_root))
+    print("\n".join(["", "detpipe run summary", *("  " + line for line in summary.lines())]))
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(
+            {**summary.__dict__, "run_dir": str(summary.run_dir)}, indent=2) + "\n")
+    return EXIT_OK
+
+
+def cmd_vertex(args) -> int:
+    raise NotImplementedError(f"`detpipe {args.command}` (Vertex AI) is not built yet (issue 6)")
+
+
+# ---------------------------------------------------------------- parser
+
+def _positive_int(value: str, name: str = "value") -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} must be an integer or 'auto', got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {number}")
+    return number
+
+
+def _batch_size(value: str) -> str:
+    return value if value == "auto" else str(_positive_int(value, "--batch-size"))
+
+
+def _fraction(value: str) -> float:
+    number = float(value)
+    if not 0.0 <= number < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return number
+
+
+def _add_train_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--epochs", type=_positive_int, default=10, help="passes over the train split (default 10)")
+    p.add_argument("--batch-size", type=_batch_size, default="auto",
+                   help="images per step, or 'auto' to choose for this machine (default auto)")
+    p.add_argument("--image-size", type=_positive_int, default=128,
+                   help="square model input in pixels; images are resized to it (default 128)")
+    p.add_argument("--model-size", choices=("tiny", "small", "resnet18"), default="tiny",
+                   help="backbone and head size (default tiny)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="detpipe",
+        description="Train object detectors on GPUs without the usual cloud failures: "
+                    "validate data, probe the machine, train, evaluate.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo-data", help="write the synthetic demo dataset (Pascal VOC layout)")
+    p.add_argument("out", help="output folder; gets images/ and annotations/")
+    p.add_argument("--train", type=_positive_int, default=1024, help="number of training-sized images (default 1024)")
+    p.add_argument("--val", type=_positive_int, default=128, help="number of extra images (default 128)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.set_defaults(func=cmd_demo_data)
+
+    data = sub.add_parser("data", help="dataset commands").add_subparsers(dest="data_command", required=True,
+                                                                           metavar="DATA_COMMAND")
+    p = data.add_parser(
+        "build", help="validate a dataset and write sharded TFRecords",
+        description="Validate every record, write rejects.jsonl, TFDV statistics/schema/anomalies and "
+                    "sharded TFRecords. Unknown options are passed to Beam (e.g. --project, --region, "
+                    "--temp_location, --sdk_container_image for DataflowRunner).")
+    p.add_argument("--format", choices=("voc", "coco", "csv"), required=True, help="annotation format")
+    p.add_argument("--images", required=True, help="folder of images (local or gs://)")
+    p.add_argument("--annotations", required=True, help="annotations: a VOC folder, COCO JSON or CSV file")
+    p.add_argument("--output", required=True, help="output folder for shards, manifest, stats")
+    p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the train/val split hash (default 0)")
+    p.add_argument("--label-map", help="JSON file {class name: id}; classes not in it are rejected")
+    p.add_argument("--reject-empty", action="store_true", help="reject images with no boxes (default: keep as negatives)")
+    p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default="DirectRunner",
+                   help="Beam runner (default DirectRunner)")
+    p.set_defaults(func=cmd_data_build, takes_beam_args=True)
+
+    p = sub.add_parser("probe", help="check this machine before training (GPU, CUDA, CPUs, RAM)")
+    p.add_argument("--require-gpu", action="store_true", help="FAIL (exit 1) when no GPU is visible")
+    p.add_argument("--data", help="shard folder to measure storage read speed on (issue 4)")
+    p.add_argument("--baseline", help="probe.json of another machine to compare with (issue 4)")
+    p.add_argument("--json", help="write the full probe result to this file")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("train", help="train a RetinaNet on the shards of `data build`")
+    p.add_argument("--data", required=True, help="output folder of `detpipe data build`")
+    p.add_argument("--output", required=True, help="folder for model.keras, history, report")
+    _add_train_options(p)
+    p.add_argument("--deterministic", action="store_true", help="deterministic ops and input order (slower)")
+    p.add_argument("--max-steps", type=_positive_int, help="stop after this many steps in all")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")
+    p.add_argument("--model", required=True, help="output folder of `detpipe train`")
+    p.add_argument("--data", required=True, help="output folder of `detpipe data build`")
+    p.add_argument("--output", required=True, help="folder for metrics.json and eval_report.md")
+    p.add_argument("--min-map", type=float, default=0.0, help="exit 1 when mAP@[.5:.95] is below this (default 0)")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("compile", help="compile the pipeline YAML and print its sha256")
+    p.add_argument("--output", default="detpipe.yaml", help="YAML file to write (default detpipe.yaml)")
+    p.add_argument("--image", default=None, help="container image of every step (default detpipe:latest)")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run the whole DAG")
+    p.add_argument("--local", action="store_true", help="run with the KFP local runner (SubprocessRunner)")
+    p.add_argument("--images", default="demo-data/images", help="image folder (default demo-data/images)")
+    p.add_argument("--annotations", default="demo-data/annotations", help="annotations (default demo-data/annotations)")
+    p.add_argument("--format", choices=("voc", "coco", "csv"), default="voc", help="annotation format (default voc)")
+    p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
+    _add_train_options(p)
+    p.add_argument("--min-map", type=float, default=0.0, help="fail the run below this mAP@[.5:.95] (default 0)")
+    p.add_argument("--pipeline-root", default="local_outputs", help="where artifacts go (default local_outputs)")
+    p.add_argument("--summary-json", help="also write the run summary to this JSON file")
+    p.set_defaults(func=cmd_run)
+
+    for name, text in (("submit", "submit a run to Vertex AI Pipelines"),
+                       ("schedule", "manage Vertex AI pipeline schedules"),
+                       ("upload", "upload the template to Artifact Registry")):
+        p = sub.add_parser(name, help=f"{text} (not built yet)")
+        p.set_defaults(func=cmd_vertex)
+    return parser
+
+
+def _quiet_libraries() -> None:
+    """TensorFlow's C++ start-up chatter (no CUDA here, duplicate factory registration) and
+    google-api-core's Python 3.11 notice bury the output people need to read."""
+    import os
+    import warnings
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_libraries()
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_beam_args", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args, extra) if getattr(args, "takes_beam_args", False) else args.func(args)
+    except CheckFailed as err:
+        for line in str(err).splitlines():
+            print(f"detpipe: {line}", file=sys.stderr)
+        return EXIT_FAILED
+    except (FileNotFoundError, ValueError, RuntimeError, NotImplementedError) as err:
+        print(f"detpipe: error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""A deterministic synthetic detection dataset in Pascal VOC layout.
+
+Shapes of three classes (circle, square, triangle) with varied size, colour and
+overlap, on gradient backgrounds with clutter (lines, specks and small blobs too
+small to be objects). It is written as `images/*.jpg` + `annotations/*.xml`, so it
+goes through exactly the importer that real VOC data goes through.
+
+Example:
+    >>> from pathlib import Path
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp())
+    >>> summary = write_demo_dataset(out, num_train=4, num_val=2, seed=1)
+    >>> summary.num_images, len(list((out / "annotations").glob("*.xml")))
+    (6, 6)
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import random
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+logger = logging.getLogger(__name__)
+
+CLASSES = ("circle", "square", "triangle")
+IMAGE_SIZE = 128
+MIN_OBJECT, MAX_OBJECT = 26, 58
+MAX_OVERLAP_IOU = 0.25
+
+
+@dataclass(frozen=True)
+class DemoObject:
+    """One annotated shape; box in pixel coordinates (xmin, ymin, xmax, ymax)."""
+
+    name: str
+    box: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class DemoSummary:
+    num_images: int
+    num_objects: int
+    objects_per_class: dict[str, int]
+    output_dir: Path
+
+
+def _iou(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> float:
+    ix = max(0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union else 0.0
+
+
+def _colour(rng: random.Random, lo: int = 0, hi: int = 255) -> tuple[int, int, int]:
+    return (rng.randint(lo, hi), rng.randint(lo, hi), rng.randint(lo, hi))
+
+
+def _background(rng: random.Random, size: int) -> Image.Image:
+    """A vertical two-colour gradient with clutter that is not an object."""
+    top, bottom = _colour(rng, 40, 215), _colour(rng, 40, 215)
+    image = Image.new("RGB", (size, size))
+    draw = ImageDraw.Draw(image)
+    for y in range(size):
+        t = y / (size - 1)
+        draw.line(
+            [(0, y), (size, y)],
+            fill=tuple(int(top[c] * (1 - t) + bottom[c] * t) for c in range(3)),
+        )
+    for _ in range(rng.randint(2, 6)):  # thin lines
+        pts = [(rng.randint(0, size), rng.randint(0, size)) for _ in range(2)]
+        draw.line(pts, fill=_colour(rng), width=rng.randint(1, 2))
+    for _ in range(rng.randint(3, 10)):  # specks and small blobs
+        x, y, r = rng.randint(0, size), rng.randint(0, size), rng.randint(1, 5)
+        draw.ellipse([x - r, y - r, x + r, y + r], fill=_colour(rng))
+    return image
+
+
+def _draw_shape(draw: ImageDraw.ImageDraw, name: str, box, fill) -> None:
+    x0, y0, x1, y1 = box
+    if name == "circle":
+        draw.ellipse([x0, y0, x1 - 1, y1 - 1], fill=fill)
+    elif name == "square":
+        draw.rectangle([x0, y0, x1 - 1, y1 - 1], fill=fill)
+    else:
+        draw.polygon([((x0 + x1) / 2, y0), (x1 - 1, y1 - 1), (x0, y1 - 1)], fill=fill)
+
+
+def _place_objects(rng: random.Random, size: int) -> list[DemoObject]:
+    objects: list[DemoObject] = []
+    wanted = rng.randint(1, 3)
+    for _ in range(50):  # bounded tries; an image keeps what fitted
+        if len(objects) == wanted:
+            break
+        name = rng.choice(CLASSES)
+        w = rng.randint(MIN_OBJECT, MAX_OBJECT)
+        # Squares and circles stay square; triangles may be a little wide or tall.
+        h = w if name != "triangle" else max(MIN_OBJECT, int(w * rng.uniform(0.8, 1.2)))
+        x0, y0 = rng.randint(0, size - w), rng.randint(0, size - h)
+        box = (x0, y0, x0 + w, y0 + h)
+        if all(_iou(box, o.box) <= MAX_OVERLAP_IOU for o in objects):
+            objects.append(DemoObject(name, box))
+    return objects
+
+
+def render_demo_image(seed: int, size: int = IMAGE_SIZE) -> tuple[Image.Image, list[DemoObject]]:
+    """Render one image and its objects; the same seed gives the same image."""
+    rng = random.Random(seed)
+    image = _background(rng, size)
+    objects = _place_objects(rng, size)
+    draw = ImageDraw.Draw(image)
+    for obj in objects:
+        fill = _colour(rng)
+        _draw_shape(draw, obj.name, obj.box, fill)
+    return image, objects
+
+
+def voc_xml(filename: str, width: int, height: int, objects: list[DemoObject]) -> bytes:
+    """Pascal VOC annotation for one image."""
+    root = ET.Element("annotation")
+    ET.SubElement(root, "folder").text = "images"
+    ET.SubElement(root, "filename").text = filename
+    size = ET.SubElement(root, "size")
+    for tag, value in (("width", width), ("height", height), ("depth", 3)):
+        ET.SubElement(size, tag).text = str(value)
+    for obj in objects:
+        node = ET.SubElement(root, "object")
+        ET.SubElement(node, "name").text = obj.name
+        ET.SubElement(node, "difficult").text = "0"
+        bndbox = ET.SubElement(node, "bndbox")
+        for tag, value in zip(("xmin", "ymin", "xmax", "ymax"), obj.box):
+            ET.SubElement(bndbox, tag).text = str(value)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def write_demo_dataset(
+    output_dir: Path, num_train: int = 1024, num_val: int = 128, seed: int = 0
+) -> DemoSummary:
+    """Write `num_train + num_val` images and VOC annotations under `output_dir`.
+
+    The train/val split is left to `detpipe data build` (a hash of the image id);
+    the two counts only set how many images are made.
+    """
+    output_dir = Path(output_dir)
+    (output_dir / "images").mkdir(parents=True, exist_ok=True)
+    (output_dir / "annotations").mkdir(parents=True, exist_ok=True)
+    total = num_train + num_val
+    per_class = {name: 0 for name in CLASSES}
+    num_objects = 0
+    for index in range(total):
+        image, objects = render_demo_image(seed * 1_000_003 + index)
+        stem = f"demo-{index:06d}"
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=92)
+        (output_dir / "images" / f"{stem}.jpg").write_bytes(buffer.getvalue())
+        (output_dir / "annotations" / f"{stem}.xml").write_bytes(
+            voc_xml(f"{stem}.jpg", image.width, image.height, objects)
+        )
+        for obj in objects:
+            per_class[obj.name] += 1
+        num_objects += len(objects)
+        if (index + 1) % 500 == 0:
+            logger.info("demo-data: %d/%d images", index + 1, total)
+    return DemoSummary(total, num_objects, per_class, output_dir)

@@ -1,0 +1,71 @@
+"""Run the whole DAG with the KFP local runner and summarise what it produced."""
+
+import json
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from kfp import local
+
+from pipeline.dag import make_pipeline
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    records_in: int
+    written: int
+    rejected: int
+    probe_verdict: str
+    images_per_second: float
+    metrics: dict
+
+    def lines(self) -> list[str]:
+        return [
+            f"records: {self.records_in} in, {self.written} written, {self.rejected} rejected",
+            f"probe: {self.probe_verdict}",
+            f"training: {self.images_per_second:.1f} images/s",
+            f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
+            f"AP75 {self.metrics['AP75']:.3f}",
+            f"artifacts: {self.run_dir}",
+        ]
+
+
+def _task_dir(run_dir: Path, task: str) -> Path:
+    path = run_dir / task
+    if not path.is_dir():
+        raise FileNotFoundError(f"no outputs of task {task!r} under {run_dir}")
+    return path
+
+
+def summarise(run_dir: Path) -> RunSummary:
+    """Read the artifacts of one local run folder."""
+    manifest = json.loads((_task_dir(run_dir, "validate-and-convert") / "dataset" / "manifest.json").read_text())
+    probe = json.loads((_task_dir(run_dir, "probe") / "probe_json").read_text())
+    train_config = json.loads((_task_dir(run_dir, "train") / "model" / "train_config.json").read_text())
+    metrics = json.loads((_task_dir(run_dir, "evaluate") / "metrics_json").read_text())
+    return RunSummary(
+        run_dir=run_dir, records_in=manifest["records_in"], written=manifest["written_total"],
+        rejected=manifest["rejected"], probe_verdict=probe["verdict"],
+        images_per_second=train_config["result"]["images_per_second"], metrics=metrics["metrics"],
+    )
+
+
+def run_local(params: dict, pipeline_root: Path) -> RunSummary:
+    """Run the DAG with `SubprocessRunner(use_venv=False)`: the venv already holds the image's
+    environment, so nothing is installed at run time."""
+    pipeline_root = Path(pipeline_root).resolve()
+    pipeline_root.mkdir(parents=True, exist_ok=True)
+    before = set(pipeline_root.iterdir())
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root))
+    with warnings.catch_warnings():
+        # kfp warns for any image without "python" in its name; the local venv is the image's env.
+        warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+        make_pipeline()(**params)
+    new = sorted(set(pipeline_root.iterdir()) - before)
+    if len(new) != 1:
+        raise RuntimeError(f"expected one new run folder under {pipeline_root}, found {len(new)}")
+    return summarise(new[0])
