@@ -207,16 +207,19 @@ def _run_beam(options: ConvertOptions, files: list[str], label_map: dict[str, in
             stats_transform(examples, split, FileSystems.join(output, f"stats-{split}.pb"))
 
 
+def _write_text(path: str, text: str) -> None:
+    """Create (or replace) a file, even an empty one, locally or on gs://."""
+    with FileSystems.create(path) as handle:
+        handle.write(text.encode())
+
+
 def _write_json(path: str, data) -> None:
-    with tf.io.gfile.GFile(path, "w") as handle:
-        handle.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    _write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _write_rejects(path: str, rejects: list[Reject]) -> None:
     rows = sorted((r.to_json_dict() for r in rejects), key=lambda d: (d["source"], d["image_id"]))
-    with tf.io.gfile.GFile(path, "w") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, sort_keys=True) + "\n")
+    _write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
 def _pop_json(path: str, default):
@@ -328,9 +331,7 @@ def _schema_and_anomalies(out: str, label_map: dict[str, int], written: Counter)
         anomalies = find_anomalies(split_stats, schema)
         all_anomalies[split] = anomalies
         problems.extend(f"[{split}] {line}" for line in anomaly_lines(anomalies))
-    with tf.io.gfile.GFile(FileSystems.join(out, "anomalies.txt"), "w") as handle:
-        handle.write("\n".join(problems) + ("\n" if problems else "no anomalies\n"))
+    _write_text(FileSystems.join(out, "anomalies.txt"), "\n".join(problems) + ("\n" if problems else "no anomalies\n"))
     if VAL in stats:
-        with tf.io.gfile.GFile(FileSystems.join(out, "stats.html"), "w") as handle:
-            handle.write(statistics_html(stats[TRAIN], stats[VAL]))
+        _write_text(FileSystems.join(out, "stats.html"), statistics_html(stats[TRAIN], stats[VAL]))
     return problems

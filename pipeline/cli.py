@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train object detectors on GPUs without the usual cloud failures: "
                     "validate data, probe the machine, train, evaluate.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
     p = sub.add_parser("demo-data", help="write the synthetic demo dataset (Pascal VOC layout)")
     p.add_argument("out", help="output folder; gets images/ and annotations/")
@@ -172,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_demo_data)
 
-    data = sub.add_parser("data", help="dataset commands").add_subparsers(dest="data_command", required=True,
-                                                                           metavar="DATA_COMMAND")
+    data = sub.add_parser("data", help="dataset commands").add_subparsers(
+        dest="data_command", required=True, metavar="DATA_COMMAND", help="build: validate and convert")
     p = data.add_parser(
         "build", help="validate a dataset and write sharded TFRecords",
         description="Validate every record, write rejects.jsonl, TFDV statistics/schema/anomalies and "

@@ -60,7 +60,7 @@ def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size
         num_parallel_calls=tf.data.AUTOTUNE,
     ).ragged_batch(batch_size).prefetch(2)
     for images, truth in examples:
-        pred = model.predict_on_batch(images)
+        pred = model.predict(images, batch_size=batch_size, verbose=0)
         for i in range(int(images.shape[0])):
             image_id = len(truths) + 1
             truths.append(ImageTruth(

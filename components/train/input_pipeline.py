@@ -102,10 +102,11 @@ def _to_pixels(image, target, image_size: int):
     return image, {"boxes": target["boxes"] * float(image_size), "labels": target["labels"]}
 
 
-def _padded_batch(ds: tf.data.Dataset, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_remainder: bool) -> tf.data.Dataset:
+    # A static image shape: KerasHub's anchor generator sizes its grid from it.
     return ds.padded_batch(
         batch_size,
-        padded_shapes=([None, None, 3], {"boxes": [None, 4], "labels": [None]}),
+        padded_shapes=([image_size, image_size, 3], {"boxes": [None, 4], "labels": [None]}),
         padding_values=(0.0, {"boxes": 0.0, "labels": -1.0}),
         drop_remainder=drop_remainder,
     )
@@ -134,7 +135,7 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
         ds = tf.data.Dataset.zip((ds, seeds)).map(
             _augment_pair, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
     ds = ds.map(lambda x, y: _to_pixels(x, y, config.image_size), num_parallel_calls=AUTOTUNE)
-    return _padded_batch(ds, config.batch_size, drop_remainder=True).prefetch(AUTOTUNE)
+    return _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True).prefetch(AUTOTUNE)
 
 
 def eval_examples(data_dir: str, split: str = "val") -> tf.data.Dataset:

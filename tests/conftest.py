@@ -1,0 +1,47 @@
+"""Shared fixtures: a tiny demo dataset, its converted shards, the raccoon dataset."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO.parent / "shared" / "datasets" / "raccoon"))
+
+
+@pytest.fixture(scope="session")
+def raccoon() -> Path:
+    assert (RACCOON / "annotations").is_dir(), (
+        f"the raccoon dataset is expected at {RACCOON} (../shared/datasets/raccoon); set DETPIPE_RACCOON")
+    return RACCOON
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory) -> Path:
+    from pipeline.demo_data import write_demo_dataset
+
+    out = tmp_path_factory.mktemp("demo")
+    write_demo_dataset(out, num_train=48, num_val=16, seed=3)
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo_shards(demo_dir, tmp_path_factory) -> Path:
+    from beam.convert_job import ConvertOptions, build_dataset
+
+    out = tmp_path_factory.mktemp("demo_shards")
+    result = build_dataset(ConvertOptions(images=str(demo_dir / "images"),
+                                          annotations=str(demo_dir / "annotations"), output=str(out),
+                                          val_fraction=0.25))
+    assert result.ok, result.anomalies
+    return out
+
+
+@pytest.fixture(scope="session")
+def trained_model(demo_shards, tmp_path_factory) -> Path:
+    from components.train.trainer import TrainConfig, train_detector
+
+    out = tmp_path_factory.mktemp("model")
+    train_detector(TrainConfig(data_dir=str(demo_shards), output_dir=str(out), epochs=1, batch_size=8,
+                               max_steps=3))
+    return out

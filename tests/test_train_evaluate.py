@@ -1,0 +1,80 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from beam.split import TRAIN
+from components.evaluate.evaluator import GateFailed, evaluate_detector
+from components.train.input_pipeline import InputConfig, count_records, eval_examples, train_dataset
+from components.train.model import ModelConfig, build_detector
+from components.train.trainer import TrainConfig, choose_batch_size, train_detector
+
+
+def test_train_batches_have_static_images_and_pixel_boxes(demo_shards):
+    ds = train_dataset(str(demo_shards), InputConfig(image_size=64, batch_size=4, augment=True))
+    images, target = next(iter(ds))
+    assert images.shape == (4, 64, 64, 3)
+    assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
+    labels, boxes = target["labels"].numpy(), target["boxes"].numpy()
+    real = labels >= 0
+    assert real.any() and set(np.unique(labels[real])) <= {0.0, 1.0, 2.0}
+    assert (boxes[real] >= 0).all() and (boxes[real] <= 64).all()
+    assert (boxes[real][:, 2] > boxes[real][:, 0]).all() and (boxes[real][:, 3] > boxes[real][:, 1]).all()
+    assert (labels[~real] == -1).all()
+
+
+def test_greyscale_images_decode_to_rgb(raccoon_shards):
+    shapes = [ex["image"].shape[-1] for ex in eval_examples(str(raccoon_shards), TRAIN)]
+    assert shapes and set(shapes) == {3}
+
+
+@pytest.fixture(scope="module")
+def raccoon_shards(raccoon, tmp_path_factory):
+    from beam.convert_job import ConvertOptions, build_dataset
+
+    out = tmp_path_factory.mktemp("raccoon_train")
+    build_dataset(ConvertOptions(images=str(raccoon / "images"), annotations=str(raccoon / "annotations"),
+                                 output=str(out)))
+    return out
+
+
+def test_model_config_round_trips_and_builds():
+    cfg = ModelConfig(num_classes=2, image_size=64, backbone_filters=(64, 32, 32, 32), head_conv_layers=1,
+                      min_level=4, max_level=5, anchor_size=2.0)
+    assert ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert build_detector(cfg).num_classes == 2
+
+
+def test_auto_batch_size_is_capped_by_the_data():
+    assert choose_batch_size("auto", 5)[0] == 5
+    assert choose_batch_size(64, 10) == (10, "given on the command line (capped at the dataset size)")
+    with pytest.raises(ValueError):
+        choose_batch_size(0, 10)
+
+
+def test_train_writes_model_history_and_report(trained_model, demo_shards):
+    config = json.loads((trained_model / "train_config.json").read_text())
+    assert config["result"]["steps"] == 3 and config["result"]["batch_size"] == 8
+    assert config["label_map"] == {"circle": 1, "square": 2, "triangle": 3}
+    assert config["result"]["num_train"] == count_records(str(demo_shards), TRAIN)
+    history = json.loads((trained_model / "history.json").read_text())
+    assert all(math.isfinite(v) for v in history["loss"])
+    report = (trained_model / "train_report.md").read_text()
+    assert "learning_rate" in report and "per 64 images" in report
+
+
+def test_evaluate_writes_finite_metrics_and_gates(trained_model, demo_shards, tmp_path):
+    result = evaluate_detector(str(trained_model), str(demo_shards), str(tmp_path), min_map=0.0)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["num_images"] == count_records(str(demo_shards), "val") == result.num_images
+    assert all(math.isfinite(v) for v in saved["metrics"].values())
+    assert "AP/circle" in saved["metrics"]
+    with pytest.raises(GateFailed, match="minimum 1.1"):
+        evaluate_detector(str(trained_model), str(demo_shards), str(tmp_path / "gate"), min_map=1.1)
+    assert json.loads((tmp_path / "gate" / "metrics.json").read_text())["gate"]["passed"] is False
+
+
+def test_train_on_missing_data_fails_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="label_map.json"):
+        train_detector(TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path / "m")))
