@@ -141,7 +141,11 @@ def _runner(name: str):
     return name
 
 
-def _run_beam(options: ConvertOptions, files: list[str], label_map: dict[str, int]) -> None:
+def _label_map_of(class_names: list[str], given: dict[str, int] | None) -> dict[str, int]:
+    return given if given is not None else derive_label_map(class_names)
+
+
+def _run_beam(options: ConvertOptions, files: list[str]) -> None:
     output = options.output
     check_options = rc.CheckOptions(keep_empty=options.keep_empty, label_map=options.label_map)
     pipeline_options = PipelineOptions(list(options.beam_args), runner=options.runner)
@@ -157,9 +161,20 @@ def _run_beam(options: ConvertOptions, files: list[str], label_map: dict[str, in
         )
         rejects = checked | "Rejects" >> beam.Filter(lambda r: isinstance(r, Reject))
         good = checked | "Good" >> beam.Filter(lambda r: isinstance(r, CheckedRecord))
+        # Derived from the records that passed the checks (a given map is used as is).
+        label_map = (
+            good
+            | "ClassNames" >> beam.FlatMap(lambda r: set(r.class_texts))
+            | "UniqueNames" >> beam.Distinct()
+            | "NamesToList" >> beam.combiners.ToList()
+            | "LabelMap" >> beam.Map(_label_map_of, options.label_map)
+        )
+        _ = label_map | "WriteLabelMap" >> beam.Map(
+            lambda m: _write_json(FileSystems.join(output, "_label_map.json"), m))
         encoded = good | "Encode" >> beam.Map(
-            lambda r: (assign_split(r.image_id, options.val_fraction, options.seed), r.image_id,
-                       encode_example(r, label_map).SerializeToString(), r.color_mode)
+            lambda r, m: (assign_split(r.image_id, options.val_fraction, options.seed), r.image_id,
+                          encode_example(r, m).SerializeToString(), r.color_mode),
+            beam.pvalue.AsSingleton(label_map),
         )
         totals = (
             encoded
@@ -239,17 +254,6 @@ def _read_rejects(path: str) -> list[dict]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def _collect_labels(files: list[str]) -> list[str]:
-    """Class names in the annotations, for a derived label map (read once, before the job)."""
-    names = []
-    for path in files:
-        try:
-            names.extend(b.class_text for b in read_voc_file(path).boxes if b.class_text)
-        except AnnotationError:
-            continue
-    return names
-
-
 def _fill_empty_shards(output: str, shards: list[dict], counts: dict[str, int]) -> list[dict]:
     """Hash assignment can leave a shard empty: write it as an empty file so every
     name `-of-N` exists and readers see a complete set."""
@@ -272,15 +276,15 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
     files = list_voc_files(options.annotations)
     if not files:
         raise DataBuildError(f"no *.xml annotation files under {options.annotations}")
-    label_map = options.label_map or derive_label_map(_collect_labels(files))
-    if not label_map:
-        raise DataBuildError("no class names found in the annotations; give --label-map")
     tf.io.gfile.makedirs(options.output)
-    logger.info("validate-and-convert: %d annotation files, %d classes, runner %s",
-                len(files), len(label_map), options.runner)
-    _run_beam(options, files, label_map)
+    logger.info("validate-and-convert: %d annotation files, runner %s", len(files), options.runner)
+    _run_beam(options, files)
 
     out = options.output
+    label_map = _pop_json(FileSystems.join(out, "_label_map.json"), {})
+    if not label_map:
+        raise DataBuildError("no record with a box passed the checks: no classes to train on "
+                             f"(see {FileSystems.join(out, 'rejects.jsonl')})")
     shards = _pop_json(FileSystems.join(out, "_shards.json"), [])
     color_modes = _pop_json(FileSystems.join(out, "_color_modes.json"), {})
     counts = _pop_json(FileSystems.join(out, "_shard_counts.json"), {TRAIN: 1, VAL: 1})
@@ -324,7 +328,7 @@ def _schema_and_anomalies(out: str, label_map: dict[str, int], written: Counter)
              if written[s]}
     if TRAIN not in stats:
         return problems
-    schema = infer_schema(stats[TRAIN], num_labels=len(label_map))
+    schema = infer_schema(stats[TRAIN], num_labels=max(label_map.values()))
     tfdv.write_schema_text(schema, FileSystems.join(out, "schema.pbtxt"))
     all_anomalies = {}
     for split, split_stats in stats.items():

@@ -154,3 +154,24 @@ def test_shard_count_bounds():
     assert shard_count(1000, 10 * (128 << 20), 128 << 20, 4) == 10
     assert shard_count(3, 100, 128 << 20, 4) == 3
     assert shard_count(1000, 100, 128 << 20, 4) == 4
+
+
+def test_given_label_map_rejects_unknown_classes(demo_dir, tmp_path):
+    out = tmp_path / "out"
+    result = build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "annotations"),
+                                          output=str(out), label_map={"circle": 1, "square": 2}))
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert rejects and {r["reason"] for r in rejects} == {"unknown_class"}
+    assert all("'triangle'" in r["message"] for r in rejects)
+    assert json.loads((out / "label_map.json").read_text()) == {"circle": 1, "square": 2}
+    labels = {v for ex in _records(out).values() for v in ex[K.CLASS_LABEL]}
+    assert labels <= {1, 2}
+    assert result.manifest["records_in"] == result.manifest["written_total"] + len(rejects)
+
+
+def test_every_record_rejected_fails_with_pointer_to_rejects(demo_dir, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(DataBuildError, match="rejects.jsonl"):
+        build_dataset(ConvertOptions(images=str(tmp_path / "no-images-here"),
+                                     annotations=str(demo_dir / "annotations"), output=str(out)))
+    assert len((out / "rejects.jsonl").read_text().splitlines()) == len(list(demo_dir.glob("annotations/*.xml")))
