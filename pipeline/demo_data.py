@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import io
+import json
 import logging
 import random
 import xml.etree.ElementTree as ET
@@ -139,10 +140,33 @@ def voc_xml(filename: str, width: int, height: int, objects: list[DemoObject]) -
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
+def coco_instances(entries: list[tuple[str, int, int, list[DemoObject]]]) -> dict:
+    """The same annotations as a COCO instances document (boxes as pixel xywh)."""
+    categories = [{"id": i, "name": name} for i, name in enumerate(CLASSES, start=1)]
+    cat_ids = {c["name"]: c["id"] for c in categories}
+    images, annotations = [], []
+    for image_id, (filename, width, height, objects) in enumerate(entries, start=1):
+        images.append({"id": image_id, "file_name": filename, "width": width, "height": height})
+        for obj in objects:
+            x0, y0, x1, y1 = obj.box
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": cat_ids[obj.name],
+                                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0), "iscrowd": 0})
+    return {"images": images, "annotations": annotations, "categories": categories}
+
+
+def csv_rows(entries: list[tuple[str, int, int, list[DemoObject]]]) -> str:
+    """The same annotations as a TF OD API-style CSV, one row a box."""
+    lines = ["filename,width,height,class,xmin,ymin,xmax,ymax"]
+    for filename, width, height, objects in entries:
+        lines += [f"{filename},{width},{height},{o.name},{o.box[0]},{o.box[1]},{o.box[2]},{o.box[3]}" for o in objects]
+    return "\n".join(lines) + "\n"
+
+
 def write_demo_dataset(
     output_dir: Path, num_train: int = 1024, num_val: int = 128, seed: int = 0
 ) -> DemoSummary:
-    """Write `num_train + num_val` images and VOC annotations under `output_dir`.
+    """Write `num_train + num_val` images under `output_dir`, annotated three ways:
+    VOC XML in `annotations/`, COCO JSON in `coco.json`, CSV in `labels.csv`.
 
     The train/val split is left to `detpipe data build` (a hash of the image id);
     the two counts only set how many images are made.
@@ -153,6 +177,7 @@ def write_demo_dataset(
     total = num_train + num_val
     per_class = {name: 0 for name in CLASSES}
     num_objects = 0
+    entries = []
     for index in range(total):
         image, objects = render_demo_image(seed * 1_000_003 + index)
         stem = f"demo-{index:06d}"
@@ -162,9 +187,12 @@ def write_demo_dataset(
         (output_dir / "annotations" / f"{stem}.xml").write_bytes(
             voc_xml(f"{stem}.jpg", image.width, image.height, objects)
         )
+        entries.append((f"{stem}.jpg", image.width, image.height, objects))
         for obj in objects:
             per_class[obj.name] += 1
         num_objects += len(objects)
         if (index + 1) % 500 == 0:
             logger.info("demo-data: %d/%d images", index + 1, total)
+    (output_dir / "coco.json").write_text(json.dumps(coco_instances(entries), indent=1) + "\n")
+    (output_dir / "labels.csv").write_text(csv_rows(entries))
     return DemoSummary(total, num_objects, per_class, output_dir)

@@ -13,7 +13,7 @@ def test_same_seed_same_files_other_seed_other_files(tmp_path):
     write_demo_dataset(b, num_train=5, num_val=2, seed=7)
     write_demo_dataset(c, num_train=5, num_val=2, seed=8)
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
-    assert len(files) == 14
+    assert len(files) == 16  # 7 images, 7 VOC files, coco.json, labels.csv
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
     assert any((a / f).read_bytes() != (c / f).read_bytes() for f in files)
 

@@ -1,0 +1,110 @@
+"""VOC, COCO and CSV readers: the same dataset in any format gives the same shards."""
+
+import json
+
+import pytest
+
+from beam.convert_job import ConvertOptions, build_dataset
+from beam.coco_reader import parse_coco
+from beam.csv_reader import parse_csv
+from beam.source_records import Reject, SourceRecord
+from beam.voc_reader import read_voc_file
+
+
+def _build(images, annotations, fmt, out):
+    return build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
+                                        format=fmt, val_fraction=0.25))
+
+
+def _shard_bytes(out):
+    return {p.name: p.read_bytes() for p in sorted(out.glob("*.tfrecord"))}
+
+
+def test_voc_coco_csv_give_byte_identical_shards(demo_dir, tmp_path):
+    voc = _build(demo_dir / "images", demo_dir / "annotations", "voc", tmp_path / "voc")
+    coco = _build(demo_dir / "images", demo_dir / "coco.json", "coco", tmp_path / "coco")
+    csv = _build(demo_dir / "images", demo_dir / "labels.csv", "csv", tmp_path / "csv")
+    reference = _shard_bytes(tmp_path / "voc")
+    assert reference and sum(len(v) for v in reference.values()) > 0
+    assert _shard_bytes(tmp_path / "coco") == reference
+    assert _shard_bytes(tmp_path / "csv") == reference
+    assert voc.manifest["shards"] == coco.manifest["shards"] == csv.manifest["shards"]
+    assert voc.manifest["records_in"] == coco.manifest["records_in"] == csv.manifest["records_in"] == 64
+
+
+def test_raccoon_voc_and_csv_give_identical_records(raccoon, tmp_path):
+    voc = _build(raccoon / "images", raccoon / "annotations", "voc", tmp_path / "voc")
+    csv = _build(raccoon / "images", raccoon / "labels" / "raccoon_labels.csv", "csv", tmp_path / "csv")
+    for result in (voc, csv):
+        m = result.manifest
+        assert (m["records_in"], m["written_total"], m["rejected"]) == (200, 200, 0)
+        assert m["color_modes"]["L"] == 3
+    assert _shard_bytes(tmp_path / "voc") == _shard_bytes(tmp_path / "csv")
+
+
+def test_coco_crowd_is_difficult_and_orphans_are_rejected():
+    doc = {"images": [{"id": 7, "file_name": "sub/a.jpg", "width": 10, "height": 20}],
+           "categories": [{"id": 3, "name": "cat"}],
+           "annotations": [{"id": 2, "image_id": 7, "category_id": 3, "bbox": [1, 2, 3, 4], "iscrowd": 1},
+                           {"id": 1, "image_id": 7, "category_id": 3, "bbox": [0, 0, 5, 5]},
+                           {"id": 9, "image_id": 99, "category_id": 3, "bbox": [0, 0, 1, 1]}]}
+    out = parse_coco(json.dumps(doc).encode(), "inst.json")
+    rejects = [r for r in out if isinstance(r, Reject)]
+    (record,) = [r for r in out if isinstance(r, SourceRecord)]
+    assert len(rejects) == 1 and "image id 99" in rejects[0].message and rejects[0].source_ref == "inst.json#annotation=9"
+    assert record.image_id == "a" and (record.width, record.height) == (10, 20)
+    assert [(b.xmin, b.ymin, b.xmax, b.ymax, b.difficult) for b in record.boxes] == [
+        (0, 0, 5, 5, False), (1, 2, 4, 6, True)]  # sorted by annotation id
+
+
+def test_csv_groups_rows_and_rejects_inconsistent_or_short_rows():
+    text = ("filename,width,height,class,xmin,ymin,xmax,ymax\n"
+            "a.jpg,10,10,cat,1,1,5,5\n"
+            "b.jpg,10,10,dog,1,1,5,5\n"
+            "a.jpg,10,10,dog,2,2,6,6\n"
+            "c.jpg,10,10,cat,1,1\n"
+            "d.jpg,10,10,cat,1,1,5,5\n"
+            "d.jpg,12,10,cat,1,1,5,5\n")
+    out = {r.image_id: r for r in parse_csv(text.encode(), "l.csv")}
+    assert [b.class_text for b in out["a"].boxes] == ["cat", "dog"] and out["a"].source_ref == "l.csv:2-4"
+    assert isinstance(out["c"], Reject) and "wrong number of columns" in out["c"].message
+    assert isinstance(out["d"], Reject) and "disagree on the image size" in out["d"].message
+
+
+def test_voc_reader_reads_difficult_and_missing_numbers(tmp_path):
+    xml = tmp_path / "x.xml"
+    xml.write_text("<annotation><filename>x.png</filename><size><width>4</width></size>"
+                   "<object><name>a</name><difficult>1</difficult><bndbox><xmin>1</xmin><ymin>1</ymin>"
+                   "<xmax>3</xmax></bndbox></object></annotation>")
+    record = read_voc_file(str(xml))
+    assert record.image_id == "x" and record.width == 4 and record.height is None
+    assert record.boxes[0].difficult and record.boxes[0].ymax != record.boxes[0].ymax  # NaN
+
+
+@pytest.mark.parametrize("fmt,name", [("coco", "coco.json"), ("csv", "labels.csv")])
+def test_demo_data_files_parse(demo_dir, fmt, name):
+    reader = parse_coco if fmt == "coco" else parse_csv
+    records = reader((demo_dir / name).read_bytes(), name)
+    assert len(records) == 64 and all(isinstance(r, SourceRecord) for r in records)
+
+
+def test_split_file_assigns_and_rejects_unlisted(demo_dir, tmp_path):
+    ids = sorted(p.stem for p in (demo_dir / "annotations").glob("*.xml"))
+    split_file = tmp_path / "split.json"
+    split_file.write_text(json.dumps({"train": ids[:40], "val": ids[40:60]}))
+    result = build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "annotations"),
+                                          output=str(tmp_path / "out"), split_file=str(split_file)))
+    m = result.manifest
+    assert m["written"] == {"train": 40, "val": 20}
+    assert m["rejected_by_reason"] == {"not_in_split_file": 4}
+
+
+def test_gzip_shards_are_deterministic_and_readable(demo_dir, tmp_path):
+    from components.train.input_pipeline import count_records
+
+    for name in ("a", "b"):
+        build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "annotations"),
+                                     output=str(tmp_path / name), gzip=True, val_fraction=0.25))
+    a = sorted((tmp_path / "a").glob("*.tfrecord.gz"))
+    assert a and [p.read_bytes() for p in a] == [(tmp_path / "b" / p.name).read_bytes() for p in a]
+    assert count_records(str(tmp_path / "a"), "train") + count_records(str(tmp_path / "a"), "val") == 64
