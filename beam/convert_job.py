@@ -11,7 +11,6 @@ Example (the CLI does the same)::
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
@@ -19,29 +18,33 @@ from dataclasses import asdict, dataclass, field
 
 import apache_beam as beam
 import tensorflow as tf
-import tensorflow_data_validation as tfdv
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam import record_checks as rc
+from beam.coco_reader import read_coco
+from beam.csv_reader import read_csv
+from beam.dataset_gates import GateOptions, dataset_problems
 from beam.example_codec import encode_example
 from beam.label_map import derive_label_map
+from beam.output_files import pop_json, read_rejects, write_json, write_rejects
 from beam.shard_writer import (
     DEFAULT_MIN_SHARDS,
     DEFAULT_TARGET_SHARD_BYTES,
+    ShardWriter,
     shard_count,
     shard_index,
     shard_name,
     write_shard,
 )
 from beam.source_records import CheckedRecord, Reject, SourceRecord
-from beam.split import TRAIN, VAL, assign_split
-from beam.tfdv_checks import anomaly_lines, find_anomalies, infer_schema, stats_transform, statistics_html
+from beam.split import TRAIN, VAL, assign_split, read_split_file
+from beam.tfdv_checks import stats_transform
 from beam.voc_reader import AnnotationError, list_voc_files, read_voc_file
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("voc",)
+FORMATS = ("voc", "coco", "csv")
 MANIFEST_VERSION = 1
 
 
@@ -57,6 +60,11 @@ class ConvertOptions:
     keep_empty: bool = True
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
     min_shards: int = DEFAULT_MIN_SHARDS
+    max_pixels: int = rc.CheckOptions.max_pixels
+    split_file: str | None = None  # JSON {"train": [ids], "val": [ids]} instead of the hash split
+    gzip: bool = False
+    gates: GateOptions = field(default_factory=GateOptions)
+    allow_anomalies: bool = False
     runner: str = "DirectRunner"
     beam_args: tuple[str, ...] = field(default=())
 
@@ -66,10 +74,11 @@ class ConvertResult:
     output: str
     manifest: dict
     anomalies: list[str]
+    allowed: bool = False  # anomalies were found but --allow-anomalies lets the step pass
 
     @property
     def ok(self) -> bool:
-        return not self.anomalies
+        return not self.anomalies or self.allowed
 
 
 class DataBuildError(RuntimeError):
@@ -105,21 +114,38 @@ class _CheckRecord(beam.DoFn):
             return
         path = FileSystems.join(self._images_dir, record.filename)
         try:
-            with FileSystems.open(path) as handle:
-                data = handle.read()
+            data = _read_bytes(path)
         except (OSError, IOError, FileNotFoundError):
             data = None
-        yield rc.check_record(record, data, self._options)
+        yield rc.check_record(record, data, self._options, image_path=path)
+
+
+def _read_bytes(path: str) -> bytes:
+    with FileSystems.open(path) as handle:
+        return handle.read()
+
+
+EXAMPLES = "examples"
 
 
 class _WriteShard(beam.DoFn):
-    def __init__(self, output: str):
-        self._output = output
+    """Write one shard: its records sorted by image id, each image read again here and
+    encoded, so that no shuffle holds image bytes. Also emits (split, example) under
+    the `examples` tag for the statistics."""
 
-    def process(self, item, counts):
-        (split, index), keyed = item
-        path = FileSystems.join(self._output, shard_name(split, index, counts[split]))
-        yield write_shard(path, split, keyed)
+    def __init__(self, output: str, gzip: bool):
+        self._output = output
+        self._gzip = gzip
+
+    def process(self, item, counts, label_map):
+        (split, index), records = item
+        path = FileSystems.join(self._output, shard_name(split, index, counts[split], self._gzip))
+        with ShardWriter(path, split) as writer:
+            for record in sorted(records, key=lambda r: r.image_id):
+                serialized = encode_example(record, _read_bytes(record.image_path), label_map).SerializeToString()
+                writer.write(serialized)
+                yield beam.pvalue.TaggedOutput(EXAMPLES, (split, serialized))
+        yield writer.info
 
 
 def _shard_counts(totals: dict, options: ConvertOptions) -> dict[str, int]:
@@ -141,19 +167,49 @@ def _runner(name: str):
     return name
 
 
+def _assign_split(record: CheckedRecord, options: ConvertOptions,
+                  split_of: dict[str, str] | None) -> tuple[str, CheckedRecord] | Reject:
+    if split_of is None:
+        return assign_split(record.image_id, options.val_fraction, options.seed), record
+    if record.image_id not in split_of:
+        return Reject(record.image_id, rc.NOT_IN_SPLIT_FILE, f"image id not listed in {options.split_file}",
+                      record.source_ref)
+    return split_of[record.image_id], record
+
+
 def _label_map_of(class_names: list[str], given: dict[str, int] | None) -> dict[str, int]:
     return given if given is not None else derive_label_map(class_names)
 
 
-def _run_beam(options: ConvertOptions, files: list[str]) -> None:
+def _list_sources(options: ConvertOptions) -> list:
+    """What the job starts from: VOC file paths (parsed in parallel by the job), or the
+    records of a COCO/CSV file (one file, parsed here)."""
+    if options.format == "voc":
+        files = list_voc_files(options.annotations)
+        if not files:
+            raise DataBuildError(f"no *.xml annotation files under {options.annotations}")
+        return files
+    if not FileSystems.exists(options.annotations):
+        raise DataBuildError(f"annotation file {options.annotations} not found")
+    try:
+        records = read_coco(options.annotations) if options.format == "coco" else read_csv(options.annotations)
+    except AnnotationError as err:
+        raise DataBuildError(str(err)) from err
+    if not records:
+        raise DataBuildError(f"no records in {options.annotations}")
+    return records
+
+
+def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] | None) -> None:
     output = options.output
-    check_options = rc.CheckOptions(keep_empty=options.keep_empty, label_map=options.label_map)
+    check_options = rc.CheckOptions(keep_empty=options.keep_empty, label_map=options.label_map,
+                                    max_pixels=options.max_pixels)
     pipeline_options = PipelineOptions(list(options.beam_args), runner=options.runner)
     with beam.Pipeline(runner=_runner(options.runner), options=pipeline_options) as p:
         checked = (
             p
-            | "ListAnnotations" >> beam.Create(files, reshuffle=False)
-            | "Read" >> beam.Map(_read_source)
+            | "Sources" >> beam.Create(sources, reshuffle=False)
+            | "Read" >> beam.Map(lambda src: _read_source(src) if isinstance(src, str) else src)
             | "KeyById" >> beam.Map(lambda r: (r.image_id, r))
             | "GroupById" >> beam.GroupByKey()
             | "Dedupe" >> beam.FlatMap(lambda kv: _dedupe((kv[0], list(kv[1]))))
@@ -170,15 +226,16 @@ def _run_beam(options: ConvertOptions, files: list[str]) -> None:
             | "LabelMap" >> beam.Map(_label_map_of, options.label_map)
         )
         _ = label_map | "WriteLabelMap" >> beam.Map(
-            lambda m: _write_json(FileSystems.join(output, "_label_map.json"), m))
-        encoded = good | "Encode" >> beam.Map(
-            lambda r, m: (assign_split(r.image_id, options.val_fraction, options.seed), r.image_id,
-                          encode_example(r, m).SerializeToString(), r.color_mode),
-            beam.pvalue.AsSingleton(label_map),
+            lambda m: write_json(FileSystems.join(output, "_label_map.json"), m))
+        assigned = good | "AssignSplit" >> beam.Map(_assign_split, options, split_of)
+        rejects = (
+            (rejects, assigned | "NotInSplit" >> beam.Filter(lambda r: isinstance(r, Reject)))
+            | "AllRejects" >> beam.Flatten()
         )
+        placed = assigned | "Placed" >> beam.Filter(lambda r: not isinstance(r, Reject))
         totals = (
-            encoded
-            | "SizeBySplit" >> beam.Map(lambda e: (e[0], (1, len(e[2]))))
+            placed
+            | "SizeBySplit" >> beam.Map(lambda sr: (sr[0], (1, sr[1].image_size)))
             | "SumBySplit" >> beam.CombinePerKey(lambda vs: tuple(map(sum, zip(*vs))) if vs else (0, 0))
         )
         counts = (
@@ -186,83 +243,54 @@ def _run_beam(options: ConvertOptions, files: list[str]) -> None:
             | "One" >> beam.Create([None])
             | "ShardCounts" >> beam.Map(lambda _, t: _shard_counts(t, options), beam.pvalue.AsDict(totals))
         )
-        _ = counts | "WriteCounts" >> beam.Map(lambda c: _write_json(FileSystems.join(output, "_shard_counts.json"), c))
+        _ = counts | "WriteCounts" >> beam.Map(lambda c: write_json(FileSystems.join(output, "_shard_counts.json"), c))
         counts_view = beam.pvalue.AsSingleton(counts)
-        shard_infos = (
-            encoded
-            | "KeyByShard" >> beam.Map(lambda e, c: ((e[0], shard_index(e[1], c[e[0]])), (e[1], e[2])), counts_view)
+        written = (
+            placed
+            | "KeyByShard" >> beam.Map(lambda sr, c: ((sr[0], shard_index(sr[1].image_id, c[sr[0]])), sr[1]),
+                                       counts_view)
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(_WriteShard(output), counts_view)
+            | "WriteShards" >> beam.ParDo(_WriteShard(output, options.gzip), counts_view,
+                                          beam.pvalue.AsSingleton(label_map)).with_outputs(EXAMPLES, main="shards")
         )
+        shard_infos = written.shards
         _ = (
             shard_infos
             | "ShardsToList" >> beam.combiners.ToList()
             | "WriteShardList" >> beam.Map(
-                lambda infos: _write_json(FileSystems.join(output, "_shards.json"),
+                lambda infos: write_json(FileSystems.join(output, "_shards.json"),
                                           sorted((i.to_dict() for i in infos), key=lambda d: d["name"])))
         )
         _ = (
             rejects
             | "RejectsToList" >> beam.combiners.ToList()
-            | "WriteRejects" >> beam.Map(lambda rs: _write_rejects(FileSystems.join(output, "rejects.jsonl"), rs))
+            | "WriteRejects" >> beam.Map(lambda rs: write_rejects(FileSystems.join(output, "rejects.jsonl"), rs))
         )
         _ = (
-            encoded
-            | "ColorModes" >> beam.Map(lambda e: e[3])
+            placed
+            | "ColorModes" >> beam.Map(lambda sr: sr[1].color_mode)
             | "CountModes" >> beam.combiners.Count.PerElement()
             | "ModesToList" >> beam.combiners.ToList()
-            | "WriteModes" >> beam.Map(lambda m: _write_json(FileSystems.join(output, "_color_modes.json"), dict(sorted(m))))
+            | "WriteModes" >> beam.Map(lambda m: write_json(FileSystems.join(output, "_color_modes.json"), dict(sorted(m))))
         )
         for split in (TRAIN, VAL):
             examples = (
-                encoded
+                written[EXAMPLES]
                 | f"Only{split}" >> beam.Filter(lambda e, s=split: e[0] == s)
-                | f"Serialized{split}" >> beam.Map(lambda e: e[2])
+                | f"Serialized{split}" >> beam.Map(lambda e: e[1])
             )
             stats_transform(examples, split, FileSystems.join(output, f"stats-{split}.pb"))
 
 
-def _write_text(path: str, text: str) -> None:
-    """Create (or replace) a file, even an empty one, locally or on gs://."""
-    with FileSystems.create(path) as handle:
-        handle.write(text.encode())
-
-
-def _write_json(path: str, data) -> None:
-    _write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def _write_rejects(path: str, rejects: list[Reject]) -> None:
-    rows = sorted((r.to_json_dict() for r in rejects), key=lambda d: (d["source"], d["image_id"]))
-    _write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
-
-
-def _pop_json(path: str, default):
-    """Read and delete a side file the Beam job left (absent when it saw no records)."""
-    if not tf.io.gfile.exists(path):
-        return default
-    with tf.io.gfile.GFile(path) as handle:
-        data = json.load(handle)
-    tf.io.gfile.remove(path)
-    return data
-
-
-def _read_rejects(path: str) -> list[dict]:
-    if not tf.io.gfile.exists(path):
-        return []
-    with tf.io.gfile.GFile(path) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
-
-
-def _fill_empty_shards(output: str, shards: list[dict], counts: dict[str, int]) -> list[dict]:
+def _fill_empty_shards(output: str, shards: list[dict], counts: dict[str, int], gzip: bool) -> list[dict]:
     """Hash assignment can leave a shard empty: write it as an empty file so every
     name `-of-N` exists and readers see a complete set."""
     present = {s["name"] for s in shards}
     for split, count in counts.items():
         for index in range(count):
-            name = shard_name(split, index, count)
+            name = shard_name(split, index, count, gzip)
             if name not in present:
-                shards.append(write_shard(FileSystems.join(output, name), split, []).to_dict())
+                shards.append(write_shard(FileSystems.join(output, name), split, ()).to_dict())
     return sorted(shards, key=lambda s: s["name"])
 
 
@@ -273,34 +301,36 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
     if not 0.0 <= options.val_fraction < 1.0:
         raise DataBuildError(f"--val-fraction must be in [0, 1), got {options.val_fraction}")
     started = time.monotonic()
-    files = list_voc_files(options.annotations)
-    if not files:
-        raise DataBuildError(f"no *.xml annotation files under {options.annotations}")
+    sources = _list_sources(options)
     tf.io.gfile.makedirs(options.output)
-    logger.info("validate-and-convert: %d annotation files, runner %s", len(files), options.runner)
-    _run_beam(options, files)
+    logger.info("validate-and-convert: %d %s sources, runner %s", len(sources), options.format, options.runner)
+    try:
+        split_of = read_split_file(options.split_file) if options.split_file else None
+    except (ValueError, OSError) as err:
+        raise DataBuildError(f"--split-file: {err}") from err
+    _run_beam(options, sources, split_of)
 
     out = options.output
-    label_map = _pop_json(FileSystems.join(out, "_label_map.json"), {})
+    label_map = pop_json(FileSystems.join(out, "_label_map.json"), {})
     if not label_map:
         raise DataBuildError("no record with a box passed the checks: no classes to train on "
                              f"(see {FileSystems.join(out, 'rejects.jsonl')})")
-    shards = _pop_json(FileSystems.join(out, "_shards.json"), [])
-    color_modes = _pop_json(FileSystems.join(out, "_color_modes.json"), {})
-    counts = _pop_json(FileSystems.join(out, "_shard_counts.json"), {TRAIN: 1, VAL: 1})
+    shards = pop_json(FileSystems.join(out, "_shards.json"), [])
+    color_modes = pop_json(FileSystems.join(out, "_color_modes.json"), {})
+    counts = pop_json(FileSystems.join(out, "_shard_counts.json"), {TRAIN: 1, VAL: 1})
     written = Counter()
     for shard in shards:
         written[shard["split"]] += shard["records"]
-    shards = _fill_empty_shards(out, shards, counts)
-    rejects = _read_rejects(FileSystems.join(out, "rejects.jsonl"))
+    shards = _fill_empty_shards(out, shards, counts, options.gzip)
+    rejects = read_rejects(FileSystems.join(out, "rejects.jsonl"))
     if not tf.io.gfile.exists(FileSystems.join(out, "rejects.jsonl")):
-        _write_rejects(FileSystems.join(out, "rejects.jsonl"), [])
+        write_rejects(FileSystems.join(out, "rejects.jsonl"), [])
 
-    anomalies = _schema_and_anomalies(out, label_map, written)
+    anomalies = dataset_problems(out, label_map, written, len(rejects), len(sources), options.gates)
     manifest = {
         "version": MANIFEST_VERSION,
         "format": options.format,
-        "records_in": len(files),
+        "records_in": len(sources),
         "written": {TRAIN: written[TRAIN], VAL: written[VAL]},
         "written_total": written[TRAIN] + written[VAL],
         "rejected": len(rejects),
@@ -309,6 +339,7 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         "num_classes": len(label_map),
         "shards": shards,
         "anomalies": anomalies,
+        "anomalies_allowed": bool(anomalies) and options.allow_anomalies,
         "options": {k: v for k, v in asdict(options).items() if k not in ("beam_args", "label_map")},
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -316,26 +347,10 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         raise DataBuildError(
             f"counts do not reconcile: {manifest['records_in']} in, {manifest['written_total']} written, "
             f"{manifest['rejected']} rejected")
-    _write_json(FileSystems.join(out, "label_map.json"), label_map)
-    _write_json(FileSystems.join(out, "manifest.json"), manifest)
-    return ConvertResult(out, manifest, anomalies)
-
-
-def _schema_and_anomalies(out: str, label_map: dict[str, int], written: Counter) -> list[str]:
-    """Infer the schema on train, validate both splits; returns one line per problem."""
-    problems = [f"split {split!r} has no examples" for split in (TRAIN, VAL) if not written[split]]
-    stats = {s: tfdv.load_stats_binary(FileSystems.join(out, f"stats-{s}.pb")) for s in (TRAIN, VAL)
-             if written[s]}
-    if TRAIN not in stats:
-        return problems
-    schema = infer_schema(stats[TRAIN], num_labels=max(label_map.values()))
-    tfdv.write_schema_text(schema, FileSystems.join(out, "schema.pbtxt"))
-    all_anomalies = {}
-    for split, split_stats in stats.items():
-        anomalies = find_anomalies(split_stats, schema)
-        all_anomalies[split] = anomalies
-        problems.extend(f"[{split}] {line}" for line in anomaly_lines(anomalies))
-    _write_text(FileSystems.join(out, "anomalies.txt"), "\n".join(problems) + ("\n" if problems else "no anomalies\n"))
-    if VAL in stats:
-        _write_text(FileSystems.join(out, "stats.html"), statistics_html(stats[TRAIN], stats[VAL]))
-    return problems
+    write_json(FileSystems.join(out, "label_map.json"), label_map)
+    write_json(FileSystems.join(out, "manifest.json"), manifest)
+    if anomalies:
+        log = logger.warning if options.allow_anomalies else logger.error
+        for line in anomalies:
+            log("dataset anomaly: %s", line)
+    return ConvertResult(out, manifest, anomalies, allowed=options.allow_anomalies)

@@ -22,17 +22,27 @@ def _ints(values: list[int]) -> tf.train.Feature:
     return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
 
 
-def encode_example(record: CheckedRecord, label_map: dict[str, int]) -> tf.train.Example:
-    """The tf.Example of one record; labels are 1-based ids from `label_map`."""
+class ImageChanged(RuntimeError):
+    """The image file differs from the one the checks read."""
+
+
+def encode_example(record: CheckedRecord, image_bytes: bytes, label_map: dict[str, int]) -> tf.train.Example:
+    """The tf.Example of one record; labels are 1-based ids from `label_map`.
+
+    Raises `ImageChanged` when `image_bytes` is not the image the record was checked on.
+    """
+    digest = hashlib.sha256(image_bytes).hexdigest()
+    if digest != record.image_sha256:
+        raise ImageChanged(f"{record.image_path} changed while the dataset was being converted; run again")
     xmin, ymin, xmax, ymax = (list(c) for c in zip(*record.boxes)) if record.boxes else ([], [], [], [])
     feature = {
-        K.ENCODED: _bytes([record.image_bytes]),
+        K.ENCODED: _bytes([image_bytes]),
         K.FORMAT: _bytes([record.image_format.encode()]),
         K.HEIGHT: _ints([record.height]),
         K.WIDTH: _ints([record.width]),
         K.FILENAME: _bytes([record.filename.encode()]),
         K.SOURCE_ID: _bytes([record.image_id.encode()]),
-        K.KEY_SHA256: _bytes([hashlib.sha256(record.image_bytes).hexdigest().encode()]),
+        K.KEY_SHA256: _bytes([digest.encode()]),
         K.XMIN: _floats(xmin), K.YMIN: _floats(ymin),
         K.XMAX: _floats(xmax), K.YMAX: _floats(ymax),
         K.CLASS_TEXT: _bytes([t.encode() for t in record.class_texts]),

@@ -5,6 +5,7 @@ Reason codes are stable strings that `rejects.jsonl` and `manifest.json` use.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ DUPLICATE_IMAGE_ID = "duplicate_image_id"
 IMAGE_TOO_LARGE = "image_too_large"
 NO_BOXES = "no_boxes"
 BAD_ANNOTATION = "bad_annotation"
+NOT_IN_SPLIT_FILE = "not_in_split_file"
 
 _FORMATS = {"JPEG": "jpeg", "PNG": "png"}
 
@@ -58,7 +60,7 @@ def inspect_image(data: bytes) -> tuple[str, int, int, str]:
 
 
 def check_record(
-    record: SourceRecord, image_bytes: bytes | None, options: CheckOptions
+    record: SourceRecord, image_bytes: bytes | None, options: CheckOptions, image_path: str = ""
 ) -> CheckedRecord | Reject:
     """Run every per-record check; the first failure decides the reject reason."""
     if image_bytes is None:
@@ -100,7 +102,8 @@ def check_record(
         difficult.append(box.difficult)
     notes = () if mode == "RGB" else (f"color_mode:{mode}",)
     return CheckedRecord(
-        image_id=record.image_id, filename=record.filename, image_bytes=image_bytes,
+        image_id=record.image_id, filename=record.filename, image_path=image_path or record.filename,
+        image_sha256=hashlib.sha256(image_bytes).hexdigest(), image_size=len(image_bytes),
         image_format=_FORMATS[fmt], width=width, height=height, color_mode=mode,
         boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
         source_ref=record.source_ref, notes=notes,

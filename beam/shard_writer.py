@@ -29,11 +29,14 @@ class ShardInfo:
         return asdict(self)
 
 
-def shard_name(split: str, index: int, count: int) -> str:
-    """>>> shard_name("train", 0, 8)
-    'train-00000-of-00008.tfrecord'
+GZIP_SUFFIX = ".gz"
+
+
+def shard_name(split: str, index: int, count: int, gzip: bool = False) -> str:
+    """>>> shard_name("train", 0, 8), shard_name("val", 1, 2, gzip=True)
+    ('train-00000-of-00008.tfrecord', 'val-00001-of-00002.tfrecord.gz')
     """
-    return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+    return f"{split}-{index:05d}-of-{count:05d}.tfrecord" + (GZIP_SUFFIX if gzip else "")
 
 
 def shard_count(num_records: int, total_bytes: int, target_bytes: int, min_shards: int) -> int:
@@ -51,15 +54,39 @@ def shard_index(key: str, count: int) -> int:
     return min(count - 1, int(stable_fraction(key, seed=-1) * count))
 
 
-def write_shard(path: str, split: str, keyed_records: Iterable[tuple[str, bytes]]) -> ShardInfo:
-    """Write records sorted by key (no compression) and return the shard's facts."""
-    ordered = sorted(keyed_records, key=lambda kv: kv[0])
-    with tf.io.TFRecordWriter(path) as writer:
-        for _, record in ordered:
+class ShardWriter:
+    """Streams serialized records into one shard file; `info` is ready after closing.
+
+    Records are written in the order given: callers sort by key first.
+    """
+
+    def __init__(self, path: str, split: str):
+        self.path, self.split, self.records = path, split, 0
+        options = tf.io.TFRecordOptions(compression_type="GZIP" if path.endswith(GZIP_SUFFIX) else "")
+        self._writer = tf.io.TFRecordWriter(path, options)
+        self.info: ShardInfo | None = None
+
+    def write(self, record: bytes) -> None:
+        self._writer.write(record)
+        self.records += 1
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._writer.close()
+        # TF's GZIP writer sets no timestamp, so compressed shards stay byte-identical too.
+        digest, size = hashlib.sha256(), 0
+        with tf.io.gfile.GFile(self.path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        self.info = ShardInfo(self.path.rsplit("/", 1)[-1], self.split, self.records, size, digest.hexdigest())
+
+
+def write_shard(path: str, split: str, records: Iterable[bytes]) -> ShardInfo:
+    """Write `records` in the given order and return the shard's facts."""
+    with ShardWriter(path, split) as writer:
+        for record in records:
             writer.write(record)
-    digest, size = hashlib.sha256(), 0
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return ShardInfo(path.rsplit("/", 1)[-1], split, len(ordered), size, digest.hexdigest())
+    return writer.info

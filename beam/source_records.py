@@ -53,11 +53,18 @@ class Reject:
 
 @dataclass(frozen=True)
 class CheckedRecord:
-    """A record that passed every check: the image bytes and boxes normalised to [0, 1]."""
+    """A record that passed every check, with boxes normalised to [0, 1].
+
+    It holds no pixels: the shard writer reads the image again at `image_path` and
+    checks it against `image_sha256`, so only small records flow through the job's
+    shuffles and memory does not grow with the size of the images.
+    """
 
     image_id: str
     filename: str
-    image_bytes: bytes
+    image_path: str
+    image_sha256: str
+    image_size: int  # bytes
     image_format: str  # "jpeg" | "png"
     width: int
     height: int

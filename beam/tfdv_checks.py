@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 from tfx_bsl.coders import example_coder
@@ -18,12 +20,34 @@ from beam import feature_keys as K
 logger = logging.getLogger(__name__)
 
 
+# Derived for statistics only (not written to the shards): box sizes, so that TFDV can
+# show their distribution and catch their drift between dataset versions.
+BOX_WIDTH = "detpipe/box_width"
+BOX_HEIGHT = "detpipe/box_height"
+_OBJECT_KEYS = (*K.BOX_KEYS, K.CLASS_TEXT, K.CLASS_LABEL, K.DIFFICULT, BOX_WIDTH, BOX_HEIGHT)
+
+
+def with_box_sizes(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Add box width and height (normalised) list columns computed from the corners."""
+    names = batch.schema.names
+    columns, fields = list(batch.columns), list(batch.schema)
+    for name, lo, hi in ((BOX_WIDTH, K.XMIN, K.XMAX), (BOX_HEIGHT, K.YMIN, K.YMAX)):
+        if lo not in names or hi not in names:
+            continue
+        lo_arr, hi_arr = batch.column(names.index(lo)), batch.column(names.index(hi))
+        sizes = pc.subtract(hi_arr.flatten(), lo_arr.flatten())
+        column = type(hi_arr).from_arrays(hi_arr.offsets, sizes)
+        columns.append(column)
+        fields.append(pa.field(name, column.type))
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+
+
 class _DecodeExamples(beam.DoFn):
     def setup(self):
         self._decoder = example_coder.ExamplesToRecordBatchDecoder()
 
     def process(self, batch):
-        yield self._decoder.DecodeBatch(batch)
+        yield with_box_sizes(self._decoder.DecodeBatch(batch))
 
 
 def stats_transform(examples: beam.PCollection, label: str, output_path: str) -> beam.PCollection:
@@ -37,9 +61,12 @@ def stats_transform(examples: beam.PCollection, label: str, output_path: str) ->
     )
 
 
-def infer_schema(train_stats: statistics_pb2.DatasetFeatureStatisticsList, num_labels: int) -> schema_pb2.Schema:
-    """TFDV's inferred schema plus the constraints the detection task needs."""
-    schema = tfdv.infer_schema(train_stats, infer_feature_shape=False)
+def task_schema(train_stats: statistics_pb2.DatasetFeatureStatisticsList, num_labels: int,
+                pinned: schema_pb2.Schema | None = None) -> schema_pb2.Schema:
+    """The pinned schema, or TFDV's inferred one, plus the constraints the task needs:
+    boxes in [0, 1], `image/encoded` always present, labels within the label map."""
+    schema = schema_pb2.Schema()
+    schema.CopyFrom(pinned if pinned is not None else tfdv.infer_schema(train_stats, infer_feature_shape=False))
     encoded = tfdv.get_feature(schema, K.ENCODED)
     encoded.presence.min_fraction = 1.0
     encoded.presence.min_count = 1
@@ -50,27 +77,41 @@ def infer_schema(train_stats: statistics_pb2.DatasetFeatureStatisticsList, num_l
     label = tfdv.get_feature(schema, K.CLASS_LABEL)
     label.int_domain.min = 1
     label.int_domain.max = num_labels
-    # Categorical domains learnt from a sample would flag legitimate new file names.
-    for key in (K.FILENAME, K.SOURCE_ID, K.KEY_SHA256, K.ENCODED):
-        feature = tfdv.get_feature(schema, key)
-        feature.ClearField("domain")
+    if pinned is None:
+        # Learnt from one sample, these would flag legitimate data: new file names and
+        # hashes, PNGs after a JPEG-only split, and images with no boxes (negatives).
+        for key in (K.FILENAME, K.SOURCE_ID, K.KEY_SHA256, K.ENCODED, K.FORMAT):
+            tfdv.get_feature(schema, key).ClearField("domain")
+        for key in _OBJECT_KEYS:
+            if any(f.name == key for f in schema.feature):
+                tfdv.get_feature(schema, key).ClearField("value_count")
     return schema
 
 
+def add_drift_checks(schema: schema_pb2.Schema, threshold: float) -> None:
+    """Compare with previous statistics: the class distribution (L-infinity distance)
+    and box sizes (Jensen-Shannon divergence), each against `threshold`."""
+    tfdv.get_feature(schema, K.CLASS_TEXT).drift_comparator.infinity_norm.threshold = threshold
+    for key in (BOX_WIDTH, BOX_HEIGHT):
+        if any(f.name == key for f in schema.feature):
+            tfdv.get_feature(schema, key).drift_comparator.jensen_shannon_divergence.threshold = threshold
+
+
 def find_anomalies(
-    stats: statistics_pb2.DatasetFeatureStatisticsList, schema: schema_pb2.Schema
+    stats: statistics_pb2.DatasetFeatureStatisticsList, schema: schema_pb2.Schema,
+    previous: statistics_pb2.DatasetFeatureStatisticsList | None = None,
 ) -> anomalies_pb2.Anomalies:
-    return tfdv.validate_statistics(stats, schema)
+    return tfdv.validate_statistics(stats, schema, previous_statistics=previous)
 
 
 def anomaly_lines(anomalies: anomalies_pb2.Anomalies) -> list[str]:
     """One readable line per anomalous feature."""
     lines = []
     for feature, info in sorted(anomalies.anomaly_info.items()):
-        lines.append(f"{feature}: {info.short_description} — {info.description}")
+        lines.append(f"{feature} | {info.short_description} | {info.description}")
     if anomalies.HasField("dataset_anomaly_info"):
         info = anomalies.dataset_anomaly_info
-        lines.append(f"(dataset): {info.short_description} — {info.description}")
+        lines.append(f"(dataset) | {info.short_description} | {info.description}")
     return lines
 
 

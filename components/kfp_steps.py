@@ -19,6 +19,8 @@ def validate_and_convert(
     data_format: str,
     val_fraction: float,
     seed: int,
+    max_reject_fraction: float,
+    allow_anomalies: bool,
     dataset: Output[Dataset],
     stats_html: Output[HTML],
 ) -> NamedTuple("ConvertOutputs", [("records_in", int), ("written", int), ("rejected", int)]):
@@ -28,15 +30,18 @@ def validate_and_convert(
     from collections import namedtuple
 
     from beam.convert_job import ConvertOptions, build_dataset
+    from beam.dataset_gates import GateOptions
 
     logging.basicConfig(level=logging.INFO)
-    result = build_dataset(ConvertOptions(images=images, annotations=annotations, output=dataset.path,
-                                          format=data_format, val_fraction=val_fraction, seed=seed))
+    result = build_dataset(ConvertOptions(
+        images=images, annotations=annotations, output=dataset.path, format=data_format,
+        val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies,
+        gates=GateOptions(max_reject_fraction=max_reject_fraction)))
     m = result.manifest
     dataset.metadata.update({"records_in": m["records_in"], "written": m["written_total"],
                              "rejected": m["rejected"], "num_classes": m["num_classes"]})
-    if result.anomalies:
-        raise RuntimeError("dataset anomalies:\n" + "\n".join(result.anomalies))
+    if not result.ok:
+        raise RuntimeError("dataset anomalies (feature | problem | detail):\n" + "\n".join(result.anomalies))
     shutil.copyfile(f"{dataset.path}/stats.html", stats_html.path)
     return namedtuple("ConvertOutputs", ["records_in", "written", "rejected"])(
         m["records_in"], m["written_total"], m["rejected"])

@@ -36,13 +36,18 @@ def cmd_demo_data(args) -> int:
 
 def cmd_data_build(args, beam_args: list[str]) -> int:
     from beam.convert_job import ConvertOptions, build_dataset
+    from beam.dataset_gates import GateOptions
     from beam.label_map import read_label_map
 
     options = ConvertOptions(
         images=args.images, annotations=args.annotations, output=args.output, format=args.format,
         val_fraction=args.val_fraction, seed=args.seed,
         label_map=read_label_map(Path(args.label_map)) if args.label_map else None,
-        keep_empty=not args.reject_empty, runner=args.runner, beam_args=tuple(beam_args),
+        keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
+        gzip=args.gzip, allow_anomalies=args.allow_anomalies,
+        gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
+                          previous_stats=args.previous_stats, drift_threshold=args.drift_threshold),
+        runner=args.runner, beam_args=tuple(beam_args),
     )
     result = build_dataset(options)
     m = result.manifest
@@ -51,7 +56,11 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
     for reason, count in m["rejected_by_reason"].items():
         print(f"  rejected {count}: {reason} (details in {args.output}/rejects.jsonl)")
     if result.anomalies:
-        raise _fail_lines(result.anomalies)
+        table = ["dataset anomalies (feature | problem | detail):", *result.anomalies]
+        if not result.allowed:
+            raise _fail_lines(table + ["pass --allow-anomalies to write the dataset anyway"])
+        for line in table:
+            print(f"detpipe: warning: {line}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -109,6 +118,7 @@ def cmd_run(args) -> int:
         raise _fail_lines(["only --local runs are built; use `detpipe submit` for Vertex AI"])
     params = {"images": str(Path(args.images).resolve()), "annotations": str(Path(args.annotations).resolve()),
               "data_format": args.format, "val_fraction": args.val_fraction, "seed": args.seed,
+              "max_reject_fraction": args.max_reject_fraction, "allow_anomalies": args.allow_anomalies,
               "epochs": args.epochs, "batch_size": args.batch_size, "image_size": args.image_size,
               "model_size": args.model_size, "min_map": args.min_map}
     summary = run_local(params, Path(args.pipeline_root))
@@ -181,12 +191,28 @@ def build_parser() -> argparse.ArgumentParser:
                     "--temp_location, --sdk_container_image for DataflowRunner).")
     p.add_argument("--format", choices=("voc", "coco", "csv"), required=True, help="annotation format")
     p.add_argument("--images", required=True, help="folder of images (local or gs://)")
-    p.add_argument("--annotations", required=True, help="annotations: a VOC folder, COCO JSON or CSV file")
+    p.add_argument("--annotations", required=True,
+                   help="VOC: folder of *.xml; COCO: instances JSON file; CSV: file with columns "
+                        "filename,width,height,class,xmin,ymin,xmax,ymax")
     p.add_argument("--output", required=True, help="output folder for shards, manifest, stats")
     p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/val split hash (default 0)")
     p.add_argument("--label-map", help="JSON file {class name: id}; classes not in it are rejected")
     p.add_argument("--reject-empty", action="store_true", help="reject images with no boxes (default: keep as negatives)")
+    p.add_argument("--max-pixels", type=_positive_int, default=50_000_000,
+                   help="reject images with more pixels than this (default 50,000,000)")
+    p.add_argument("--split-file", help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
+                                        "split; images in neither list are rejected")
+    p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
+    p.add_argument("--schema", help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
+    p.add_argument("--max-reject-fraction", type=float, default=0.1,
+                   help="fail when more than this share of records is rejected (default 0.1)")
+    p.add_argument("--previous-stats", help="stats-train.pb of an earlier run: fail on drift of the class "
+                                            "distribution or box sizes beyond --drift-threshold")
+    p.add_argument("--drift-threshold", type=float, default=0.1,
+                   help="L-infinity distance for classes, Jensen-Shannon divergence for box sizes (default 0.1)")
+    p.add_argument("--allow-anomalies", action="store_true",
+                   help="write the dataset and exit 0 despite anomalies (they are still reported)")
     p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default="DirectRunner",
                    help="Beam runner (default DirectRunner)")
     p.set_defaults(func=cmd_data_build, takes_beam_args=True)
@@ -224,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--annotations", default="demo-data/annotations", help="annotations (default demo-data/annotations)")
     p.add_argument("--format", choices=("voc", "coco", "csv"), default="voc", help="annotation format (default voc)")
     p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
+    p.add_argument("--max-reject-fraction", type=float, default=0.1,
+                   help="fail the data step when more than this share of records is rejected (default 0.1)")
+    p.add_argument("--allow-anomalies", action="store_true", help="let the data step pass despite anomalies")
     _add_train_options(p)
     p.add_argument("--min-map", type=float, default=0.0, help="fail the run below this mAP@[.5:.95] (default 0)")
     p.add_argument("--pipeline-root", default="local_outputs", help="where artifacts go (default local_outputs)")

@@ -28,6 +28,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE):
         data_format: str = "voc",
         val_fraction: float = 0.2,
         seed: int = 0,
+        max_reject_fraction: float = 0.1,
+        allow_anomalies: bool = False,
         epochs: int = 10,
         batch_size: str = "auto",
         image_size: int = 128,
@@ -36,7 +38,9 @@ def make_pipeline(image: str = DEFAULT_IMAGE):
         require_gpu: bool = False,
     ):
         data = steps.validate_and_convert(images=images, annotations=annotations, data_format=data_format,
-                                          val_fraction=val_fraction, seed=seed)
+                                          val_fraction=val_fraction, seed=seed,
+                                          max_reject_fraction=max_reject_fraction,
+                                          allow_anomalies=allow_anomalies)
         data.set_display_name("validate-and-convert")
         probe = steps.probe(data=data.outputs["dataset"], require_gpu=require_gpu)
         probe.set_caching_options(False)  # the machine may differ from one run to the next

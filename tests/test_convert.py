@@ -12,6 +12,7 @@ from PIL import Image
 
 from beam import feature_keys as K
 from beam.convert_job import ConvertOptions, DataBuildError, build_dataset
+from beam.dataset_gates import GateOptions
 from beam.example_codec import decode_example
 from beam.shard_writer import shard_count
 
@@ -80,53 +81,106 @@ def test_manifest_hashes_match_and_rerun_is_byte_identical(raccoon, raccoon_out,
     assert sum(s["records"] for s in shards) == 200
 
 
-def _bad_corpus(demo_dir: Path, root: Path) -> tuple[Path, Path, dict[str, str]]:
-    """The demo data plus one bad record per problem; returns (images, annotations, expected)."""
+def _image_bytes(mode: str, fmt: str, size=(128, 128)) -> bytes:
+    buf = io.BytesIO()
+    Image.new(mode, size, color=1 if mode in ("L", "P") else None).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def _bad_corpus(demo_dir: Path, root: Path) -> tuple[Path, Path, dict[str, str], dict[str, str]]:
+    """The demo data plus one record per problem and per accepted colour mode.
+
+    Returns (images, annotations, expected reject reason by id, expected colour mode by id)."""
     images, annotations = root / "images", root / "annotations"
     shutil.copytree(demo_dir / "images", images)
     shutil.copytree(demo_dir / "annotations", annotations)
     good = sorted(annotations.glob("*.xml"))[0]
-    expected = {}
+    expected: dict[str, str] = {}
 
-    def variant(name: str, reason: str, edit, image_bytes: bytes | None = None, ext: str = "jpg"):
+    def variant(name: str, reason: str | None, edit, image_bytes: bytes | None = None, ext: str = "jpg",
+                filename: str | None = None):
         root_el = ET.parse(good).getroot()
-        root_el.find("filename").text = f"{name}.{ext}"
+        root_el.find("filename").text = filename or f"{name}.{ext}"
         edit(root_el)
         (annotations / f"{name}.xml").write_bytes(ET.tostring(root_el))
         if image_bytes is not None:
-            (images / f"{name}.{ext}").write_bytes(image_bytes)
-        expected[name] = reason
+            (images / (filename or f"{name}.{ext}")).write_bytes(image_bytes)
+        if reason:
+            expected[(filename or name).rsplit(".", 1)[0]] = reason
+
+    def set_text(path: str, value: str):
+        return lambda r: setattr(r.find(path), "text", value)
+
+    def drop_objects(r):
+        for obj in r.findall("object"):
+            r.remove(obj)
 
     jpeg = (images / ET.parse(good).getroot().findtext("filename")).read_bytes()
-    buf = io.BytesIO()
-    Image.new("RGB", (128, 128)).save(buf, format="GIF")
     variant("missing", "missing_image", lambda r: None)
     variant("corrupt", "unreadable_image", lambda r: None, image_bytes=b"not an image at all")
     variant("truncated", "unreadable_image", lambda r: None, image_bytes=jpeg[: len(jpeg) // 2])
-    variant("gif", "unsupported_format", lambda r: None, image_bytes=buf.getvalue(), ext="gif")
-    variant("wrongsize", "size_mismatch", lambda r: setattr(r.find("size/width"), "text", "300"), jpeg)
-    variant("inverted", "invalid_box", lambda r: setattr(r.find("object/bndbox/xmin"), "text", "127"), jpeg)
-    variant("nan", "invalid_box", lambda r: setattr(r.find("object/bndbox/ymin"), "text", "nan"), jpeg)
-    variant("outside", "box_outside_image", lambda r: setattr(r.find("object/bndbox/xmax"), "text", "200"), jpeg)
-    variant("noclass", "bad_annotation", lambda r: setattr(r.find("object/name"), "text", ""), jpeg)
+    variant("gif", "unsupported_format", lambda r: None, image_bytes=_image_bytes("RGB", "GIF"), ext="gif")
+    variant("wrongsize", "size_mismatch", set_text("size/width", "300"), jpeg)
+    variant("inverted", "invalid_box", set_text("object/bndbox/xmin", "127"), jpeg)
+    variant("zerowidth", "invalid_box", lambda r: (set_text("object/bndbox/xmin", "40")(r),
+                                                   set_text("object/bndbox/xmax", "40")(r)), jpeg)
+    variant("nan", "invalid_box", set_text("object/bndbox/ymin", "nan"), jpeg)
+    variant("outside", "box_outside_image", set_text("object/bndbox/xmax", "200"), jpeg)
+    variant("negative", "box_outside_image", set_text("object/bndbox/ymin", "-30"), jpeg)
+    variant("noclass", "bad_annotation", set_text("object/name", ""), jpeg)
+    variant("empty", "no_boxes", drop_objects, jpeg)
+    variant("huge", "image_too_large",
+            lambda r: (set_text("size/width", "400")(r), set_text("size/height", "400")(r)),
+            _image_bytes("RGB", "JPEG", (400, 400)))
+    # A second annotation file for an image id that is already annotated.
+    variant("zz-duplicate", None, lambda r: None, filename=ET.parse(good).getroot().findtext("filename"))
+    expected[good.stem + "#dup"] = "duplicate_image_id"
     (annotations / "broken.xml").write_text("<annotation><filename>x.jpg</filename")
     expected["broken"] = "bad_annotation"
-    return images, annotations, expected
+    # Accepted colour modes: written, and counted in the manifest.
+    modes = {"cmyk": ("CMYK", "JPEG", "jpg"), "palette": ("P", "PNG", "png"), "alpha": ("RGBA", "PNG", "png"),
+             "grey": ("L", "PNG", "png")}
+    for name, (mode, fmt, ext) in modes.items():
+        variant(name, None, lambda r: None, _image_bytes(mode, fmt), ext=ext)
+    return images, annotations, expected, {name: mode for name, (mode, _, _) in modes.items()}
 
 
 def test_bad_records_rejected_with_reasons_and_counts_reconcile(demo_dir, tmp_path):
-    images, annotations, expected = _bad_corpus(demo_dir, tmp_path / "src")
+    images, annotations, expected, modes = _bad_corpus(demo_dir, tmp_path / "src")
+    assert len(set(expected)) >= 15
     out = tmp_path / "out"
-    result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out)))
-    rejects = {r["image_id"]: r for r in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())}
-    assert {k: v["reason"] for k, v in rejects.items()} == expected
-    assert all(r["message"] and "\n" not in r["message"] and r["source"] for r in rejects.values())
+    result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
+                                          keep_empty=False, max_pixels=100_000,
+                                          gates=GateOptions(max_reject_fraction=1.0)))
+    rows = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    got = {}
+    for row in rows:
+        key = row["image_id"] + ("#dup" if row["reason"] == "duplicate_image_id" else "")
+        got[key] = row["reason"]
+    assert got == expected
+    assert all(r["message"] and "\n" not in r["message"] and r["source"] for r in rows)
+    dup = next(r for r in rows if r["reason"] == "duplicate_image_id")
+    assert dup["source"].endswith("zz-duplicate.xml")
     m = result.manifest
-    num_good = len(list(demo_dir.glob("annotations/*.xml")))
-    assert m["written_total"] == num_good and m["rejected"] == len(expected)
-    assert m["records_in"] == m["written_total"] + m["rejected"]
+    written_ids = set(_records(out))
+    assert written_ids == {p.stem for p in demo_dir.glob("annotations/*.xml")} | set(modes)
+    assert m["written_total"] == len(written_ids) and m["rejected"] == len(expected)
+    assert m["records_in"] == m["written_total"] + m["rejected"] == len(list(annotations.glob("*.xml")))
     assert sum(m["rejected_by_reason"].values()) == m["rejected"]
-    assert set(_records(out)) == {p.stem for p in demo_dir.glob("annotations/*.xml")}
+    for mode in modes.values():
+        assert m["color_modes"][mode] >= 1
+
+
+def test_reject_fraction_over_the_limit_fails_unless_allowed(demo_dir, tmp_path):
+    images, annotations, expected, _ = _bad_corpus(demo_dir, tmp_path / "src")
+    failed = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(tmp_path / "a"),
+                                          gates=GateOptions(max_reject_fraction=0.05)))
+    assert not failed.ok and any("too many rejects" in line for line in failed.anomalies)
+    assert "too many rejects" in (tmp_path / "a" / "anomalies.txt").read_text()
+    allowed = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations),
+                                           output=str(tmp_path / "b"), allow_anomalies=True,
+                                           gates=GateOptions(max_reject_fraction=0.05)))
+    assert allowed.ok and allowed.anomalies and allowed.manifest["anomalies_allowed"]
 
 
 def test_out_of_tolerance_box_is_clipped_within_tolerance(demo_dir, tmp_path):
@@ -145,9 +199,13 @@ def test_empty_input_and_unbuilt_format_fail_clearly(tmp_path):
     (tmp_path / "ann").mkdir()
     with pytest.raises(DataBuildError, match="no \\*.xml"):
         build_dataset(ConvertOptions(images=str(tmp_path), annotations=str(tmp_path / "ann"), output=str(tmp_path / "o")))
-    with pytest.raises(NotImplementedError, match="coco"):
+    with pytest.raises(DataBuildError, match="a.json not found"):
         build_dataset(ConvertOptions(images=str(tmp_path), annotations=str(tmp_path / "a.json"),
                                      output=str(tmp_path / "o"), format="coco"))
+    (tmp_path / "a.csv").write_text("filename,class\nx.jpg,cat\n")
+    with pytest.raises(DataBuildError, match="missing CSV columns width, height"):
+        build_dataset(ConvertOptions(images=str(tmp_path), annotations=str(tmp_path / "a.csv"),
+                                     output=str(tmp_path / "o"), format="csv"))
 
 
 def test_shard_count_bounds():

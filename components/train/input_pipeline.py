@@ -112,19 +112,26 @@ def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_re
     )
 
 
-def _read(files: list[str], deterministic: bool) -> tf.data.Dataset:
-    return tf.data.Dataset.from_tensor_slices(files).interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-        num_parallel_calls=AUTOTUNE, deterministic=deterministic,
-    )
+def _records(files: tf.data.Dataset, num_files: int, gzip: bool, deterministic: bool) -> tf.data.Dataset:
+    """Interleaved parallel reads of shard files (GZIP shards end in `.gz`)."""
+    compression = "GZIP" if gzip else ""
+    return files.interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
+        cycle_length=min(num_files, 8), num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+
+def _is_gzip(files: list[str]) -> bool:
+    kinds = {f.endswith(".gz") for f in files}
+    if len(kinds) > 1:
+        raise ValueError("a split mixes GZIP (.gz) and plain shards")
+    return kinds.pop()
 
 
 def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     """Endless shuffled, augmented, batched training data."""
     files = shard_files(data_dir, "train")
-    ds = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=config.seed)
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-                       num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+    names = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=config.seed)
+    ds = _records(names, len(files), _is_gzip(files), config.deterministic)
     ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat()
     ds = ds.map(parse_example, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
     ds = ds.map(lambda ex: to_model_inputs(ex, config.image_size), num_parallel_calls=AUTOTUNE,
@@ -140,8 +147,13 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
 
 def eval_examples(data_dir: str, split: str = "val") -> tf.data.Dataset:
     """Parsed examples in shard order (no augmentation), for evaluation."""
-    return _read(shard_files(data_dir, split), deterministic=True).map(parse_example, num_parallel_calls=AUTOTUNE)
+    files = shard_files(data_dir, split)
+    names = tf.data.Dataset.from_tensor_slices(files)
+    return _records(names, len(files), _is_gzip(files), deterministic=True).map(
+        parse_example, num_parallel_calls=AUTOTUNE)
 
 
 def count_records(data_dir: str, split: str) -> int:
-    return sum(1 for f in shard_files(data_dir, split) for _ in tf.data.TFRecordDataset(f))
+    files = shard_files(data_dir, split)
+    compression = "GZIP" if _is_gzip(files) else ""
+    return sum(1 for f in files for _ in tf.data.TFRecordDataset(f, compression_type=compression))

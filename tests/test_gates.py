@@ -1,0 +1,70 @@
+"""TFDV gates: a pinned-schema violation and a drift each fail with the feature named;
+--allow-anomalies lets them pass with a warning."""
+
+import pytest
+
+from beam import feature_keys as K
+from beam.convert_job import ConvertOptions, build_dataset
+from beam.dataset_gates import GateOptions
+from pipeline.cli import main
+
+
+@pytest.fixture(scope="module")
+def reference(demo_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    result = build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "labels.csv"),
+                                          output=str(out), format="csv", val_fraction=0.25))
+    assert result.anomalies == []
+    return out
+
+
+def _csv_variant(demo_dir, tmp_path, edit) -> str:
+    lines = (demo_dir / "labels.csv").read_text().splitlines()
+    path = tmp_path / "labels.csv"
+    path.write_text("\n".join([lines[0], *filter(None, map(edit, lines[1:]))]) + "\n")
+    return str(path)
+
+
+def _build(demo_dir, csv_path, out, **kwargs):
+    return build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=csv_path, output=str(out),
+                                        format="csv", val_fraction=0.25, **kwargs))
+
+
+def test_pinned_schema_violation_names_the_feature(demo_dir, reference, tmp_path):
+    renamed = _csv_variant(demo_dir, tmp_path, lambda row: row.replace(",square,", ",hexagon,"))
+    result = _build(demo_dir, renamed, tmp_path / "out",
+                    gates=GateOptions(schema_file=str(reference / "schema.pbtxt")))
+    assert not result.ok
+    assert any(line.split("]", 1)[1].strip().startswith(K.CLASS_TEXT) and "hexagon" in line
+               for line in result.anomalies), result.anomalies
+
+
+def test_label_drift_beyond_threshold_fails_and_allow_passes(demo_dir, reference, tmp_path, capsys):
+    circles_only = _csv_variant(demo_dir, tmp_path, lambda row: row if ",circle," in row else None)
+    previous = str(reference / "stats-train.pb")
+    result = _build(demo_dir, circles_only, tmp_path / "a", gates=GateOptions(previous_stats=previous,
+                                                                               max_reject_fraction=1.0))
+    drift = [line for line in result.anomalies if line.startswith("[drift")]
+    assert not result.ok and drift and K.CLASS_TEXT in drift[0]
+    # The same through the CLI: exit 1 with a table naming the feature, then exit 0 when allowed.
+    argv = ["data", "build", "--format", "csv", "--images", str(demo_dir / "images"), "--annotations",
+            circles_only, "--val-fraction", "0.25", "--previous-stats", previous, "--max-reject-fraction", "1"]
+    assert main([*argv, "--output", str(tmp_path / "b")]) == 1
+    err = capsys.readouterr().err
+    assert "feature | problem | detail" in err and K.CLASS_TEXT in err and "--allow-anomalies" in err
+    assert main([*argv, "--output", str(tmp_path / "c"), "--allow-anomalies"]) == 0
+    assert "warning" in capsys.readouterr().err
+
+
+def test_no_drift_against_itself(demo_dir, reference, tmp_path):
+    result = _build(demo_dir, str(demo_dir / "labels.csv"), tmp_path / "same",
+                    gates=GateOptions(previous_stats=str(reference / "stats-train.pb")))
+    assert result.anomalies == []
+
+
+def test_box_sizes_are_in_the_statistics(reference):
+    import tensorflow_data_validation as tfdv
+
+    stats = tfdv.load_stats_binary(str(reference / "stats-train.pb"))
+    names = {f.path.step[0] for f in stats.datasets[0].features}
+    assert {"detpipe/box_width", "detpipe/box_height", K.CLASS_TEXT, K.ENCODED} <= names
