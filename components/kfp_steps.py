@@ -47,36 +47,49 @@ def validate_and_convert(
         m["records_in"], m["written_total"], m["rejected"])
 
 
-def probe(data: Input[Dataset], require_gpu: bool, report: Output[Markdown],
-          probe_json: Output[Artifact]) -> str:
-    """Check the training machine; fails the run on FAIL. Returns the verdict."""
+def probe(data: Input[Dataset], require_gpu: bool, image_size: int, model_size: str, batch_size: str,
+          report: Output[Markdown], probe_json: Output[Artifact]) -> NamedTuple(
+        "ProbeOutputs", [("verdict", str), ("largest_safe_batch", int), ("mixed_precision", str),
+                         ("input_parallelism", int)]):
+    """Check the training machine (and read speed of the shards); fails the run on FAIL.
+    Its outputs tell the train step a starting batch, the precision and the parallelism."""
     import logging
+    from collections import namedtuple
     from pathlib import Path
 
+    from components.probe.checks import Expectations
     from components.probe.probe_report import run_probe, write_probe
 
     logging.basicConfig(level=logging.INFO)
-    result = run_probe(require_gpu=require_gpu)
+    expect = Expectations(image_size=image_size, model_size=model_size,
+                          batch_size=None if batch_size == "auto" else int(batch_size))
+    result = run_probe(require_gpu=require_gpu, data_dir=data.path, output_dir=str(Path(report.path).parent),
+                       expect=expect)
     write_probe(result, Path(probe_json.path), Path(report.path))
     if result.verdict == "FAIL":
         raise RuntimeError("probe FAIL: " + "; ".join(f"{c.reason} -> {c.fix}" for c in result.checks
                                                        if c.status == "FAIL"))
-    return result.verdict
+    rec = result.recommendations
+    return namedtuple("ProbeOutputs", ["verdict", "largest_safe_batch", "mixed_precision", "input_parallelism"])(
+        result.verdict, rec["largest_safe_batch"] or 0, rec["mixed_precision"], rec["input_parallelism"])
 
 
-def train(data: Input[Dataset], probe_verdict: str, epochs: int, batch_size: str, image_size: int,
-          model_size: str, seed: int, model: Output[Model], report: Output[Markdown]) -> float:
+def train(data: Input[Dataset], probe_verdict: str, probe_safe_batch: int, probe_precision: str,
+          probe_parallelism: int, epochs: int, batch_size: str, image_size: int, model_size: str, seed: int,
+          model: Output[Model], report: Output[Markdown]) -> float:
     """Train the detector; returns training images per second."""
     import logging
     import shutil
 
-    from components.train.trainer import REPORT_FILE, TrainConfig, train_detector
+    from components.train.trainer import REPORT_FILE, ProbeAdvice, TrainConfig, train_detector
 
     logging.basicConfig(level=logging.INFO)
     logging.info("probe verdict before training: %s", probe_verdict)
+    advice = ProbeAdvice(safe_batch=probe_safe_batch or None, precision=probe_precision,
+                         input_parallelism=probe_parallelism)
     result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
                                         batch_size=batch_size, image_size=image_size,
-                                        model_size=model_size, seed=seed))
+                                        model_size=model_size, seed=seed, probe=advice))
     model.metadata.update({"images_per_second": result.images_per_second, "batch_size": result.batch_size,
                            **{f"decision/{k}": v for k, v in result.decisions.items()}})
     shutil.copyfile(f"{model.path}/{REPORT_FILE}", report.path)

@@ -65,13 +65,20 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
 
 
 def cmd_probe(args) -> int:
-    from components.probe.probe_report import probe_markdown, run_probe, write_probe
+    from components.probe.checks import Expectations
+    from components.probe.probe_report import (
+        difference_lines, load_baseline, probe_markdown, run_probe, write_probe,
+    )
 
-    if args.data or args.baseline:
-        raise NotImplementedError("--data and --baseline are not built yet (issue 4)")
-    result = run_probe(require_gpu=args.require_gpu)
+    baseline = load_baseline(Path(args.baseline)) if args.baseline else None
+    expect = Expectations(image_size=args.image_size, model_size=args.model_size,
+                          batch_size=None if args.batch_size == "auto" else int(args.batch_size))
+    result = run_probe(require_gpu=args.require_gpu, data_dir=args.data, expect=expect, baseline=baseline)
     write_probe(result, Path(args.json) if args.json else None, None)
     print(probe_markdown(result))
+    if baseline is not None:
+        print(f"{len(result.differences)} difference(s) from {args.baseline}:")
+        print("\n".join("  " + line for line in difference_lines(result.differences)) or "  none")
     if result.verdict == "FAIL":
         raise _fail_lines([f"{c.name}: {c.reason}; fix: {c.fix}" for c in result.checks if c.status == "FAIL"])
     return EXIT_OK
@@ -217,11 +224,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Beam runner (default DirectRunner)")
     p.set_defaults(func=cmd_data_build, takes_beam_args=True)
 
-    p = sub.add_parser("probe", help="check this machine before training (GPU, CUDA, CPUs, RAM)")
+    p = sub.add_parser(
+        "probe", help="check this machine before training (GPU, driver, CUDA, cuDNN, CPUs, RAM, disk, packages)",
+        description="Collect facts about this machine and check them: PASS/WARN/FAIL, each with a fix. "
+                    "Exits 1 on FAIL.")
     p.add_argument("--require-gpu", action="store_true", help="FAIL (exit 1) when no GPU is visible")
-    p.add_argument("--data", help="shard folder to measure storage read speed on (issue 4)")
-    p.add_argument("--baseline", help="probe.json of another machine to compare with (issue 4)")
-    p.add_argument("--json", help="write the full probe result to this file")
+    p.add_argument("--data", help="folder of shards (output of `data build`) to measure storage read speed on")
+    p.add_argument("--baseline", help="probe.json written on another machine (e.g. your laptop) to compare with")
+    p.add_argument("--json", help="write the full probe result (facts, checks, recommendations) to this file")
+    p.add_argument("--image-size", type=_positive_int, default=128, help="model input the memory check assumes (default 128)")
+    p.add_argument("--model-size", choices=("tiny", "small", "resnet18"), default="tiny",
+                   help="model the memory check assumes (default tiny)")
+    p.add_argument("--batch-size", type=_batch_size, default="auto", help="batch the memory check assumes (default auto)")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("train", help="train a RetinaNet on the shards of `data build`")

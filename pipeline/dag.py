@@ -42,9 +42,13 @@ def make_pipeline(image: str = DEFAULT_IMAGE):
                                           max_reject_fraction=max_reject_fraction,
                                           allow_anomalies=allow_anomalies)
         data.set_display_name("validate-and-convert")
-        probe = steps.probe(data=data.outputs["dataset"], require_gpu=require_gpu)
+        probe = steps.probe(data=data.outputs["dataset"], require_gpu=require_gpu, image_size=image_size,
+                            model_size=model_size, batch_size=batch_size)
         probe.set_caching_options(False)  # the machine may differ from one run to the next
-        trained = steps.train(data=data.outputs["dataset"], probe_verdict=probe.outputs["Output"],
+        trained = steps.train(data=data.outputs["dataset"], probe_verdict=probe.outputs["verdict"],
+                              probe_safe_batch=probe.outputs["largest_safe_batch"],
+                              probe_precision=probe.outputs["mixed_precision"],
+                              probe_parallelism=probe.outputs["input_parallelism"],
                               epochs=epochs, batch_size=batch_size, image_size=image_size,
                               model_size=model_size, seed=seed)
         steps.evaluate(model=trained.outputs["model"], data=data.outputs["dataset"], min_map=min_map)

@@ -1,51 +1,159 @@
+"""The probe: each simulated machine gets the verdict and message a person needs."""
+
 import json
 
 import pytest
 
-from components.probe.checks import FAIL, PASS, WARN, run_checks, verdict
+from components.probe.baseline_diff import compare_facts, difference_lines
+from components.probe.checks import FAIL, PASS, WARN, Expectations, compute_capability_status, run_checks, verdict
 from components.probe.machine_facts import collect, memory, usable_cpus
-from components.probe.probe_report import probe_markdown, run_probe
+from components.probe.package_drift import drifted_packages, find_lock_file, package_facts, read_lock
+from components.probe.probe_report import probe_markdown, recommend, run_probe
+from pipeline.cli import main
+
+BUILD = {"is_cuda_build": True, "cuda_version": "12.3", "cudnn_version": "8",
+         "cuda_compute_capabilities": ["sm_50", "sm_60", "sm_70", "sm_80", "compute_90"]}
+GIB = 1 << 30
 
 
-def _facts(gpus=(), cuda_build=True, usable=2, visible=2, total=16 << 30):
-    return {
-        "tensorflow": {"version": "2.16.2", "gpus": list(gpus),
-                       "build": {"is_cuda_build": cuda_build, "cuda_version": "12.3", "cudnn_version": "8"}},
-        "cpu": {"usable": usable, "visible": visible},
-        "memory": {"total": total, "available": total // 2, "cgroup_limit": None},
-        "python": "3.11.7",
+def machine(gpus=(), cc=(8, 0), driver_cuda="12.4", free=40 * GIB, libs_ok=True, usable=8, visible=8,
+            storage=None, drifted=(), matmul=None, cuda_build=True, other_processes=()):
+    """Facts of a simulated machine: a healthy A100-like one unless told otherwise."""
+    tf_gpus = [{"name": name, "compute_capability": list(cc)} for name in gpus]
+    facts = {
+        "python": "3.11.7", "os": {"system": "Linux"},
+        "tensorflow": {"version": "2.16.2", "gpus": tf_gpus, "build": BUILD if cuda_build else {"is_cuda_build": False}},
+        "cpu": {"usable": usable, "visible": visible, "model": "test"},
+        "memory": {"total": 64 * GIB, "available": 60 * GIB, "cgroup_limit": None},
+        "disk": {"path": "/", "total": 500 * GIB, "free": 200 * GIB},
+        "nvml": {"available": bool(gpus), "driver_version": "550.54", "driver_cuda_version": driver_cuda,
+                 "gpus": [{"name": n, "memory_total": 40 * GIB, "memory_free": free, "compute_capability": list(cc),
+                           "other_processes": list(other_processes)} for n in gpus]},
+        "cuda_libraries": {"libraries": {"libcudart.so.12": {"loaded": True, "path": "x"},
+                                         "libcudnn.so.8": {"loaded": libs_ok, "error": "libcudnn.so.8: cannot open"}}},
+        "matmul": matmul or ({"ran": True, "max_abs_error_vs_cpu": 1e-4, "tflops": 18.0} if gpus else {"ran": False}),
+        "packages": {"lock_file": "uv.lock", "missing": [],
+                     "drifted": [{"name": n, "locked": a, "installed": b} for n, a, b in drifted]},
+        "storage": storage or {"measured": False},
     }
+    return facts
+
+
+def by_name(facts, **kwargs):
+    return {c.name: c for c in run_checks(facts, **kwargs)}
+
+
+def test_healthy_gpu_machine_passes():
+    result = run_probe(facts=machine(gpus=["NVIDIA A100"]), require_gpu=True)
+    assert result.verdict == PASS, [c for c in result.checks if c.status != PASS]
+    assert result.recommendations["mixed_precision"] == "mixed_bfloat16"
+    assert result.recommendations["largest_safe_batch"] > 16
 
 
 def test_no_gpu_warns_by_default_and_fails_when_required():
-    checks = {c.name: c for c in run_checks(_facts())}
+    checks = by_name(machine())
     assert checks["gpu"].status == WARN and "no GPU" in checks["gpu"].reason
-    required = {c.name: c for c in run_checks(_facts(), require_gpu=True)}
-    assert required["gpu"].status == FAIL and "nvidia-smi" in required["gpu"].fix
+    required = by_name(machine(), require_gpu=True)["gpu"]
+    assert required.status == FAIL and "--accelerator-type" in required.fix
 
 
 def test_cpu_only_build_names_the_gpu_install():
-    gpu = run_checks(_facts(cuda_build=False), require_gpu=True)[0]
+    gpu = by_name(machine(cuda_build=False), require_gpu=True)["gpu"]
     assert gpu.status == FAIL and "CPU-only build" in gpu.reason and "--extra gpu" in gpu.fix
 
 
-def test_visible_gpu_passes():
-    gpu = run_checks(_facts(gpus=[{"name": "NVIDIA A100", "compute_capability": [8, 0]}]), require_gpu=True)[0]
-    assert gpu.status == PASS and "A100" in gpu.reason and "cc 8.0" in gpu.reason
+def test_old_driver_fails_with_both_cuda_versions():
+    driver = by_name(machine(gpus=["Tesla T4"], cc=(7, 5), driver_cuda="11.8"))["driver"]
+    assert driver.status == FAIL and "CUDA 11.8" in driver.reason and "CUDA 12.3" in driver.reason
+    assert "upgrade the NVIDIA driver" in driver.fix
 
 
-def test_cpu_quota_below_visible_cores_warns():
-    cpus = {c.name: c for c in run_checks(_facts(usable=2, visible=64))}["cpus"]
+@pytest.mark.parametrize("cc,status", [((8, 0), PASS), ((8, 6), PASS), ((7, 5), PASS), ((9, 0), WARN),
+                                       ((3, 7), FAIL), ((5, 0), PASS)])
+def test_compute_capability_against_the_build(cc, status):
+    assert compute_capability_status(cc, BUILD["cuda_compute_capabilities"]) == status
+
+
+def test_unsupported_compute_capability_fails_and_jit_warns():
+    old = by_name(machine(gpus=["Tesla K80"], cc=(3, 7)))["compute_capability"]
+    assert old.status == FAIL and "cc 3.7" in old.reason and "no kernels" in old.reason
+    hopper = by_name(machine(gpus=["NVIDIA H100"], cc=(9, 0)))["compute_capability"]
+    assert hopper.status == WARN and "JIT-compiled" in hopper.reason
+
+
+def test_missing_cudnn_is_named():
+    libs = by_name(machine(gpus=["NVIDIA L4"], cc=(8, 9), libs_ok=False))["cuda_libraries"]
+    assert libs.status == FAIL and "libcudnn.so.8" in libs.reason and "LD_LIBRARY_PATH" in libs.fix
+
+
+def test_little_vram_fails_and_big_batch_fails():
+    tiny = by_name(machine(gpus=["small GPU"], free=64 << 20))["gpu_memory"]  # weights alone ~60 MiB
+    assert tiny.status == FAIL and "not even one image" in tiny.reason
+    big = by_name(machine(gpus=["A10G"], cc=(8, 6), free=2 * GIB), expect=Expectations(batch_size=4096))["gpu_memory"]
+    assert big.status == FAIL and "batch 4096" in big.reason and "largest safe batch" in big.reason
+
+
+def test_other_processes_on_the_gpu_warn():
+    check = by_name(machine(gpus=["A100"], other_processes=[{"pid": 1, "used_memory": GIB}]))["gpu_memory"]
+    assert check.status == WARN and "other process" in check.reason
+
+
+def test_wrong_or_slow_matmul():
+    wrong = by_name(machine(gpus=["A100"], matmul={"ran": True, "max_abs_error_vs_cpu": 3.0, "tflops": 10}))
+    assert wrong["gpu_matmul"].status == FAIL and "differs from the CPU" in wrong["gpu_matmul"].reason
+    slow = by_name(machine(gpus=["A100"], matmul={"ran": True, "max_abs_error_vs_cpu": 0.0, "tflops": 0.2}))
+    assert slow["gpu_matmul"].status == WARN
+    broken = by_name(machine(gpus=["A100"], matmul={"ran": False, "reason": "no kernel image"}))
+    assert broken["gpu_matmul"].status == FAIL and "no kernel image" in broken["gpu_matmul"].reason
+
+
+def test_cpu_quota_of_2_on_64_visible_cores():
+    cpus = by_name(machine(usable=2, visible=64))["cpus"]
     assert cpus.status == WARN and "2 usable CPUs of 64 visible" in cpus.reason
+    assert recommend(machine(usable=2, visible=64), Expectations())["input_parallelism"] == 2
 
 
-def test_little_ram_warns():
-    ram = {c.name: c for c in run_checks(_facts(total=2 << 30))}["ram"]
-    assert ram.status == WARN
+def test_slow_storage_warns_with_the_rates():
+    slow = {"measured": True, "mb_per_s": 5.0, "records_per_s": 50.0, "mean_record_bytes": 100_000}
+    check = by_name(machine(gpus=["A100"], storage=slow), expect=Expectations(images_per_second=400))["storage"]
+    assert check.status == WARN and "5.0 MB/s" in check.reason and "needs 40.0 MB/s" in check.reason
+
+
+def test_package_drift_names_package_and_both_versions():
+    check = by_name(machine(drifted=[("keras", "3.15.1", "3.16.0")]))["packages"]
+    assert check.status == WARN and "keras (locked 3.15.1, installed 3.16.0)" in check.reason
+
+
+def test_drift_against_a_lock_with_another_version(tmp_path):
+    """The probe reads uv.lock: a lock that pins another version of an installed package
+    is the same situation as installing another version against the real lock."""
+    lock = find_lock_file()
+    assert lock is not None
+    text = lock.read_text()
+    locked, _ = read_lock(lock)
+    changed = text.replace(f'name = "rich"\nversion = "{locked["rich"]}"', 'name = "rich"\nversion = "0.0.1"')
+    assert changed != text
+    (tmp_path / "uv.lock").write_text(changed)
+    facts = package_facts(tmp_path / "uv.lock")
+    assert facts["drifted"] == [{"name": "rich", "locked": "0.0.1", "installed": locked["rich"]}]
+    assert package_facts(lock)["drifted"] == []  # this environment is the lock
+    assert drifted_packages({"a": "1"}, {"a": "2", "b": "3"}) == [("a", "1", "2")]
+
+
+def test_baseline_differences_side_by_side():
+    laptop, cloud = machine(), machine(gpus=["NVIDIA A100"], usable=4, visible=96)
+    laptop["python"] = "3.11.9"
+    lines = difference_lines(compare_facts(laptop, cloud))
+    assert "python: baseline: 3.11.9 · here: 3.11.7" in lines
+    assert "cpu.visible: baseline: 8 · here: 96" in lines
+    assert any(line.startswith("tensorflow.gpus.0.name: baseline: - · here: NVIDIA A100") for line in lines)
+    assert compare_facts(laptop, laptop) == []
+    result = run_probe(facts=cloud, baseline={"facts": laptop})
+    assert "## Differences from the baseline" in probe_markdown(result)
 
 
 def test_verdict_is_the_worst_status():
-    checks = run_checks(_facts(usable=1, visible=8), require_gpu=True)
+    checks = run_checks(machine(usable=1, visible=8), require_gpu=True)
     assert verdict(checks) == FAIL
     assert verdict([c for c in checks if c.status != FAIL]) == WARN
 
@@ -62,27 +170,38 @@ def test_cgroup_v1_quota_and_memory_limit(tmp_path):
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000")
     (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000")
     assert usable_cpus(tmp_path)["cgroup_quota"] == 1.5 and usable_cpus(tmp_path)["usable"] == 1
-    (tmp_path / "memory.max").write_text(str(3 << 30))
+    (tmp_path / "memory.max").write_text(str(3 * GIB))
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       16384 kB\nMemAvailable:    8192 kB\n")
-    assert memory(meminfo, tmp_path) == {"total": 16384 * 1024, "available": 8192 * 1024, "cgroup_limit": 3 << 30}
+    assert memory(meminfo, tmp_path) == {"total": 16384 * 1024, "available": 8192 * 1024, "cgroup_limit": 3 * GIB}
 
 
-def test_real_collection_on_this_machine():
-    facts = collect()
-    assert facts["schema_version"] == 1
+def test_real_collection_on_this_machine(demo_shards):
+    facts = collect(data_dir=str(demo_shards))
+    assert facts["schema_version"] == 2
     assert facts["cpu"]["usable"] >= 1 and facts["memory"]["total"] > 0
     assert facts["tensorflow"]["version"].startswith("2.16")
+    assert facts["storage"]["measured"] and facts["storage"]["records_per_s"] > 0
+    assert facts["packages"]["lock_file"] and facts["packages"]["drifted"] == []
     result = run_probe(facts=facts)
     json.dumps(result.to_dict())  # serialisable as probe.json
     assert result.verdict in (PASS, WARN)
     assert probe_markdown(result).startswith(f"# Environment probe: {result.verdict}")
 
 
-@pytest.mark.parametrize("status", [PASS, WARN, FAIL])
-def test_markdown_lists_every_check(status):
-    result = run_probe(facts=_facts(gpus=[{"name": "T4", "compute_capability": [7, 5]}] if status == PASS else []),
-                       require_gpu=status == FAIL)
-    text = probe_markdown(result)
-    for check in result.checks:
-        assert f"| {check.name} | {check.status} |" in text
+def test_cli_probe_json_and_baseline(tmp_path, capsys):
+    assert main(["probe", "--json", str(tmp_path / "here.json")]) == 0
+    saved = json.loads((tmp_path / "here.json").read_text())
+    assert saved["verdict"] in (PASS, WARN) and saved["recommendations"]["input_parallelism"] >= 1
+    saved["facts"]["python"] = "3.10.0"
+    (tmp_path / "laptop.json").write_text(json.dumps(saved))
+    capsys.readouterr()
+    assert main(["probe", "--baseline", str(tmp_path / "laptop.json")]) == 0
+    assert "python: baseline: 3.10.0 · here: 3" in capsys.readouterr().out
+
+
+def test_cli_require_gpu_exits_1_naming_gpu_and_fix(capsys):
+    assert main(["probe", "--require-gpu"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and all(line.startswith("detpipe: ") for line in err)
+    assert "no GPU" in err[0] and "fix:" in err[0]

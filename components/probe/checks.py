@@ -1,11 +1,13 @@
 """Checks over collected machine facts: PASS / WARN / FAIL, each with a reason and a fix.
 
-Checks are pure functions of the facts dict, so any machine can be simulated in a test.
+Checks are pure functions of the facts dict (components/probe/machine_facts.py), so a
+test can stand in any machine: no GPU, an old driver, a GPU the build has no kernels
+for, a missing cuDNN, little VRAM, a CPU quota, slow storage, drifted packages.
 
 Example:
     >>> facts = {"tensorflow": {"gpus": [], "build": {}}, "cpu": {"usable": 2, "visible": 2},
     ...          "memory": {"total": 8 << 30, "available": 6 << 30, "cgroup_limit": None}}
-    >>> [c.status for c in run_checks(facts, require_gpu=True)][0]
+    >>> check_gpu(facts, require_gpu=True).status
     'FAIL'
 """
 
@@ -16,6 +18,9 @@ from dataclasses import asdict, dataclass
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _ORDER = {PASS: 0, WARN: 1, FAIL: 2}
 MIN_RAM_BYTES = 4 << 30
+MIN_DISK_BYTES = 5 << 30
+MAX_MATMUL_ERROR = 1e-2  # float32 256x256, TF32 allowed
+MIN_TFLOPS = 1.0  # any data-centre GPU of the last decade does far more in float32
 
 
 @dataclass(frozen=True)
@@ -29,21 +34,143 @@ class CheckResult:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Expectations:
+    """What training will ask of the machine (from the pipeline's parameters)."""
+
+    image_size: int = 128
+    model_size: str = "tiny"
+    batch_size: int | None = None  # None: auto
+    images_per_second: float | None = None  # expected training rate, for the storage check
+
+
+def _version(text) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in str(text).split("."))
+    except ValueError:
+        return ()
+
+
 def check_gpu(facts: dict, require_gpu: bool) -> CheckResult:
     gpus = facts["tensorflow"]["gpus"]
     build = facts["tensorflow"]["build"]
     if gpus:
         names = ", ".join(f"{g['name']} (cc {'.'.join(map(str, g['compute_capability']))})" for g in gpus)
         return CheckResult("gpu", PASS, f"{len(gpus)} GPU(s) visible to TensorFlow: {names}")
-    cuda = build.get("cuda_version")
     if not build.get("is_cuda_build"):
-        fix = "install the GPU build: `uv sync --frozen --extra gpu` (tensorflow[and-cuda])"
         reason = "no GPU visible: this TensorFlow is a CPU-only build"
+        fix = "install the GPU build: `uv sync --frozen --extra gpu` (tensorflow[and-cuda])"
+    elif facts.get("nvml", {}).get("available"):
+        reason = "NVIDIA driver sees a GPU but TensorFlow does not"
+        fix = "check CUDA_VISIBLE_DEVICES and the cuda_libraries check below; the CUDA libraries may not load"
     else:
-        fix = (f"check `nvidia-smi` works, the driver supports CUDA {cuda}, and the job requests an "
-               "accelerator (Vertex: --accelerator-type/--accelerator-count)")
-        reason = "no GPU visible to TensorFlow"
+        reason = "no GPU visible to TensorFlow (no NVIDIA driver answered)"
+        fix = ("request an accelerator for this step (Vertex: --accelerator-type/--accelerator-count) and use "
+               f"a machine image with an NVIDIA driver for CUDA {build.get('cuda_version', '12')}")
     return CheckResult("gpu", FAIL if require_gpu else WARN, reason, fix)
+
+
+def check_driver(facts: dict) -> CheckResult | None:
+    nvml, build = facts.get("nvml", {}), facts["tensorflow"]["build"]
+    if not nvml.get("available") or not build.get("cuda_version"):
+        return None
+    have, need = nvml["driver_cuda_version"], build["cuda_version"]
+    if _version(have) < _version(need):
+        return CheckResult("driver", FAIL,
+                           f"driver {nvml['driver_version']} supports CUDA {have}; TensorFlow was built for CUDA {need}",
+                           f"upgrade the NVIDIA driver to one for CUDA >= {need} (or pick a newer machine image)")
+    return CheckResult("driver", PASS, f"driver {nvml['driver_version']} supports CUDA {have} >= {need}")
+
+
+def compute_capability_status(cc: tuple[int, int], compiled: list[str]) -> str:
+    """PASS when the build has a cubin for this GPU (same major, minor <= the GPU's),
+    WARN when only PTX it can JIT-compile from, FAIL when neither."""
+    major, minor = cc
+    for arch in compiled:
+        kind, _, digits = arch.partition("_")
+        if len(digits) < 2 or not digits.isdigit():
+            continue
+        a_major, a_minor = int(digits[:-1]), int(digits[-1])
+        if kind == "sm" and a_major == major and a_minor <= minor:
+            return PASS
+    if any(arch.startswith("compute_") and arch[8:].isdigit() and int(arch[8:-1]) * 10 + int(arch[-1]) <= major * 10 + minor
+           for arch in compiled):
+        return WARN
+    return FAIL
+
+
+def check_compute_capability(facts: dict) -> list[CheckResult]:
+    compiled = facts["tensorflow"]["build"].get("cuda_compute_capabilities") or []
+    results = []
+    for gpu in facts["tensorflow"]["gpus"]:
+        cc = tuple(gpu["compute_capability"][:2])
+        if len(cc) != 2:
+            continue
+        status = compute_capability_status(cc, compiled)
+        label = f"{gpu['name']} (cc {cc[0]}.{cc[1]})"
+        reason = {PASS: f"{label}: TensorFlow has kernels for it ({', '.join(compiled)})",
+                  WARN: f"{label}: no native kernels in this build ({', '.join(compiled)}); they are JIT-compiled "
+                        "from PTX at start-up (minutes, every new container)",
+                  FAIL: f"{label}: this build has no kernels for it ({', '.join(compiled)})"}[status]
+        fix = "" if status == PASS else ("use a GPU type the build supports, or a TensorFlow build that lists this "
+                                         "architecture; for JIT, keep a persistent cache (CUDA_CACHE_MAXSIZE)")
+        results.append(CheckResult("compute_capability", status, reason, fix))
+    return results
+
+
+def check_cuda_libraries(facts: dict) -> CheckResult | None:
+    libs = facts.get("cuda_libraries", {}).get("libraries")
+    if not libs:
+        return None
+    failed = [name for name, info in libs.items() if not info["loaded"]]
+    if failed:
+        first = libs[failed[0]].get("error", "")
+        return CheckResult("cuda_libraries", FAIL, f"cannot load {', '.join(failed)} ({first})",
+                           "install the GPU extra (`uv sync --frozen --extra gpu`) so the nvidia-* wheels provide "
+                           "them, or put the CUDA/cuDNN libraries on LD_LIBRARY_PATH")
+    return CheckResult("cuda_libraries", PASS, f"{len(libs)} CUDA/cuDNN libraries load")
+
+
+def check_matmul(facts: dict) -> CheckResult | None:
+    matmul = facts.get("matmul", {})
+    if not facts["tensorflow"]["gpus"]:
+        return None
+    if not matmul.get("ran"):
+        return CheckResult("gpu_matmul", FAIL, f"a matmul on the GPU failed: {matmul.get('reason')}",
+                           "see the driver, compute_capability and cuda_libraries checks")
+    if matmul["max_abs_error_vs_cpu"] > MAX_MATMUL_ERROR:
+        return CheckResult("gpu_matmul", FAIL,
+                           f"GPU matmul differs from the CPU by {matmul['max_abs_error_vs_cpu']:.3g}",
+                           "the GPU or its driver computes wrong results: replace the machine")
+    if matmul["tflops"] < MIN_TFLOPS:
+        return CheckResult("gpu_matmul", WARN, f"GPU matmul reaches only {matmul['tflops']} TFLOP/s",
+                           "check throttling (nvml throttle reasons) and other processes on the GPU")
+    return CheckResult("gpu_matmul", PASS, f"GPU matmul agrees with the CPU, {matmul['tflops']} TFLOP/s float32")
+
+
+def check_gpu_memory(facts: dict, expect: Expectations) -> tuple[CheckResult | None, int | None]:
+    """The GPU memory check and the largest safe batch (None without a GPU)."""
+    from components.probe.memory_estimate import bytes_per_image, largest_safe_batch
+
+    nvml_gpus = facts.get("nvml", {}).get("gpus") or []
+    if not facts["tensorflow"]["gpus"] or not nvml_gpus:
+        return None, None
+    free = min(g["memory_free"] for g in nvml_gpus)
+    mixed = any(g["compute_capability"][0] >= 7 for g in facts["tensorflow"]["gpus"])
+    safe = largest_safe_batch(free, expect.model_size, expect.image_size, mixed)
+    need = bytes_per_image(expect.model_size, expect.image_size, mixed)
+    label = f"{free / (1 << 30):.1f} GiB free GPU memory; about {need / (1 << 20):.0f} MiB an image at {expect.image_size}px"
+    if safe < 1:
+        return CheckResult("gpu_memory", FAIL, f"{label}: not even one image fits",
+                           "lower --image-size or --model-size, or use a GPU with more memory"), 0
+    if expect.batch_size and expect.batch_size > safe:
+        return CheckResult("gpu_memory", FAIL, f"{label}: batch {expect.batch_size} needs more; largest safe batch ~{safe}",
+                           f"use --batch-size auto or <= {safe}"), safe
+    others = [p for g in nvml_gpus for p in (g.get("other_processes") or [])]
+    if others:
+        return CheckResult("gpu_memory", WARN, f"{label}; {len(others)} other process(es) hold GPU memory",
+                           "stop the other processes or use a dedicated machine"), safe
+    return CheckResult("gpu_memory", PASS, f"{label}; largest safe batch ~{safe}"), safe
 
 
 def check_cpus(facts: dict) -> CheckResult:
@@ -52,7 +179,7 @@ def check_cpus(facts: dict) -> CheckResult:
         return CheckResult(
             "cpus", WARN,
             f"{cpu['usable']} usable CPUs of {cpu['visible']} visible (affinity/cgroup quota)",
-            "size input-pipeline parallelism to the usable CPUs, not os.cpu_count()")
+            f"size input-pipeline parallelism to {cpu['usable']}, not os.cpu_count(); detpipe does")
     return CheckResult("cpus", PASS, f"{cpu['usable']} usable CPUs")
 
 
@@ -66,8 +193,51 @@ def check_memory(facts: dict) -> CheckResult:
     return CheckResult("ram", PASS, f"{gib:.1f} GiB RAM usable")
 
 
-def run_checks(facts: dict, require_gpu: bool = False) -> list[CheckResult]:
-    return [check_gpu(facts, require_gpu), check_cpus(facts), check_memory(facts)]
+def check_disk(facts: dict) -> CheckResult | None:
+    disk = facts.get("disk")
+    if not disk:
+        return None
+    if disk["free"] < MIN_DISK_BYTES:
+        return CheckResult("disk", WARN, f"{disk['free'] / (1 << 30):.1f} GiB free at {disk['path']}",
+                           "free space or write outputs (checkpoints, model) to a larger disk or gs://")
+    return CheckResult("disk", PASS, f"{disk['free'] / (1 << 30):.0f} GiB free at {disk['path']}")
+
+
+def check_packages(facts: dict) -> CheckResult:
+    packages = facts.get("packages", {})
+    if not packages.get("lock_file"):
+        return CheckResult("packages", WARN, "uv.lock not found: package drift not checked",
+                           "set DETPIPE_LOCK_FILE to the project's uv.lock")
+    drifted, missing = packages.get("drifted", []), packages.get("missing", [])
+    if drifted or missing:
+        parts = [f"{d['name']} (locked {d['locked']}, installed {d['installed']})" for d in drifted]
+        parts += [f"{name} (locked, not installed)" for name in missing]
+        return CheckResult("packages", WARN, f"{len(parts)} package(s) differ from uv.lock: {'; '.join(parts)}",
+                           "rebuild the environment from the lock: `uv sync --frozen` (or the project image)")
+    return CheckResult("packages", PASS, f"installed packages match {packages['lock_file']}")
+
+
+def check_storage(facts: dict, expect: Expectations) -> CheckResult | None:
+    from components.probe.storage_speed import needed_mb_per_s
+
+    storage = facts.get("storage", {})
+    if not storage.get("measured"):
+        return None
+    rate = expect.images_per_second or (400.0 if facts["tensorflow"]["gpus"] else 40.0)
+    need = needed_mb_per_s(rate, storage["mean_record_bytes"])
+    got = f"{storage['mb_per_s']} MB/s, {storage['records_per_s']} records/s"
+    if storage["mb_per_s"] < need:
+        return CheckResult("storage", WARN, f"shards read at {got}; training at {rate:.0f} images/s needs {need:.1f} MB/s",
+                           "copy the shards to local SSD, use larger shards, or enable the input cache")
+    return CheckResult("storage", PASS, f"shards read at {got} (training at {rate:.0f} images/s needs {need:.1f} MB/s)")
+
+
+def run_checks(facts: dict, require_gpu: bool = False, expect: Expectations = Expectations()) -> list[CheckResult]:
+    results = [check_gpu(facts, require_gpu), check_driver(facts), *check_compute_capability(facts),
+               check_cuda_libraries(facts), check_matmul(facts), check_gpu_memory(facts, expect)[0],
+               check_cpus(facts), check_memory(facts), check_disk(facts), check_packages(facts),
+               check_storage(facts, expect)]
+    return [r for r in results if r is not None]
 
 
 def verdict(results: list[CheckResult]) -> str:

@@ -10,12 +10,14 @@ import logging
 import math
 import os
 import platform
+import shutil
 import sys
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:
@@ -38,6 +40,7 @@ def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:
         logger.debug("cgroup cpu quota unreadable: %s", err)
     usable = affinity if quota is None else max(1, min(affinity, math.floor(quota)))
     return {"visible": visible, "affinity": affinity, "cgroup_quota": quota, "usable": usable}
+
 
 
 def memory(meminfo: Path = Path("/proc/meminfo"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:
@@ -75,16 +78,44 @@ def tensorflow_facts() -> dict:
     return {"version": tf.__version__, "build": build, "gpus": gpus}
 
 
-def collect() -> dict:
-    """Every fact, as the versioned JSON document `probe.json` holds."""
-    return {
+def disk_facts(path: str) -> dict:
+    """Free space where the outputs go (the nearest existing parent of `path`)."""
+    target = Path(path).resolve()
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    usage = shutil.disk_usage(target)
+    return {"path": str(target), "total": usage.total, "free": usage.free}
+
+
+def collect(data_dir: str | None = None, output_dir: str = ".") -> dict:
+    """Every fact, as the versioned JSON document `probe.json` holds.
+
+    GPU measurements (library loading, matmul) run only on a CUDA build; the storage
+    read test only when `data_dir` is given.
+    """
+    from components.probe.gpu_facts import library_facts, matmul_facts, nvml_facts
+    from components.probe.package_drift import package_facts
+    from components.probe.storage_speed import measure_read_speed
+
+    started = time.perf_counter()
+    tf_facts = tensorflow_facts()
+    cuda_build = bool(tf_facts["build"].get("is_cuda_build"))
+    facts = {
         "schema_version": SCHEMA_VERSION,
         "os": {"system": platform.system(), "release": platform.release(), "machine": platform.machine()},
         "python": sys.version.split()[0],
-        "cpu": {"model": platform.processor() or _cpu_model(), **usable_cpus()},
+        "cpu": {"model": _cpu_model(), **usable_cpus()},
         "memory": memory(),
-        "tensorflow": tensorflow_facts(),
+        "disk": disk_facts(output_dir),
+        "tensorflow": tf_facts,
+        "nvml": nvml_facts(),
+        "cuda_libraries": library_facts() if cuda_build and tf_facts["gpus"] else {"skipped": "no GPU visible"},
+        "matmul": matmul_facts() if tf_facts["gpus"] else {"ran": False, "reason": "no GPU visible to TensorFlow"},
+        "packages": package_facts(),
+        "storage": measure_read_speed(data_dir) if data_dir else {"measured": False, "reason": "no --data given"},
     }
+    facts["probe_seconds"] = round(time.perf_counter() - started, 1)
+    return facts
 
 
 def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

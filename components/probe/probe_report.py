@@ -1,13 +1,15 @@
-"""Run the probe: collect facts, check them, write `probe.json` and `probe.md`."""
+"""Run the probe: collect facts, check them, recommend settings for training, compare
+with a baseline, and write `probe.json` and `probe.md`."""
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.probe.checks import CheckResult, run_checks, verdict
+from components.probe.baseline_diff import compare_facts, difference_lines
+from components.probe.checks import CheckResult, Expectations, check_gpu_memory, run_checks, verdict
 from components.probe.machine_facts import collect
 
 logger = logging.getLogger(__name__)
@@ -18,33 +20,68 @@ class ProbeResult:
     verdict: str
     checks: list[CheckResult]
     facts: dict
+    recommendations: dict
+    differences: list[tuple[str, str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "checks": [c.to_dict() for c in self.checks], "facts": self.facts}
+        return {"verdict": self.verdict, "checks": [c.to_dict() for c in self.checks],
+                "recommendations": self.recommendations,
+                "baseline_differences": [{"fact": f, "baseline": a, "here": b} for f, a, b in self.differences],
+                "facts": self.facts}
 
 
-def run_probe(require_gpu: bool = False, facts: dict | None = None) -> ProbeResult:
-    facts = collect() if facts is None else facts
-    checks = run_checks(facts, require_gpu=require_gpu)
-    return ProbeResult(verdict(checks), checks, facts)
+def recommend(facts: dict, expect: Expectations) -> dict:
+    """What the train step takes from the probe: a starting batch, the precision, and
+    how many parallel calls the input pipeline should use."""
+    gpus = facts["tensorflow"]["gpus"]
+    majors = [g["compute_capability"][0] for g in gpus if g.get("compute_capability")]
+    if majors and min(majors) >= 8:
+        precision = "mixed_bfloat16"
+    elif majors and min(majors) >= 7:
+        precision = "mixed_float16"
+    else:
+        precision = "float32"
+    _, safe_batch = check_gpu_memory(facts, expect)
+    return {"largest_safe_batch": safe_batch, "mixed_precision": precision,
+            "input_parallelism": max(1, int(facts["cpu"]["usable"]))}
+
+
+def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir: str = ".",
+              expect: Expectations = Expectations(), facts: dict | None = None,
+              baseline: dict | None = None) -> ProbeResult:
+    facts = collect(data_dir=data_dir, output_dir=output_dir) if facts is None else facts
+    checks = run_checks(facts, require_gpu=require_gpu, expect=expect)
+    differences = compare_facts(baseline.get("facts", baseline), facts) if baseline else []
+    return ProbeResult(verdict(checks), checks, facts, recommend(facts, expect), differences)
 
 
 def probe_markdown(result: ProbeResult) -> str:
     facts = result.facts
     tf_facts = facts["tensorflow"]
     build = tf_facts["build"]
+    nvml = facts.get("nvml", {})
+    rec = result.recommendations
     lines = [
         f"# Environment probe: {result.verdict}", "",
         "| check | status | reason | fix |", "|---|---|---|---|",
         *[f"| {c.name} | {c.status} | {c.reason} | {c.fix} |" for c in result.checks],
-        "", "| fact | value |", "|---|---|",
+        "", "## For training", "",
+        f"- largest safe batch: {rec['largest_safe_batch'] if rec['largest_safe_batch'] is not None else 'n/a (no GPU)'}",
+        f"- precision: {rec['mixed_precision']}",
+        f"- input pipeline parallelism: {rec['input_parallelism']}",
+        "", "## Machine", "", "| fact | value |", "|---|---|",
         f"| TensorFlow | {tf_facts['version']} (CUDA build: {build.get('is_cuda_build', False)}, "
-        f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')}) |",
-        f"| GPUs | {len(tf_facts['gpus'])} |",
-        f"| CPUs usable / visible | {facts['cpu']['usable']} / {facts['cpu']['visible']} |",
+        f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')}, "
+        f"kernels {', '.join(build.get('cuda_compute_capabilities') or []) or '-'}) |",
+        f"| NVIDIA driver | {nvml.get('driver_version', '-')} (CUDA {nvml.get('driver_cuda_version', '-')}) |",
+        f"| GPUs | {len(tf_facts['gpus'])}: {', '.join(g['name'] for g in tf_facts['gpus']) or '-'} |",
+        f"| CPUs usable / visible | {facts['cpu']['usable']} / {facts['cpu']['visible']} ({facts['cpu'].get('model', '')}) |",
         f"| RAM total / available | {_gib(facts['memory'].get('total'))} / {_gib(facts['memory'].get('available'))} |",
         f"| Python | {facts['python']} |",
     ]
+    if result.differences:
+        lines += ["", "## Differences from the baseline", "", "| fact | baseline | here |", "|---|---|---|",
+                  *[f"| {f} | {a} | {b} |" for f, a, b in result.differences]]
     return "\n".join(lines) + "\n"
 
 
@@ -59,3 +96,13 @@ def write_probe(result: ProbeResult, json_path: Path | None, markdown_path: Path
     if markdown_path:
         Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
         Path(markdown_path).write_text(probe_markdown(result))
+
+
+def load_baseline(path: Path) -> dict:
+    data = json.loads(Path(path).read_text())
+    if "facts" not in data:
+        raise ValueError(f"{path} is not a probe.json (no 'facts')")
+    return data
+
+
+__all__ = ["ProbeResult", "run_probe", "probe_markdown", "write_probe", "load_baseline", "difference_lines"]

@@ -44,6 +44,11 @@ class InputConfig:
     shuffle_buffer: int = 1024
     seed: int = 0
     deterministic: bool = False
+    parallelism: int | None = None  # parallel calls per map; None lets tf.data tune it
+
+
+def _calls(config: InputConfig) -> int:
+    return config.parallelism or AUTOTUNE
 
 
 def shard_files(data_dir: str, split: str) -> list[str]:
@@ -133,14 +138,14 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     names = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=config.seed)
     ds = _records(names, len(files), _is_gzip(files), config.deterministic)
     ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat()
-    ds = ds.map(parse_example, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
-    ds = ds.map(lambda ex: to_model_inputs(ex, config.image_size), num_parallel_calls=AUTOTUNE,
+    ds = ds.map(parse_example, num_parallel_calls=_calls(config), deterministic=config.deterministic)
+    ds = ds.map(lambda ex: to_model_inputs(ex, config.image_size), num_parallel_calls=_calls(config),
                 deterministic=config.deterministic)
     if config.augment:
         # Per-element stateless seeds from a counter keep augmentation reproducible.
         seeds = tf.data.Dataset.counter().map(lambda i: tf.stack([tf.cast(config.seed, tf.int64), i]))
         ds = tf.data.Dataset.zip((ds, seeds)).map(
-            _augment_pair, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+            _augment_pair, num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = ds.map(lambda x, y: _to_pixels(x, y, config.image_size), num_parallel_calls=AUTOTUNE)
     return _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True).prefetch(AUTOTUNE)
 

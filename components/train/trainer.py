@@ -36,6 +36,30 @@ MODEL_SIZES = {
 }
 
 
+def model_config_for(model_size: str, image_size: int, num_classes: int) -> ModelConfig:
+    """The detector config of a named size. Pyramid levels 4-6 with 2x anchors: P3's
+    heads would cost most of the compute for little gain at the image sizes used here."""
+    if model_size not in MODEL_SIZES:
+        raise ValueError(f"--model-size must be one of {', '.join(MODEL_SIZES)}, got {model_size!r}")
+    filters, blocks, head_layers = MODEL_SIZES[model_size]
+    return ModelConfig(num_classes=num_classes, image_size=image_size, backbone_filters=filters,
+                       backbone_blocks=blocks, head_conv_layers=head_layers, min_level=4, max_level=6,
+                       anchor_size=2.0)
+
+
+def build_model_for(model_size: str, image_size: int, num_classes: int):
+    return build_detector(model_config_for(model_size, image_size, num_classes))
+
+
+@dataclass(frozen=True)
+class ProbeAdvice:
+    """What the probe measured on this machine (components/probe): starting points."""
+
+    safe_batch: int | None = None
+    precision: str | None = None  # "mixed_bfloat16" | "mixed_float16" | "float32"
+    input_parallelism: int | None = None
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     data_dir: str
@@ -52,6 +76,7 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     max_steps: int | None = None  # cap on total steps (smoke tests)
+    probe: ProbeAdvice = field(default_factory=ProbeAdvice)
 
 
 @dataclass
@@ -76,21 +101,25 @@ def _num_classes(data_dir: str) -> dict[str, int]:
     return json.loads(path.read_text())
 
 
-def choose_batch_size(requested: str | int, num_train: int) -> tuple[int, str]:
-    """The batch size and why. `auto` on a CPU is a fixed small batch capped at the
-    data size; the trial-step search on accelerators is not built yet (issue 5)."""
+def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | None = None) -> tuple[int, str]:
+    """The batch size and why. `auto` takes the probe's largest safe batch on a GPU
+    (capped at 64 and the data size), else 16; the trial-step search is issue 5."""
     if requested != "auto":
         size = int(requested)
         if size < 1:
             raise ValueError(f"--batch-size must be >= 1 or 'auto', got {requested}")
         return min(size, num_train), "given on the command line" + (" (capped at the dataset size)" if size > num_train else "")
     if tf.config.list_physical_devices("GPU"):
+        if safe_batch:
+            return min(safe_batch, 64, num_train), f"auto: the probe's largest safe batch {safe_batch}, capped at 64"
         return min(32, num_train), "auto: 32 on a GPU (the trial-step search is not built yet)"
     return min(16, num_train), "auto: 16 on a CPU, where larger batches only add latency"
 
 
-def _mixed_precision() -> tuple[str, str]:
+def _mixed_precision(advised: str | None = None) -> tuple[str, str]:
     gpus = tf.config.list_physical_devices("GPU")
+    if advised and gpus:
+        return advised, "as the probe measured on this machine"
     if not gpus:
         return "float32", "no GPU: float32"
     details = tf.config.experimental.get_device_details(gpus[0])
@@ -130,14 +159,12 @@ def train_detector(config: TrainConfig) -> TrainResult:
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    if config.model_size not in MODEL_SIZES:
-        raise ValueError(f"--model-size must be one of {', '.join(MODEL_SIZES)}, got {config.model_size!r}")
     label_map = _num_classes(config.data_dir)
     num_train = count_records(config.data_dir, "train")
     if num_train == 0:
         raise ValueError(f"the train split in {config.data_dir} has no records")
-    batch_size, batch_reason = choose_batch_size(config.batch_size, num_train)
-    policy, policy_reason = _mixed_precision()
+    batch_size, batch_reason = choose_batch_size(config.batch_size, num_train, config.probe.safe_batch)
+    policy, policy_reason = _mixed_precision(config.probe.precision)
     keras.mixed_precision.set_global_policy(policy)
 
     steps_per_epoch = max(1, num_train // batch_size)
@@ -150,17 +177,14 @@ def train_detector(config: TrainConfig) -> TrainResult:
     schedule = keras.optimizers.schedules.CosineDecay(
         0.0, max(1, total_steps - warmup), warmup_target=peak_lr, warmup_steps=warmup)
 
-    filters, blocks, head_layers = MODEL_SIZES[config.model_size]
-    model_config = ModelConfig(
-        num_classes=len(label_map), image_size=config.image_size, backbone_filters=filters,
-        backbone_blocks=blocks, head_conv_layers=head_layers, min_level=4, max_level=6, anchor_size=2.0)
+    model_config = model_config_for(config.model_size, config.image_size, len(label_map))
     model = build_detector(model_config)
     model.compile(optimizer=keras.optimizers.AdamW(
         schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm))
 
     data = train_dataset(config.data_dir, InputConfig(
         image_size=config.image_size, batch_size=batch_size, augment=config.augment,
-        seed=config.seed, deterministic=config.deterministic))
+        seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism))
     decisions = {
         "batch_size": f"{batch_size}: {batch_reason}",
         "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch_size}/64; "
