@@ -50,13 +50,29 @@ class _DecodeExamples(beam.DoFn):
         yield with_box_sizes(self._decoder.DecodeBatch(batch))
 
 
+# Features unique to each image. As plain strings TFDV would keep top-k/unique sketches
+# of them, whose memory grows with the number of images; marked as an image and as
+# non-categorical strings, TFDV computes presence and lengths only.
+_UNIQUE_PER_IMAGE = (K.FILENAME, K.SOURCE_ID, K.KEY_SHA256)
+
+
+def statistics_schema() -> schema_pb2.Schema:
+    schema = schema_pb2.Schema()
+    encoded = schema.feature.add(name=K.ENCODED, type=schema_pb2.BYTES)
+    encoded.image_domain.SetInParent()
+    for key in _UNIQUE_PER_IMAGE:
+        feature = schema.feature.add(name=key, type=schema_pb2.BYTES)
+        feature.string_domain.is_categorical = schema_pb2.StringDomain.CATEGORICAL_NO
+    return schema
+
+
 def stats_transform(examples: beam.PCollection, label: str, output_path: str) -> beam.PCollection:
     """Serialized Examples → TFDV statistics written to `output_path` (binary proto)."""
     return (
         examples
         | f"Batch{label}" >> beam.BatchElements(min_batch_size=32, max_batch_size=256)
         | f"ToArrow{label}" >> beam.ParDo(_DecodeExamples())
-        | f"Stats{label}" >> tfdv.GenerateStatistics(tfdv.StatsOptions())
+        | f"Stats{label}" >> tfdv.GenerateStatistics(tfdv.StatsOptions(schema=statistics_schema()))
         | f"WriteStats{label}" >> tfdv.WriteStatisticsToBinaryFile(output_path)
     )
 

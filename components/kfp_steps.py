@@ -21,11 +21,15 @@ def validate_and_convert(
     seed: int,
     max_reject_fraction: float,
     allow_anomalies: bool,
+    runner: str,
+    beam_options: str,
+    sdk_container_image: str,
     dataset: Output[Dataset],
     stats_html: Output[HTML],
 ) -> NamedTuple("ConvertOutputs", [("records_in", int), ("written", int), ("rejected", int)]):
     """Check every record, write rejects, TFDV stats/schema/anomalies and sharded TFRecords."""
     import logging
+    import shlex
     import shutil
     from collections import namedtuple
 
@@ -33,10 +37,13 @@ def validate_and_convert(
     from beam.dataset_gates import GateOptions
 
     logging.basicConfig(level=logging.INFO)
+    beam_args = shlex.split(beam_options)
+    if runner == "DataflowRunner":  # Dataflow workers run the same image as this step
+        beam_args.append(f"--sdk_container_image={sdk_container_image}")
     result = build_dataset(ConvertOptions(
         images=images, annotations=annotations, output=dataset.path, format=data_format,
         val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies,
-        gates=GateOptions(max_reject_fraction=max_reject_fraction)))
+        gates=GateOptions(max_reject_fraction=max_reject_fraction), runner=runner, beam_args=tuple(beam_args)))
     m = result.manifest
     dataset.metadata.update({"records_in": m["records_in"], "written": m["written_total"],
                              "rejected": m["rejected"], "num_classes": m["num_classes"]})

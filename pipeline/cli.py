@@ -112,9 +112,13 @@ def cmd_evaluate(args) -> int:
 
 def cmd_compile(args) -> int:
     from pipeline.compile import compile_pipeline
-    from pipeline.dag import DEFAULT_IMAGE
+    from pipeline.dag import DEFAULT_IMAGE, StepResources
 
-    print(compile_pipeline(Path(args.output), image=args.image or DEFAULT_IMAGE))
+    resources = StepResources(
+        data_cpu=args.data_cpu, data_memory=args.data_memory, accelerator_type=args.accelerator_type,
+        accelerator_count=args.accelerator_count, train_cpu=args.train_cpu, train_memory=args.train_memory,
+        evaluate_on_gpu=args.evaluate_on_gpu, train_retries=args.train_retries)
+    print(compile_pipeline(Path(args.output), image=args.image or DEFAULT_IMAGE, resources=resources))
     return EXIT_OK
 
 
@@ -136,8 +140,61 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
-def cmd_vertex(args) -> int:
-    raise NotImplementedError(f"`detpipe {args.command}` (Vertex AI) is not built yet (issue 6)")
+def _vertex_target(args):
+    from pipeline.vertex_jobs import VertexTarget
+
+    return VertexTarget(project=args.project, region=args.region,
+                        pipeline_root=getattr(args, "pipeline_root", None) or "gs://unused",
+                        service_account=getattr(args, "service_account", None))
+
+
+def _template(args) -> str:
+    """The template to run: --template as given, or this checkout compiled now."""
+    if args.template:
+        return args.template
+    import tempfile
+
+    from pipeline.compile import compile_pipeline
+    from pipeline.dag import DEFAULT_IMAGE
+
+    path = Path(tempfile.mkdtemp(prefix="detpipe-")) / "detpipe.yaml"
+    compile_pipeline(path, image=args.image or DEFAULT_IMAGE)
+    return str(path)
+
+
+def cmd_submit(args) -> int:
+    from pipeline.vertex_jobs import parse_params, submit
+
+    url = submit(_vertex_target(args), _template(args), parse_params(args.param), display_name=args.display_name)
+    print(f"submitted: {url}")
+    return EXIT_OK
+
+
+def cmd_schedule(args) -> int:
+    from pipeline import vertex_jobs
+
+    target = _vertex_target(args)
+    if args.action == "create":
+        name = vertex_jobs.create_schedule(target, _template(args), vertex_jobs.parse_params(args.param), args.cron,
+                                           display_name=args.display_name, max_concurrent_runs=args.max_concurrent)
+        print(f"created schedule {name}")
+    elif args.action == "list":
+        rows = vertex_jobs.list_schedules(target)
+        for row in rows:
+            print(f"{row['name']}  {row['state']}  {row['cron']}  {row['display_name']}")
+        print(f"{len(rows)} schedule(s)")
+    else:
+        vertex_jobs.change_schedule(target, args.schedule, args.action)
+        print(f"{args.action}d schedule {args.schedule}")
+    return EXIT_OK
+
+
+def cmd_upload(args) -> int:
+    from pipeline.template_registry import upload_template
+
+    name, version = upload_template(args.repo, _template(args), args.tag)
+    print(f"uploaded {name} version {version} with tags {', '.join(args.tag)}")
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------- parser
@@ -256,6 +313,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile the pipeline YAML and print its sha256")
     p.add_argument("--output", default="detpipe.yaml", help="YAML file to write (default detpipe.yaml)")
     p.add_argument("--image", default=None, help="container image of every step (default detpipe:latest)")
+    p.add_argument("--data-cpu", default="4", help="CPU limit of the data step (default 4)")
+    p.add_argument("--data-memory", default="16G", help="memory limit of the data step (default 16G)")
+    p.add_argument("--accelerator-type", default="NVIDIA_TESLA_T4",
+                   help="GPU of the probe and train steps, a Vertex accelerator name (default NVIDIA_TESLA_T4)")
+    p.add_argument("--accelerator-count", type=_positive_int, default=1, help="GPUs per probe/train step (default 1)")
+    p.add_argument("--train-cpu", default="8", help="CPU limit of the probe and train steps (default 8)")
+    p.add_argument("--train-memory", default="32G", help="memory limit of the probe and train steps (default 32G)")
+    p.add_argument("--evaluate-on-gpu", action="store_true", help="run evaluation on the accelerator too")
+    p.add_argument("--train-retries", type=int, default=2,
+                   help="retries of the train step after preemption (default 2)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run the whole DAG")
@@ -273,11 +340,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary-json", help="also write the run summary to this JSON file")
     p.set_defaults(func=cmd_run)
 
-    for name, text in (("submit", "submit a run to Vertex AI Pipelines"),
-                       ("schedule", "manage Vertex AI pipeline schedules"),
-                       ("upload", "upload the template to Artifact Registry")):
-        p = sub.add_parser(name, help=f"{text} (not built yet)")
-        p.set_defaults(func=cmd_vertex)
+    def add_vertex_options(p, root: bool, template: bool = True):
+        p.add_argument("--project", required=True, help="Google Cloud project ID")
+        p.add_argument("--region", required=True, help="Vertex AI region, e.g. us-central1")
+        if root:
+            p.add_argument("--pipeline-root", required=True, help="gs:// folder where runs write their artifacts")
+            p.add_argument("--service-account", help="service account the run executes as (default: Compute default)")
+        if template:
+            p.add_argument("--template", help="compiled YAML or https://REGION-kfp.pkg.dev/PROJECT/REPO/detpipe/TAG "
+                                              "(default: compile this checkout now)")
+            p.add_argument("--image", help="container image for every step when compiling (default detpipe:latest)")
+            p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                           help="pipeline parameter, repeatable (e.g. --param images=gs://b/imgs --param epochs=20)")
+
+    p = sub.add_parser("submit", help="submit one run to Vertex AI Pipelines and print its console URL")
+    add_vertex_options(p, root=True)
+    p.add_argument("--display-name", default="detpipe", help="name of the run in the console (default detpipe)")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("schedule", help="create, list, pause, resume or delete Vertex AI pipeline schedules")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="create|list|pause|resume|delete")
+    q = actions.add_parser("create", help="run the pipeline on a cron schedule")
+    add_vertex_options(q, root=True)
+    q.add_argument("--cron", required=True, help="five cron fields with an optional TZ= prefix, "
+                                                 "e.g. 'TZ=Europe/Berlin 0 3 * * 1'")
+    q.add_argument("--display-name", default="detpipe-schedule", help="name of the schedule (default detpipe-schedule)")
+    q.add_argument("--max-concurrent", type=_positive_int, default=1, help="runs at once at most (default 1)")
+    q.set_defaults(func=cmd_schedule)
+    q = actions.add_parser("list", help="list detpipe's schedules in a project and region")
+    add_vertex_options(q, root=False, template=False)
+    q.set_defaults(func=cmd_schedule)
+    for action in ("pause", "resume", "delete"):
+        q = actions.add_parser(action, help=f"{action} one schedule")
+        add_vertex_options(q, root=False, template=False)
+        q.add_argument("schedule", help="schedule ID or full resource name (from `schedule list`)")
+        q.set_defaults(func=cmd_schedule)
+
+    p = sub.add_parser("upload", help="upload the pipeline template to Artifact Registry (a KFP repository)")
+    p.add_argument("--repo", required=True, help="https://REGION-kfp.pkg.dev/PROJECT/REPO")
+    p.add_argument("--tag", action="append", required=True, help="tag of this version, repeatable (e.g. v3, latest)")
+    p.add_argument("--template", help="compiled YAML to upload (default: compile this checkout now)")
+    p.add_argument("--image", help="container image for every step when compiling (default detpipe:latest)")
+    p.set_defaults(func=cmd_upload)
     return parser
 
 
@@ -308,6 +412,23 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, RuntimeError, NotImplementedError) as err:
         print(f"detpipe: error: {err}", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as err:  # Google Cloud errors: one line, not a traceback
+        line = _cloud_error_line(err)
+        if line is None:
+            raise
+        print(f"detpipe: error: {line}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _cloud_error_line(err: Exception) -> str | None:
+    """A one-line message for credential and API errors from the Google Cloud clients."""
+    module = type(err).__module__
+    if module.startswith("google.auth"):
+        return ("no usable Google Cloud credentials: run `gcloud auth application-default login` or set "
+                f"GOOGLE_APPLICATION_CREDENTIALS ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+    if module.startswith(("google.api_core", "requests")):
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'request failed'}"
+    return None
 
 
 if __name__ == "__main__":

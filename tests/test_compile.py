@@ -24,6 +24,45 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
     assert (a / "p.yaml").read_bytes() == (b / "p.yaml").read_bytes()
 
 
+# Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
+GOLDEN_SHA256 = "a584ab8e6721a1810132f2a3c9b863af35efc0a1b77a27716a0b3c11038c6222"
+
+
+def test_golden_compile(tmp_path):
+    sha = compile_pipeline(tmp_path / "p.yaml")
+    assert sha == GOLDEN_SHA256, (
+        f"the compiled pipeline changed (sha256 {sha}); if that is intended, update GOLDEN_SHA256")
+
+
+def _executor(spec, task):
+    component = spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]
+    executor = spec["components"][component]["executorLabel"]
+    return spec["deploymentSpec"]["executors"][executor]["container"]
+
+
+def test_accelerators_on_probe_and_train_only(tmp_path):
+    from pipeline.dag import StepResources
+
+    compile_pipeline(tmp_path / "p.yaml", resources=StepResources(accelerator_type="NVIDIA_L4", accelerator_count=2))
+    spec = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    for task in ("probe", "train"):
+        accelerator = _executor(spec, task)["resources"]["accelerator"]
+        assert accelerator["resourceType"] == "NVIDIA_L4" and accelerator["resourceCount"] == "2"
+    assert "accelerator" not in _executor(spec, "validate-and-convert").get("resources", {})
+    assert "accelerator" not in _executor(spec, "evaluate").get("resources", {})
+    assert _executor(spec, "validate-and-convert")["resources"]["resourceCpuLimit"] == "4"
+    tasks = spec["root"]["dag"]["tasks"]
+    assert tasks["probe"]["cachingOptions"] == {}  # caching off
+    assert tasks["validate-and-convert"]["cachingOptions"] == {"enableCache": True}
+    assert tasks["train"]["cachingOptions"] == {"enableCache": True}
+    assert tasks["train"]["retryPolicy"]["maxRetryCount"] == 2
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert all(p.get("description") for p in params.values()), "every pipeline parameter has a description"
+    compile_pipeline(tmp_path / "g.yaml", resources=StepResources(evaluate_on_gpu=True))
+    gpu_eval = yaml.safe_load((tmp_path / "g.yaml").read_text())
+    assert "accelerator" in _executor(gpu_eval, "evaluate")["resources"]
+
+
 def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
     compile_pipeline(tmp_path / "p.yaml", image="europe-docker.pkg.dev/p/r/detpipe:abc")
     spec = yaml.safe_load((tmp_path / "p.yaml").read_text())

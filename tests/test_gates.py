@@ -68,3 +68,15 @@ def test_box_sizes_are_in_the_statistics(reference):
     stats = tfdv.load_stats_binary(str(reference / "stats-train.pb"))
     names = {f.path.step[0] for f in stats.datasets[0].features}
     assert {"detpipe/box_width", "detpipe/box_height", K.CLASS_TEXT, K.ENCODED} <= names
+
+
+def test_per_image_unique_features_get_no_top_k_sketch(reference):
+    """Their sketches would grow with the dataset: presence and length only."""
+    import tensorflow_data_validation as tfdv
+
+    stats = tfdv.load_stats_binary(str(reference / "stats-train.pb"))
+    features = {f.path.step[0]: f for f in stats.datasets[0].features}
+    for key in (K.FILENAME, K.SOURCE_ID, K.KEY_SHA256):
+        assert not features[key].string_stats.top_values
+        assert features[key].string_stats.common_stats.num_non_missing > 0
+    assert features[K.CLASS_TEXT].string_stats.top_values  # real categories keep theirs
