@@ -50,9 +50,10 @@ class _DecodeExamples(beam.DoFn):
         yield with_box_sizes(self._decoder.DecodeBatch(batch))
 
 
-# Features unique to each image. As plain strings TFDV would keep top-k/unique sketches
-# of them, whose memory grows with the number of images; marked as an image and as
-# non-categorical strings, TFDV computes presence and lengths only.
+# Features unique to each image. As plain strings TFDV's default exact top-k combiner
+# keeps every distinct value, so memory grows with the number of images; marked as an
+# image and as non-categorical strings (which the sketch-based top-k generator honours),
+# TFDV computes presence and lengths only.
 _UNIQUE_PER_IMAGE = (K.FILENAME, K.SOURCE_ID, K.KEY_SHA256)
 
 
@@ -72,7 +73,8 @@ def stats_transform(examples: beam.PCollection, label: str, output_path: str) ->
         examples
         | f"Batch{label}" >> beam.BatchElements(min_batch_size=32, max_batch_size=256)
         | f"ToArrow{label}" >> beam.ParDo(_DecodeExamples())
-        | f"Stats{label}" >> tfdv.GenerateStatistics(tfdv.StatsOptions(schema=statistics_schema()))
+        | f"Stats{label}" >> tfdv.GenerateStatistics(tfdv.StatsOptions(
+            schema=statistics_schema(), experimental_use_sketch_based_topk_uniques=True))
         | f"WriteStats{label}" >> tfdv.WriteStatisticsToBinaryFile(output_path)
     )
 

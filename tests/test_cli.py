@@ -41,11 +41,6 @@ def test_probe_exit_codes(capsys, tmp_path):
     assert "no GPU" in err[0] and "fix:" in err[0]
 
 
-def test_vertex_commands_say_not_built(capsys):
-    assert main(["submit"]) == EXIT_FAILED
-    assert "not built yet" in capsys.readouterr().err
-
-
 def test_data_build_on_missing_folder_fails_in_one_line(tmp_path, capsys):
     code = main(["data", "build", "--format", "voc", "--images", str(tmp_path), "--annotations",
                  str(tmp_path / "nope"), "--output", str(tmp_path / "out")])
