@@ -1,0 +1,84 @@
+"""infra/: the image installs exactly the lock, Cloud Build compiles with the tag it
+pushes, and Terraform declares the resources the pipeline needs (parsed, not applied)."""
+
+import re
+from pathlib import Path
+
+import hcl2
+import yaml
+
+INFRA = Path(__file__).resolve().parents[1] / "infra"
+
+
+def _unquote(value):
+    if isinstance(value, str):
+        return value.strip('"')
+    if isinstance(value, list):
+        return [_unquote(v) for v in value]
+    if isinstance(value, dict):
+        return {_unquote(k): _unquote(v) for k, v in value.items() if k != "__is_block__"}
+    return value
+
+
+def _terraform() -> dict:
+    return _unquote(hcl2.load((INFRA / "terraform" / "main.tf").open()))
+
+
+def _resources(tf: dict, kind: str) -> dict:
+    return {name: body for block in tf["resource"] for k, named in block.items() if k == kind
+            for name, body in named.items()}
+
+
+def test_dockerfile_installs_from_the_lock_frozen():
+    text = (INFRA / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim", text, re.M)
+    assert re.search(r"^COPY .*uv\.lock", text, re.M)
+    syncs = re.findall(r"uv sync ([^\n]*)", text)
+    assert syncs and all("--frozen" in s and "--extra gpu" in s for s in syncs)
+    assert "pip install" not in text.replace("pip install --no-cache-dir uv", "")  # nothing outside the lock
+    assert re.search(r"^USER (?!root)\w+", text, re.M)
+    assert "org.opencontainers.image.revision" in text and "GIT_REVISION" in text
+
+
+def test_cloudbuild_compiles_and_uploads_with_the_pushed_tag():
+    build = yaml.safe_load((INFRA / "cloudbuild.yaml").read_text())
+    steps = {s["id"]: s for s in build["steps"]}
+    image = "${_IMAGE}"
+    assert steps["build"]["args"][-2:] == [image, "."] and "infra/Dockerfile" in steps["build"]["args"]
+    assert steps["push"]["args"] == ["push", image]
+    compile_args = steps["compile"]["args"]
+    assert compile_args[compile_args.index("compile") + 1:compile_args.index("compile") + 3] == ["--image", image]
+    assert image in compile_args[: compile_args.index("detpipe")]  # runs the pushed image itself
+    upload = steps["upload"]["args"]
+    assert "upload" in upload and "latest" in upload and "${_TAG}" in upload
+    assert build["images"] == [image]
+    assert "${_TAG}" in build["substitutions"]["_IMAGE"]
+    assert [s["id"] for s in build["steps"]] == ["build", "push", "compile", "upload"]
+
+
+def test_terraform_declares_what_the_pipeline_needs():
+    tf = _terraform()
+    apis = set(tf["locals"][0]["apis"])
+    assert {"aiplatform.googleapis.com", "artifactregistry.googleapis.com", "dataflow.googleapis.com"} <= apis
+    bucket = _resources(tf, "google_storage_bucket")["pipeline_root"]
+    rule = bucket["lifecycle_rule"][0]
+    assert rule["action"][0]["type"] == "Delete" and "retention" in rule["condition"][0]["age"]
+    repos = _resources(tf, "google_artifact_registry_repository")
+    assert sorted(r["format"] for r in repos.values()) == ["DOCKER", "KFP"]
+    assert "google_service_account" in str(tf["resource"])
+
+
+def test_runner_service_account_has_least_roles():
+    roles = set(_terraform()["locals"][0]["runner_roles"])
+    assert "roles/aiplatform.user" in roles
+    assert not roles & {"roles/owner", "roles/editor", "roles/aiplatform.admin", "roles/storage.admin"}
+    assert all(r.startswith("roles/") for r in roles)
+    bucket_iam = _resources(_terraform(), "google_storage_bucket_iam_member")["runner_bucket"]
+    assert bucket_iam["role"] == "roles/storage.objectAdmin"  # on the bucket, not the project
+
+
+def test_terraform_variables_have_descriptions():
+    variables = _unquote(hcl2.load((INFRA / "terraform" / "variables.tf").open()))["variable"]
+    for block in variables:
+        for name, body in block.items():
+            assert body.get("description"), f"variable {name} has no description"
