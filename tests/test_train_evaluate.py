@@ -78,3 +78,27 @@ def test_evaluate_writes_finite_metrics_and_gates(trained_model, demo_shards, tm
 def test_train_on_missing_data_fails_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="label_map.json"):
         train_detector(TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path / "m")))
+
+
+def test_every_accepted_colour_mode_decodes_to_rgb(tmp_path):
+    """CMYK JPEG, palette/alpha/greyscale PNG: the data step accepts them, the trainer's
+    parser turns each into 3-channel RGB."""
+    import io
+
+    from PIL import Image
+
+    from beam.example_codec import encode_example
+    from beam.record_checks import CheckOptions, check_record
+    from beam.source_records import SourceBox, SourceRecord
+    from components.train.input_pipeline import parse_example
+
+    for mode, fmt in (("CMYK", "JPEG"), ("P", "PNG"), ("RGBA", "PNG"), ("L", "PNG"), ("LA", "PNG")):
+        buf = io.BytesIO()
+        Image.new(mode, (20, 10), color=(10, 200, 30, 0) if mode == "CMYK" else None).save(buf, format=fmt)
+        data = buf.getvalue()
+        record = SourceRecord("x", "x.img", 20, 10, (SourceBox("a", 1, 1, 5, 5),), "test")
+        checked = check_record(record, data, CheckOptions())
+        assert checked.color_mode == mode, (mode, checked)
+        example = encode_example(checked, data, {"a": 1}).SerializeToString()
+        image = parse_example(example)["image"]
+        assert image.shape == (10, 20, 3), mode
