@@ -96,9 +96,10 @@ def cmd_train(args) -> int:
     result = train_detector(TrainConfig(
         data_dir=args.data, output_dir=args.output, epochs=args.epochs, batch_size=batch,
         image_size=args.image_size, model_size=args.model_size, seed=args.seed,
-        deterministic=args.deterministic, max_steps=args.max_steps))
-    print(f"trained {result.steps} steps at {result.images_per_second} images/s, "
-          f"final loss {result.final_loss:.4f} -> {result.model_path}")
+        deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every))
+    loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
+    print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
+          f"{result.model_path}")
     return EXIT_OK
 
 
@@ -228,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_options(p)
     p.add_argument("--deterministic", action="store_true", help="deterministic ops and input order (slower)")
     p.add_argument("--max-steps", type=_positive_int, help="stop after this many steps in all")
+    p.add_argument("--checkpoint-every", type=_positive_int,
+                   help="steps between checkpoints in OUTPUT/checkpoints (default: once an epoch); "
+                        "running the same command again resumes from the latest")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")

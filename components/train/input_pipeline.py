@@ -45,6 +45,7 @@ class InputConfig:
     seed: int = 0
     deterministic: bool = False
     parallelism: int | None = None  # parallel calls per map; None lets tf.data tune it
+    skip_examples: int = 0  # resume: examples a previous run already consumed
 
 
 def _calls(config: InputConfig) -> int:
@@ -137,13 +138,16 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     files = shard_files(data_dir, "train")
     names = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=config.seed)
     ds = _records(names, len(files), _is_gzip(files), config.deterministic)
-    ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat()
+    # Skipping raw records (before decoding) is cheap; with a seeded, deterministic
+    # pipeline it puts a resumed run exactly where the killed one stopped.
+    ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat().skip(config.skip_examples)
     ds = ds.map(parse_example, num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = ds.map(lambda ex: to_model_inputs(ex, config.image_size), num_parallel_calls=_calls(config),
                 deterministic=config.deterministic)
     if config.augment:
         # Per-element stateless seeds from a counter keep augmentation reproducible.
-        seeds = tf.data.Dataset.counter().map(lambda i: tf.stack([tf.cast(config.seed, tf.int64), i]))
+        seeds = tf.data.Dataset.counter(start=config.skip_examples).map(
+            lambda i: tf.stack([tf.cast(config.seed, tf.int64), i]))
         ds = tf.data.Dataset.zip((ds, seeds)).map(
             _augment_pair, num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = ds.map(lambda x, y: _to_pixels(x, y, config.image_size), num_parallel_calls=AUTOTUNE)

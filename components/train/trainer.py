@@ -18,6 +18,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from components.train.checkpoints import CHECKPOINT_DIR, ChunkCheckpoints, SaveEveryChunk
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.model import ModelConfig, build_detector, count_params
 
@@ -76,6 +77,7 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     max_steps: int | None = None  # cap on total steps (smoke tests)
+    checkpoint_every: int | None = None  # steps between checkpoints; None: once an epoch
     probe: ProbeAdvice = field(default_factory=ProbeAdvice)
 
 
@@ -86,7 +88,7 @@ class TrainResult:
     batch_size: int
     steps: int
     images_per_second: float
-    final_loss: float
+    final_loss: float | None  # None when a resumed run found nothing left to train
     seconds: float
     decisions: dict[str, str] = field(default_factory=dict)
 
@@ -171,7 +173,11 @@ def train_detector(config: TrainConfig) -> TrainResult:
     total_steps = steps_per_epoch * config.epochs
     if config.max_steps:
         total_steps = min(total_steps, config.max_steps)
-    epochs = math.ceil(total_steps / steps_per_epoch)
+    # Training runs in chunks of `chunk` steps with a checkpoint after each (checkpoints.py);
+    # the total is rounded up to whole chunks so the schedule and the checkpoints agree.
+    chunk = max(1, min(config.checkpoint_every or steps_per_epoch, total_steps))
+    num_chunks = math.ceil(total_steps / chunk)
+    total_steps = num_chunks * chunk
     peak_lr = config.base_lr_per_64 * batch_size / 64
     warmup = max(1, int(total_steps * config.warmup_fraction))
     schedule = keras.optimizers.schedules.CosineDecay(
@@ -182,33 +188,38 @@ def train_detector(config: TrainConfig) -> TrainResult:
     model.compile(optimizer=keras.optimizers.AdamW(
         schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm))
 
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoints = ChunkCheckpoints(model, str(out / CHECKPOINT_DIR))
+    chunks_done = checkpoints.restore()
     data = train_dataset(config.data_dir, InputConfig(
         image_size=config.image_size, batch_size=batch_size, augment=config.augment,
-        seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism))
+        seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
+        skip_examples=chunks_done * chunk * batch_size))
     decisions = {
         "batch_size": f"{batch_size}: {batch_reason}",
         "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch_size}/64; "
                          f"linear warmup {warmup} steps, cosine decay to 0 at step {total_steps}",
         "precision": f"{policy}: {policy_reason}",
         "model": f"{config.model_size}: {count_params(model):,} parameters, {config.image_size}px input",
+        "checkpoints": f"every {chunk} steps to {out / CHECKPOINT_DIR}"
+                       + (f"; resumed after step {chunks_done * chunk}" if chunks_done else ""),
     }
     for key, value in decisions.items():
         logger.info("train: %s = %s", key, value)
 
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     throughput = _Throughput(batch_size)
     verbose = "auto" if os.isatty(2) else 2
-    history = model.fit(data, epochs=epochs, steps_per_epoch=min(steps_per_epoch, total_steps),
-                        callbacks=[throughput], verbose=verbose)
+    history = model.fit(data, epochs=num_chunks, initial_epoch=chunks_done, steps_per_epoch=chunk,
+                        callbacks=[throughput, SaveEveryChunk(checkpoints)], verbose=verbose)
     model.save(out / MODEL_FILE)
-    losses = {k: [float(v) for v in vs] for k, vs in history.history.items()}
+    losses = {k: [float(v) for v in vs] for k, vs in history.history.items()}  # {} if nothing was left
     (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
     result = TrainResult(
         model_path=str(out / MODEL_FILE), num_train=num_train, batch_size=batch_size,
-        steps=epochs * min(steps_per_epoch, total_steps),
+        steps=total_steps,
         images_per_second=round(throughput.images_per_second, 2),
-        final_loss=losses["loss"][-1], seconds=round(time.monotonic() - started, 1), decisions=decisions)
+        final_loss=losses["loss"][-1] if losses.get("loss") else None, seconds=round(time.monotonic() - started, 1), decisions=decisions)
     (out / CONFIG_FILE).write_text(json.dumps(
         {"model": model_config.to_dict(), "train": asdict(config), "result": result.to_dict(),
          "label_map": label_map}, indent=2, default=str) + "\n")
@@ -221,7 +232,8 @@ def _report(result: TrainResult, losses: dict[str, list[float]]) -> str:
     lines += [f"| {k} | {v} |" for k, v in result.decisions.items()]
     lines += ["", f"- train images: {result.num_train}", f"- steps: {result.steps}",
               f"- throughput: {result.images_per_second} images/s",
-              f"- final loss: {result.final_loss:.4f}", f"- wall time: {result.seconds} s", "",
-              "| epoch | loss |", "|---|---|"]
+              f"- final loss: {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}",
+              f"- wall time: {result.seconds} s", "",
+              "| chunk | loss |", "|---|---|"]
     lines += [f"| {i + 1} | {v:.4f} |" for i, v in enumerate(losses.get("loss", []))]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,72 @@
+"""Kill test: SIGKILL training after its first checkpoint, run the same command again;
+it resumes from the checkpoint's step and, with --deterministic, ends with the weights of
+an uninterrupted run."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _command(data, out):
+    return [sys.executable, "-m", "pipeline.cli", "train", "--data", str(data), "--output", str(out),
+            "--batch-size", "4", "--image-size", "64", "--epochs", "100", "--max-steps", "30",
+            "--checkpoint-every", "3", "--deterministic", "--seed", "5"]
+
+
+def _weights(out):
+    import keras
+    import keras_hub  # noqa: F401  (registers the model classes)
+
+    return keras.saving.load_model(out / "model.keras").get_weights()
+
+
+def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run(_command(demo_shards, full), cwd=REPO, env=env, check=True, capture_output=True)
+
+    proc = subprocess.Popen(_command(demo_shards, killed), cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = killed / "checkpoints" / "checkpoint"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "training ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "model.keras").exists()
+
+    rerun = subprocess.run(_command(demo_shards, killed), cwd=REPO, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    resumed = re.search(r"resuming from checkpoint \S+: (\d+) chunk\(s\) already done", rerun.stderr)
+    assert resumed, rerun.stderr[-2000:]
+    chunks = int(resumed.group(1))
+    assert 1 <= chunks < 10  # 30 steps in chunks of 3: it lost at most one chunk
+    config = json.loads((killed / "train_config.json").read_text())
+    assert f"resumed after step {chunks * 3}" in config["result"]["decisions"]["checkpoints"]
+    assert config["result"]["steps"] == 30
+
+    for a, b in zip(_weights(full), _weights(killed)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_a_finished_run_resumes_to_nothing_left(trained_model, demo_shards, tmp_path):
+    """Running a completed command again restores the last checkpoint and trains no more."""
+    import shutil
+
+    from components.train.trainer import TrainConfig, train_detector
+
+    copy = tmp_path / "model"
+    shutil.copytree(trained_model, copy)  # the fixture is shared: work on a copy
+    result = train_detector(TrainConfig(data_dir=str(demo_shards), output_dir=str(copy), epochs=1,
+                                        batch_size=8, max_steps=3))
+    assert "resumed after step 3" in result.decisions["checkpoints"]
+    assert result.final_loss is None and json.loads((copy / "history.json").read_text()) == {}
