@@ -35,7 +35,7 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, 
 
     proc = subprocess.Popen(_command(demo_shards, killed), cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = killed / "checkpoints" / "checkpoint"
+    marker = killed / "checkpoints" / "ckpt-1.index"  # the first checkpoint after training steps
     deadline = time.monotonic() + 300
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -70,3 +70,43 @@ def test_a_finished_run_resumes_to_nothing_left(trained_model, demo_shards, tmp_
                                         batch_size=8, max_steps=3))
     assert "resumed after step 3" in result.decisions["checkpoints"]
     assert result.final_loss is None and json.loads((copy / "history.json").read_text()) == {}
+
+
+def _nan_config(demo_shards, out, **kwargs):
+    from components.train.trainer import TrainConfig
+
+    return TrainConfig(data_dir=str(demo_shards), output_dir=str(out), epochs=100, batch_size=4, image_size=64,
+                       max_steps=10, checkpoint_every=2, **kwargs)
+
+
+def test_nan_at_step_k_recovers_from_the_checkpoint_with_a_lower_lr(demo_shards, tmp_path, monkeypatch):
+    from components.train.trainer import train_detector
+
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "nan@5")
+    result = train_detector(_nan_config(demo_shards, tmp_path))
+    recovery = result.decisions["recoveries"]
+    assert "at step 5" in recovery and "after step 4" in recovery and "scaled to 0.5x" in recovery
+    assert result.steps == 10 and result.final_loss is not None and np.isfinite(result.final_loss)
+    assert "recoveries" in (tmp_path / "train_report.md").read_text()
+    assert all(np.isfinite(w).all() for w in _weights(tmp_path))
+
+
+def test_nan_every_time_fails_clearly_after_the_allowed_recoveries(demo_shards, tmp_path, monkeypatch):
+    import pytest
+
+    from components.train.faults import TrainingDiverged
+    from components.train.trainer import train_detector
+
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "nan@3:always")
+    with pytest.raises(TrainingDiverged, match=r"at step 3; still non-finite after 2 recoveries .* 0.25x"):
+        train_detector(_nan_config(demo_shards, tmp_path, max_nan_recoveries=2))
+
+
+def test_bad_fault_spec_is_rejected(monkeypatch):
+    import pytest
+
+    from components.train.faults import FaultPlan
+
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "nan-at-3")
+    with pytest.raises(ValueError, match="nan@STEP"):
+        FaultPlan.from_env()

@@ -23,13 +23,15 @@ CHECKPOINT_DIR = "checkpoints"
 class ChunkCheckpoints:
     """Save after every chunk; `restore()` returns how many chunks are already done."""
 
-    def __init__(self, model: keras.Model, directory: str, max_to_keep: int = 2):
+    def __init__(self, model: keras.Model, directory: str, max_to_keep: int = 2, **extra: tf.Variable):
         model.optimizer.build(model.trainable_variables)  # create slots so they can be restored
         self.chunks_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="chunks_done")
-        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, chunks_done=self.chunks_done)
+        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, chunks_done=self.chunks_done,
+                                               **extra)
         self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=max_to_keep)
 
     def restore(self) -> int:
+        """Restore the latest checkpoint (if any); returns the chunks it had done."""
         latest = self._manager.latest_checkpoint
         if not latest:
             return 0

@@ -12,15 +12,17 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
 from components.train.checkpoints import CHECKPOINT_DIR, ChunkCheckpoints, SaveEveryChunk
+from components.train.faults import FaultPlan, NonFiniteLoss, RaiseOnNonFiniteLoss, TrainingDiverged
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.model import ModelConfig, build_detector, count_params
+from components.train.schedules import ScaledSchedule
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ class TrainConfig:
     deterministic: bool = False
     max_steps: int | None = None  # cap on total steps (smoke tests)
     checkpoint_every: int | None = None  # steps between checkpoints; None: once an epoch
+    max_nan_recoveries: int = 3
+    nan_lr_factor: float = 0.5  # learning-rate scale after each NaN recovery
     probe: ProbeAdvice = field(default_factory=ProbeAdvice)
 
 
@@ -180,8 +184,8 @@ def train_detector(config: TrainConfig) -> TrainResult:
     total_steps = num_chunks * chunk
     peak_lr = config.base_lr_per_64 * batch_size / 64
     warmup = max(1, int(total_steps * config.warmup_fraction))
-    schedule = keras.optimizers.schedules.CosineDecay(
-        0.0, max(1, total_steps - warmup), warmup_target=peak_lr, warmup_steps=warmup)
+    schedule = ScaledSchedule(keras.optimizers.schedules.CosineDecay(
+        0.0, max(1, total_steps - warmup), warmup_target=peak_lr, warmup_steps=warmup))
 
     model_config = model_config_for(config.model_size, config.image_size, len(label_map))
     model = build_detector(model_config)
@@ -190,12 +194,11 @@ def train_detector(config: TrainConfig) -> TrainResult:
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    checkpoints = ChunkCheckpoints(model, str(out / CHECKPOINT_DIR))
+    checkpoints = ChunkCheckpoints(model, str(out / CHECKPOINT_DIR), lr_scale=schedule.scale)
     chunks_done = checkpoints.restore()
-    data = train_dataset(config.data_dir, InputConfig(
-        image_size=config.image_size, batch_size=batch_size, augment=config.augment,
-        seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
-        skip_examples=chunks_done * chunk * batch_size))
+    resumed_at = chunks_done * chunk
+    if chunks_done == 0:
+        checkpoints.save(0)  # the state a NaN in the first chunk goes back to
     decisions = {
         "batch_size": f"{batch_size}: {batch_reason}",
         "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch_size}/64; "
@@ -203,15 +206,42 @@ def train_detector(config: TrainConfig) -> TrainResult:
         "precision": f"{policy}: {policy_reason}",
         "model": f"{config.model_size}: {count_params(model):,} parameters, {config.image_size}px input",
         "checkpoints": f"every {chunk} steps to {out / CHECKPOINT_DIR}"
-                       + (f"; resumed after step {chunks_done * chunk}" if chunks_done else ""),
+                       + (f"; resumed after step {resumed_at}" if resumed_at else ""),
     }
     for key, value in decisions.items():
         logger.info("train: %s = %s", key, value)
 
     throughput = _Throughput(batch_size)
     verbose = "auto" if os.isatty(2) else 2
-    history = model.fit(data, epochs=num_chunks, initial_epoch=chunks_done, steps_per_epoch=chunk,
-                        callbacks=[throughput, SaveEveryChunk(checkpoints)], verbose=verbose)
+    faults, recoveries = FaultPlan.from_env(), []
+    input_config = InputConfig(
+        image_size=config.image_size, batch_size=batch_size, augment=config.augment,
+        seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism)
+    while True:
+        first_step = chunks_done * chunk
+        data = train_dataset(config.data_dir, replace(input_config, skip_examples=first_step * batch_size))
+        data = faults.poison(data, first_step)
+        try:
+            history = model.fit(data, epochs=num_chunks, initial_epoch=chunks_done, steps_per_epoch=chunk,
+                                callbacks=[throughput, SaveEveryChunk(checkpoints),
+                                           RaiseOnNonFiniteLoss(first_step, chunk, chunks_done)], verbose=verbose)
+            break
+        except NonFiniteLoss as err:
+            faults.fired = True
+            if len(recoveries) >= config.max_nan_recoveries:
+                raise TrainingDiverged(
+                    f"{err}; still non-finite after {len(recoveries)} recoveries that lowered the learning rate "
+                    f"to {float(schedule.scale.numpy()):g}x. Check the data (rejects.jsonl, box coordinates) "
+                    "or lower --base-lr") from err
+            lowered = float(schedule.scale.numpy()) * config.nan_lr_factor
+            chunks_done = checkpoints.restore()  # also restores the older, higher scale
+            schedule.scale.assign(lowered)
+            event = (f"{err}: restored the checkpoint after step {chunks_done * chunk}, learning rate scaled "
+                     f"to {float(schedule.scale.numpy()):g}x")
+            logger.warning("train: %s", event)
+            recoveries.append(event)
+    if recoveries:
+        decisions["recoveries"] = "; ".join(recoveries)
     model.save(out / MODEL_FILE)
     losses = {k: [float(v) for v in vs] for k, vs in history.history.items()}  # {} if nothing was left
     (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
