@@ -96,7 +96,8 @@ def cmd_train(args) -> int:
     result = train_detector(TrainConfig(
         data_dir=args.data, output_dir=args.output, epochs=args.epochs, batch_size=batch,
         image_size=args.image_size, model_size=args.model_size, seed=args.seed,
-        deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every))
+        deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
+        base_lr_per_64=args.base_lr))
     loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
           f"{result.model_path}")
@@ -229,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_options(p)
     p.add_argument("--deterministic", action="store_true", help="deterministic ops and input order (slower)")
     p.add_argument("--max-steps", type=_positive_int, help="stop after this many steps in all")
+    p.add_argument("--base-lr", type=float, default=8e-3,
+                   help="peak learning rate per 64 images, scaled linearly with the batch (default 0.008)")
     p.add_argument("--checkpoint-every", type=_positive_int,
                    help="steps between checkpoints in OUTPUT/checkpoints (default: once an epoch); "
                         "running the same command again resumes from the latest")

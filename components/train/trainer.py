@@ -212,20 +212,45 @@ def train_detector(config: TrainConfig) -> TrainResult:
         logger.info("train: %s = %s", key, value)
 
     throughput = _Throughput(batch_size)
-    verbose = "auto" if os.isatty(2) else 2
-    faults, recoveries = FaultPlan.from_env(), []
     input_config = InputConfig(
         image_size=config.image_size, batch_size=batch_size, augment=config.augment,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism)
+    history, recoveries = _fit_with_recovery(model, schedule, checkpoints, config, input_config,
+                                             chunks_done, chunk, num_chunks, throughput)
+    if recoveries:
+        decisions["recoveries"] = "; ".join(recoveries)
+    model.save(out / MODEL_FILE)
+    losses = {k: [float(v) for v in vs] for k, vs in history.history.items()}  # {} if nothing was left
+    (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
+    result = TrainResult(
+        model_path=str(out / MODEL_FILE), num_train=num_train, batch_size=batch_size,
+        steps=total_steps,
+        images_per_second=round(throughput.images_per_second, 2),
+        final_loss=losses["loss"][-1] if losses.get("loss") else None,
+        seconds=round(time.monotonic() - started, 1), decisions=decisions)
+    (out / CONFIG_FILE).write_text(json.dumps(
+        {"model": model_config.to_dict(), "train": asdict(config), "result": result.to_dict(),
+         "label_map": label_map}, indent=2, default=str) + "\n")
+    (out / REPORT_FILE).write_text(_report(result, losses))
+    return result
+
+
+def _fit_with_recovery(model, schedule: ScaledSchedule, checkpoints: ChunkCheckpoints, config: TrainConfig,
+                       input_config: InputConfig, chunks_done: int, chunk: int, num_chunks: int,
+                       throughput: "_Throughput") -> tuple[keras.callbacks.History, list[str]]:
+    """`model.fit` over the remaining chunks. On a non-finite loss: restore the last
+    checkpoint, lower the learning rate and go on, at most `max_nan_recoveries` times."""
+    verbose = "auto" if os.isatty(2) else 2
+    faults, recoveries = FaultPlan.from_env(), []
     while True:
         first_step = chunks_done * chunk
-        data = train_dataset(config.data_dir, replace(input_config, skip_examples=first_step * batch_size))
+        data = train_dataset(config.data_dir, replace(input_config, skip_examples=first_step * input_config.batch_size))
         data = faults.poison(data, first_step)
         try:
             history = model.fit(data, epochs=num_chunks, initial_epoch=chunks_done, steps_per_epoch=chunk,
                                 callbacks=[throughput, SaveEveryChunk(checkpoints),
                                            RaiseOnNonFiniteLoss(first_step, chunk, chunks_done)], verbose=verbose)
-            break
+            return history, recoveries
         except NonFiniteLoss as err:
             faults.fired = True
             if len(recoveries) >= config.max_nan_recoveries:
@@ -240,21 +265,6 @@ def train_detector(config: TrainConfig) -> TrainResult:
                      f"to {float(schedule.scale.numpy()):g}x")
             logger.warning("train: %s", event)
             recoveries.append(event)
-    if recoveries:
-        decisions["recoveries"] = "; ".join(recoveries)
-    model.save(out / MODEL_FILE)
-    losses = {k: [float(v) for v in vs] for k, vs in history.history.items()}  # {} if nothing was left
-    (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
-    result = TrainResult(
-        model_path=str(out / MODEL_FILE), num_train=num_train, batch_size=batch_size,
-        steps=total_steps,
-        images_per_second=round(throughput.images_per_second, 2),
-        final_loss=losses["loss"][-1] if losses.get("loss") else None, seconds=round(time.monotonic() - started, 1), decisions=decisions)
-    (out / CONFIG_FILE).write_text(json.dumps(
-        {"model": model_config.to_dict(), "train": asdict(config), "result": result.to_dict(),
-         "label_map": label_map}, indent=2, default=str) + "\n")
-    (out / REPORT_FILE).write_text(_report(result, losses))
-    return result
 
 
 def _report(result: TrainResult, losses: dict[str, list[float]]) -> str:
