@@ -13,23 +13,10 @@ from collections import defaultdict
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam.source_records import Reject, SourceBox, SourceRecord
-from beam.voc_reader import AnnotationError
-
-BAD_ANNOTATION = "bad_annotation"
-
-
-def _stem(filename: str) -> str:
-    return filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-
-
-def _float(value) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return number
-
+from beam.record_checks import BAD_ANNOTATION
+from beam.source_records import (
+    AnnotationError, Reject, SourceBox, SourceRecord, image_id_from_filename, number_or_nan, optional_size,
+)
 
 def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
     """Every image of the instances file as a record, in file order; orphans as rejects."""
@@ -54,7 +41,7 @@ def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
         bbox = ann.get("bbox")
         if not isinstance(bbox, list) or len(bbox) != 4:
             bbox = [math.nan] * 4
-        x, y, w, h = (_float(v) for v in bbox)
+        x, y, w, h = (number_or_nan(v) for v in bbox)
         boxes_by_image[ann["image_id"]].append(SourceBox(
             class_text=categories.get(ann.get("category_id"), ""),
             xmin=x, ymin=y, xmax=x + w, ymax=y + h, difficult=bool(ann.get("iscrowd", 0)),
@@ -64,10 +51,10 @@ def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
             out.append(Reject(str(img.get("id") if isinstance(img, dict) else img), BAD_ANNOTATION,
                               "image entry has no file_name", f"{source}#images"))
             continue
-        width, height = _float(img.get("width")), _float(img.get("height"))
+        width, height = number_or_nan(img.get("width")), number_or_nan(img.get("height"))
         out.append(SourceRecord(
-            image_id=_stem(img["file_name"]), filename=img["file_name"],
-            width=None if math.isnan(width) else int(width), height=None if math.isnan(height) else int(height),
+            image_id=image_id_from_filename(img["file_name"]), filename=img["file_name"],
+            width=optional_size(width), height=optional_size(height),
             boxes=tuple(boxes_by_image.get(img.get("id"), ())), source_ref=f"{source}#image={img.get('id')}",
         ))
     return out

@@ -37,10 +37,10 @@ from beam.shard_writer import (
     shard_name,
     write_shard,
 )
-from beam.source_records import CheckedRecord, Reject, SourceRecord
+from beam.source_records import AnnotationError, CheckedRecord, Reject, SourceRecord, image_id_from_filename
 from beam.split import TRAIN, VAL, assign_split, read_split_file
 from beam.tfdv_checks import stats_transform
-from beam.voc_reader import AnnotationError, list_voc_files, read_voc_file
+from beam.voc_reader import list_voc_files, read_voc_file
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +89,7 @@ def _read_source(path: str) -> SourceRecord | Reject:
     try:
         return read_voc_file(path)
     except AnnotationError as err:
-        image_id = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-        return Reject(image_id, rc.BAD_ANNOTATION, f"annotation cannot be read: {err}", path)
+        return Reject(image_id_from_filename(path), rc.BAD_ANNOTATION, f"annotation cannot be read: {err}", path)
 
 
 def _dedupe(item: tuple[str, list[SourceRecord]]):
@@ -322,9 +321,7 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
     for shard in shards:
         written[shard["split"]] += shard["records"]
     shards = _fill_empty_shards(out, shards, counts, options.gzip)
-    rejects = read_rejects(FileSystems.join(out, "rejects.jsonl"))
-    if not tf.io.gfile.exists(FileSystems.join(out, "rejects.jsonl")):
-        write_rejects(FileSystems.join(out, "rejects.jsonl"), [])
+    rejects = read_rejects(FileSystems.join(out, "rejects.jsonl"))  # written by the job, empty if none
 
     anomalies = dataset_problems(out, label_map, written, len(rejects), len(sources), options.gates)
     manifest = {

@@ -6,24 +6,15 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam.source_records import Reject, SourceBox, SourceRecord
-from beam.voc_reader import AnnotationError
+from beam.record_checks import BAD_ANNOTATION
+from beam.source_records import (
+    AnnotationError, Reject, SourceBox, SourceRecord, image_id_from_filename, number_or_nan, optional_size,
+)
 
 COLUMNS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax")
-BAD_ANNOTATION = "bad_annotation"
-
-
-def _float(value: str | None) -> float:
-    try:
-        return float(value) if value not in (None, "") else math.nan
-    except ValueError:
-        return math.nan
-
-
 def parse_csv(data: bytes, source: str) -> list[SourceRecord | Reject]:
     """Records grouped by file name; a file whose rows disagree on its size is rejected."""
     text = data.decode("utf-8-sig")
@@ -39,18 +30,18 @@ def parse_csv(data: bytes, source: str) -> list[SourceRecord | Reject]:
             continue
         group = groups.setdefault(name, {"lines": [], "sizes": set(), "boxes": [], "error": None})
         group["lines"].append(line)
-        group["sizes"].add((_float(row["width"]), _float(row["height"])))
+        group["sizes"].add((number_or_nan(row["width"]), number_or_nan(row["height"])))
         if None in row.values() or None in row:
             group["error"] = f"line {line} has the wrong number of columns"
         group["boxes"].append(SourceBox(
             class_text=(row.get("class") or "").strip(),
-            xmin=_float(row["xmin"]), ymin=_float(row["ymin"]), xmax=_float(row["xmax"]), ymax=_float(row["ymax"]),
+            xmin=number_or_nan(row["xmin"]), ymin=number_or_nan(row["ymin"]), xmax=number_or_nan(row["xmax"]), ymax=number_or_nan(row["ymax"]),
         ))
     out: list[SourceRecord | Reject] = []
     for name, group in groups.items():
         lines = group["lines"]
         ref = f"{source}:{lines[0]}" if len(lines) == 1 else f"{source}:{lines[0]}-{lines[-1]}"
-        image_id = name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        image_id = image_id_from_filename(name)
         if group["error"]:
             out.append(Reject(image_id, BAD_ANNOTATION, group["error"], ref))
             continue
@@ -61,7 +52,7 @@ def parse_csv(data: bytes, source: str) -> list[SourceRecord | Reject]:
         width, height = next(iter(group["sizes"]))
         out.append(SourceRecord(
             image_id=image_id, filename=name,
-            width=None if math.isnan(width) else int(width), height=None if math.isnan(height) else int(height),
+            width=optional_size(width), height=optional_size(height),
             boxes=tuple(group["boxes"]), source_ref=ref,
         ))
     return out

@@ -2,7 +2,36 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+
+class AnnotationError(ValueError):
+    """An annotation file that cannot be parsed into records at all."""
+
+
+def image_id_from_filename(filename: str) -> str:
+    """The image id in every format: the file name without folders or extension, so the same
+    dataset as VOC, COCO or CSV gives the same records.
+
+    >>> image_id_from_filename("sub/dir/raccoon-1.jpg")
+    'raccoon-1'
+    """
+    return filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+
+
+def number_or_nan(value) -> float:
+    """`float(value)`, or NaN when it is missing or not a number: the record checks then
+    reject the record with a reason instead of the reader failing the whole job."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def optional_size(value: float) -> int | None:
+    """An annotated width/height in pixels, or None when the annotation gives none."""
+    return int(value) if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import xml.etree.ElementTree as ET
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam.source_records import SourceBox, SourceRecord
-
-
-class AnnotationError(ValueError):
-    """An annotation file that cannot be parsed into a record."""
+from beam.source_records import (
+    AnnotationError, SourceBox, SourceRecord, image_id_from_filename, number_or_nan, optional_size,
+)
 
 
 def list_voc_files(annotations_dir: str) -> list[str]:
@@ -22,13 +19,7 @@ def list_voc_files(annotations_dir: str) -> list[str]:
 
 
 def _number(node: ET.Element | None, tag: str) -> float:
-    child = node.find(tag) if node is not None else None
-    if child is None or child.text is None or not child.text.strip():
-        return math.nan
-    try:
-        return float(child.text.strip())
-    except ValueError:
-        return math.nan
+    return number_or_nan(node.findtext(tag) if node is not None else None)
 
 
 def parse_voc_xml(data: bytes, source_ref: str) -> SourceRecord:
@@ -57,12 +48,11 @@ def parse_voc_xml(data: bytes, source_ref: str) -> SourceRecord:
             xmax=_number(bndbox, "xmax"), ymax=_number(bndbox, "ymax"),
             difficult=difficult,
         ))
-    image_id = filename.rsplit(".", 1)[0]
     return SourceRecord(
-        image_id=image_id,
+        image_id=image_id_from_filename(filename),
         filename=filename,
-        width=None if math.isnan(width) else int(width),
-        height=None if math.isnan(height) else int(height),
+        width=optional_size(width),
+        height=optional_size(height),
         boxes=tuple(boxes),
         source_ref=source_ref,
     )

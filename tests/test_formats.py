@@ -73,7 +73,7 @@ def test_csv_groups_rows_and_rejects_inconsistent_or_short_rows():
 
 def test_voc_reader_reads_difficult_and_missing_numbers(tmp_path):
     xml = tmp_path / "x.xml"
-    xml.write_text("<annotation><filename>x.png</filename><size><width>4</width></size>"
+    xml.write_text("<annotation><filename>sub/x.png</filename><size><width>4</width></size>"
                    "<object><name>a</name><difficult>1</difficult><bndbox><xmin>1</xmin><ymin>1</ymin>"
                    "<xmax>3</xmax></bndbox></object></annotation>")
     record = read_voc_file(str(xml))
