@@ -14,7 +14,7 @@ def _vertex_target(args):
     from pipeline.vertex_jobs import VertexTarget
 
     return VertexTarget(project=args.project, region=args.region,
-                        pipeline_root=getattr(args, "pipeline_root", None) or "gs://unused",
+                        pipeline_root=getattr(args, "pipeline_root", None),
                         service_account=getattr(args, "service_account", None))
 
 

@@ -22,7 +22,7 @@ _CRON = re.compile(r"^(TZ=[\w/+-]+ )?(\S+ ){4}\S+$")
 class VertexTarget:
     project: str
     region: str
-    pipeline_root: str  # gs://bucket/path where runs write their artifacts
+    pipeline_root: str | None = None  # gs://bucket/path where runs write artifacts; needed to start runs
     service_account: str | None = None
     labels: dict[str, str] = field(default_factory=lambda: dict(LABELS))
     credentials: object | None = None  # google.auth credentials; None: application default
@@ -66,7 +66,7 @@ def build_job(target: VertexTarget, template: str, params: dict[str, object], di
     """The `aiplatform.PipelineJob` for one run (not yet submitted)."""
     from google.cloud import aiplatform
 
-    if not target.pipeline_root.startswith("gs://"):
+    if not (target.pipeline_root or "").startswith("gs://"):
         raise ValueError(f"--pipeline-root must be a gs:// URI, got {target.pipeline_root!r}")
     return aiplatform.PipelineJob(
         display_name=display_name, template_path=template, pipeline_root=target.pipeline_root,
