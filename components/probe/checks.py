@@ -43,6 +43,12 @@ class Expectations:
     batch_size: int | None = None  # None: auto
     images_per_second: float | None = None  # expected training rate, for the storage check
 
+    @classmethod
+    def from_train_options(cls, image_size: int, model_size: str, batch_size: str) -> "Expectations":
+        """From the train step's options, where the batch size is a number or 'auto'."""
+        return cls(image_size=image_size, model_size=model_size,
+                   batch_size=None if batch_size == "auto" else int(batch_size))
+
 
 def _version(text) -> tuple[int, ...]:
     try:
