@@ -102,3 +102,26 @@ def test_every_accepted_colour_mode_decodes_to_rgb(tmp_path):
         example = encode_example(checked, data, {"a": 1}).SerializeToString()
         image = parse_example(example)["image"]
         assert image.shape == (10, 20, 3), mode
+
+
+def test_count_records_uses_the_manifest_and_falls_back_to_reading(demo_shards, tmp_path):
+    import json
+    import shutil
+
+    from beam.split import VAL
+
+    manifest = json.loads((demo_shards / "manifest.json").read_text())
+    expected = manifest["written"][TRAIN]
+    assert count_records(str(demo_shards), TRAIN) == expected
+    assert count_records(str(demo_shards), VAL) == manifest["written"][VAL]
+    bare = tmp_path / "bare"  # shards of another converter: no manifest
+    bare.mkdir()
+    train_shards = sorted(demo_shards.glob("train-*.tfrecord"))
+    for shard in train_shards:
+        shutil.copy(shard, bare / shard.name)
+    assert count_records(str(bare), TRAIN) == expected
+    # The manifest is what is read when present: a manifest saying one more per shard is believed.
+    for shard in manifest["shards"]:
+        shard["records"] += 1
+    (bare / "manifest.json").write_text(json.dumps(manifest))
+    assert count_records(str(bare), TRAIN) == expected + len(train_shards)
