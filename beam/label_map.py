@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,3 +26,27 @@ def read_label_map(path: Path) -> dict[str, int]:
     if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
         raise ValueError(f"{path}: a label map is a JSON object of class name -> integer id")
     return data
+
+
+# One `item { ... }` block of a TF OD API label map (StringIntLabelMap in protobuf text
+# format). Parsed by hand: the proto is part of the OD API, which is not a dependency.
+_ITEM = re.compile(r"item\s*\{(.*?)\}", re.S)
+_FIELD = re.compile(r"""\b(name|display_name|id)\s*:\s*(?:"([^"]*)"|'([^']*)'|(-?\d+))""")
+
+
+def parse_pbtxt_label_map(text: str, source: str = "label_map.pbtxt") -> dict[str, int]:
+    """A TF OD API `label_map.pbtxt` as name -> id (`name`, else `display_name`).
+
+    >>> parse_pbtxt_label_map("item { id: 1 name: 'cat' } item { name: \\"dog\\" id: 3 }")
+    {'cat': 1, 'dog': 3}
+    """
+    label_map: dict[str, int] = {}
+    for number, block in enumerate(_ITEM.findall(text), start=1):
+        fields = {key: quoted or single or digits for key, quoted, single, digits in _FIELD.findall(block)}
+        name = fields.get("name") or fields.get("display_name")
+        if not name or "id" not in fields or int(fields["id"]) < 1:
+            raise ValueError(f"{source}: item {number} needs a name and an id >= 1")
+        label_map[name] = int(fields["id"])
+    if not label_map:
+        raise ValueError(f"{source}: no `item {{ name: ... id: ... }}` entries")
+    return label_map

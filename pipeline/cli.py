@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pipeline.cli_types import batch_size_arg as _batch_size
 from pipeline.cli_types import fraction_arg as _fraction
+from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.vertex_cli import add_vertex_commands
 
@@ -96,7 +97,8 @@ def cmd_train(args) -> int:
         data_dir=args.data, output_dir=args.output, epochs=args.epochs, batch_size=batch,
         image_size=args.image_size, model_size=args.model_size, seed=args.seed,
         deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-        base_lr_per_64=args.base_lr))
+        base_lr_per_64=args.base_lr, augment=args.augment_strength > 0 or not args.no_flip,
+        augment_strength=args.augment_strength, cache=args.cache, preset=args.preset))
     loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
           f"{result.model_path}")
@@ -234,6 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=_positive_int,
                    help="steps between checkpoints in OUTPUT/checkpoints (default: once an epoch); "
                         "running the same command again resumes from the latest")
+    p.add_argument("--augment-strength", type=_unit_float, default=0.5,
+                   help="0-1: random crops (boxes cut away are dropped) and brightness/contrast jitter; "
+                        "flips are always on unless --no-flip (default 0.5)")
+    p.add_argument("--preset", help="start from the pretrained backbone of a KerasHub RetinaNet preset "
+                                     "(retinanet_resnet50_fpn_coco, a kaggle:// or gs:// handle, or a local preset "
+                                     "folder) instead of --model-size; needs network access or a copy")
+    p.add_argument("--no-flip", action="store_true", help="no horizontal flips (e.g. text or left/right classes)")
+    p.add_argument("--cache", metavar="memory|PATH",
+                   help="keep the encoded training records after the first epoch, in memory or in files "
+                        "at PATH; saves re-reading slow storage such as gs://")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")

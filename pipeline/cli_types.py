@@ -29,3 +29,14 @@ def fraction_arg(value: str) -> float:
     if not 0.0 <= number < 1.0:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
     return number
+
+
+def unit_float(value: str) -> float:
+    """A number in [0, 1]."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return number

@@ -110,3 +110,64 @@ def test_bad_fault_spec_is_rejected(monkeypatch):
     monkeypatch.setenv("DETPIPE_INJECT_FAULT", "nan-at-3")
     with pytest.raises(ValueError, match="nan@STEP"):
         FaultPlan.from_env()
+
+
+def test_oom_at_step_k_halves_the_micro_batch_and_keeps_the_effective_batch(demo_shards, tmp_path, monkeypatch):
+    from components.train.trainer import train_detector
+
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "oom@5")
+    result = train_detector(_nan_config(demo_shards, tmp_path))
+    assert result.steps == 10 and np.isfinite(result.final_loss)
+    assert result.batch_size == 4 and result.micro_batch_size == 2
+    recovery = result.decisions["recoveries"]
+    assert "out of memory at step 5: micro-batch 4 -> 2 images" in recovery
+    assert "effective batch at 4" in recovery and "after step 4" in recovery
+    report = (tmp_path / "train_report.md").read_text()
+    assert "2 images x 2 accumulated parts = effective batch 4" in report
+    assert "effective batch: 4 images per step; micro-batch: 2" in report
+    assert all(np.isfinite(w).all() for w in _weights(tmp_path))
+    # A restarted run keeps the smaller micro-batch (saved with the checkpoints).
+    monkeypatch.delenv("DETPIPE_INJECT_FAULT")
+    from dataclasses import replace
+
+    again = train_detector(replace(_nan_config(demo_shards, tmp_path), max_steps=12))
+    assert again.micro_batch_size == 2 and "resumed after step 10" in again.decisions["checkpoints"]
+
+
+def test_oom_every_time_fails_clearly_at_a_micro_batch_of_one(demo_shards, tmp_path, monkeypatch):
+    import pytest
+
+    from components.train.faults import OutOfMemory
+    from components.train.trainer import train_detector
+
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "oom@3:always")
+    with pytest.raises(OutOfMemory, match="out of memory at step 3 even with a micro-batch of 1 image"):
+        train_detector(_nan_config(demo_shards, tmp_path))
+
+
+def test_micro_batches_halve_through_divisors_of_the_batch():
+    from components.train.accumulation import next_micro_batches
+
+    assert [next_micro_batches(16, n) for n in (1, 2, 4, 8, 16)] == [2, 4, 8, 16, None]
+    assert next_micro_batches(12, 4) == 12  # parts of 3 cannot halve evenly: straight to 1 image
+    assert next_micro_batches(7, 1) == 7
+
+
+def test_accumulated_step_matches_the_full_batch_gradient_for_a_mean_loss():
+    """Equal parts of a mean loss: the averaged part gradients equal the full batch's."""
+    import keras
+
+    from components.train.accumulation import use_micro_batches
+
+    def model_after_one_step(parts):
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        use_micro_batches(model, parts)
+        x = np.arange(24, dtype="float32").reshape(8, 3) / 10
+        y = np.ones((8, 2), dtype="float32")
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        return model.get_weights()
+
+    for a, b in zip(model_after_one_step(1), model_after_one_step(4)):
+        np.testing.assert_allclose(a, b, atol=1e-6)

@@ -62,6 +62,23 @@ def test_train_writes_model_history_and_report(trained_model, demo_shards):
     assert all(math.isfinite(v) for v in history["loss"])
     report = (trained_model / "train_report.md").read_text()
     assert "learning_rate" in report and "per 64 images" in report
+    assert "![training loss](loss_curve.png)" in report and "waiting for input" in report
+    from PIL import Image
+
+    assert Image.open(trained_model / "loss_curve.png").size == (640, 320)
+    assert 0.0 <= config["result"]["input_wait_share"] <= 1.0
+
+
+def test_tensorboard_logs_hold_loss_parts_learning_rate_and_input_wait(trained_model):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(trained_model / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"train/loss", "train/cls_logits_loss", "train/bbox_regression_loss", "train/learning_rate",
+            "speed/images_per_second", "speed/input_wait_ms", "speed/compute_ms"} <= tags
+    steps = [e.step for e in events.Tensors("train/loss")]
+    assert steps and steps[0] == 1
 
 
 def test_evaluate_writes_finite_metrics_and_gates(trained_model, demo_shards, tmp_path):

@@ -1,10 +1,16 @@
-"""Training faults: NaN/Inf losses, and a switch that injects them so recovery is testable on a CPU.
+"""Training faults: NaN/Inf losses and out-of-memory errors, and a switch that injects
+them so recovery is testable on a CPU.
 
 `DETPIPE_INJECT_FAULT=nan@K` makes the batch of global step K (1-based) all NaN once;
-`nan@K:always` does it every time step K comes round again (to test the failure path).
+`oom@K` raises `tf.errors.ResourceExhaustedError` when step K starts, once. With
+`:always` (`nan@K:always`, `oom@K:always`) it happens every time step K comes round again,
+to test the failure paths.
 
 Recovery policy (trainer.py): on a non-finite loss, restore the last checkpoint, halve the
-learning rate and go on; after `max_recoveries` recoveries, fail with a clear message.
+learning rate and go on; after `max_nan_recoveries` recoveries, fail with a clear message.
+On out-of-memory, restore the last checkpoint, halve the micro-batch and keep the effective
+batch by gradient accumulation (accumulation.py); fail when a micro-batch of 1 image
+does not fit.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import tensorflow as tf
 logger = logging.getLogger(__name__)
 
 FAULT_ENV = "DETPIPE_INJECT_FAULT"
-_SPEC = re.compile(r"^(nan)@(\d+)(:always)?$")
+_SPEC = re.compile(r"^(nan|oom)@(\d+)(:always)?$")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -30,6 +36,10 @@ class NonFiniteLoss(RuntimeError):
 
 class TrainingDiverged(RuntimeError):
     """The loss stayed non-finite after every allowed recovery."""
+
+
+class OutOfMemory(RuntimeError):
+    """Even a micro-batch of one image does not fit in memory."""
 
 
 @dataclass
@@ -46,7 +56,7 @@ class FaultPlan:
             return cls()
         match = _SPEC.match(spec)
         if not match:
-            raise ValueError(f"{FAULT_ENV}={spec!r}: expected nan@STEP or nan@STEP:always")
+            raise ValueError(f"{FAULT_ENV}={spec!r}: expected nan@STEP or oom@STEP, optionally with :always")
         return cls(kind=match.group(1), step=int(match.group(2)), always=bool(match.group(3)))
 
     def poison(self, batches: tf.data.Dataset, first_step: int) -> tf.data.Dataset:
@@ -64,19 +74,43 @@ class FaultPlan:
         return batches.enumerate(start=first_step).map(maybe_poison)
 
 
-class RaiseOnNonFiniteLoss(keras.callbacks.Callback):
-    """Stop at the first non-finite loss (Keras' running mean stays NaN once it is)."""
+class GlobalStep(keras.callbacks.Callback):
+    """Knows the 1-based global step of the current batch while training runs in chunks
+    (Keras epochs of `steps_per_chunk` steps)."""
 
-    def __init__(self, first_step: int, steps_per_chunk: int, initial_chunk: int):
+    def __init__(self, steps_per_chunk: int, initial_chunk: int):
         super().__init__()
-        self._first_step, self._per_chunk, self._initial = first_step, steps_per_chunk, initial_chunk
-        self._epoch = initial_chunk
+        self._per_chunk, self._epoch = steps_per_chunk, initial_chunk
+        self.step = initial_chunk * steps_per_chunk
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
+    def on_train_batch_begin(self, batch, logs=None):
+        self.step = self._epoch * self._per_chunk + batch + 1
+
+
+class RaiseOnNonFiniteLoss(GlobalStep):
+    """Stop at the first non-finite loss (Keras' running mean stays NaN once it is)."""
+
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
-            step = self._epoch * self._per_chunk + batch + 1
-            raise NonFiniteLoss(f"loss is {float(loss)} at step {step}")
+            raise NonFiniteLoss(f"loss is {float(loss)} at step {self.step}")
+
+
+class InjectOutOfMemory(GlobalStep):
+    """The `oom@K` fault: a ResourceExhaustedError as step K starts, as a too-large batch
+    would raise from the training step on a GPU."""
+
+    def __init__(self, plan: FaultPlan, steps_per_chunk: int, initial_chunk: int):
+        super().__init__(steps_per_chunk, initial_chunk)
+        self._plan = plan
+
+    def on_train_batch_begin(self, batch, logs=None):
+        super().on_train_batch_begin(batch, logs)
+        plan = self._plan
+        if plan.kind == "oom" and self.step == plan.step and (plan.always or not plan.fired):
+            plan.fired = True
+            logger.warning("fault injection: out of memory at step %d (%s)", self.step, FAULT_ENV)
+            raise tf.errors.ResourceExhaustedError(None, None, f"injected out of memory at step {self.step}")

@@ -1,8 +1,8 @@
 """tf.data readers of the shards (TF OD API keys, from beam/feature_keys.py).
 
-Parallel interleaved reads, parallel parse and decode (JPEG/PNG, greyscale → RGB),
-box-aware horizontal flip and photometric jitter, resize to the model size, padded
-boxes per batch, prefetch.
+Parallel interleaved reads, optional cache, parallel parse and decode (JPEG/PNG,
+greyscale/CMYK/alpha → RGB), box-aware crop and flip, resize to the model size,
+photometric jitter (augment.py), padded boxes per batch, prefetch.
 
 Boxes leave this module as pixel `yxyx` at the model's image size with 0-based
 labels, padded with label -1: what `RetinaNetObjectDetector.fit` expects.
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from beam import feature_keys as K
+from components.train import augment
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class InputConfig:
     image_size: int = 128
     batch_size: int = 16
     augment: bool = True
+    augment_strength: float = 0.5  # 0: flips only; 1: strongest crops and photometric jitter (augment.py)
+    cache: str | None = None  # "memory", or a file path prefix for a disk cache of the encoded records
     shuffle_buffer: int = 1024
     seed: int = 0
     deterministic: bool = False
@@ -53,11 +56,18 @@ def _calls(config: InputConfig) -> int:
     return config.parallelism or AUTOTUNE
 
 
+# Shard names: detpipe's `train-00000-of-00004.tfrecord[.gz]`, and the TF OD API's
+# `train.record`, `train.record-00000-of-00010` and `train.tfrecord`.
+SHARD_PATTERNS = ("{split}-*.tfrecord*", "{split}.tfrecord*", "{split}.record*")
+
+
 def shard_files(data_dir: str, split: str) -> list[str]:
     """The split's shard files, sorted; raises if there are none."""
-    files = sorted(tf.io.gfile.glob(f"{data_dir.rstrip('/')}/{split}-*.tfrecord*"))
+    root = data_dir.rstrip("/")
+    files = sorted({f for pattern in SHARD_PATTERNS for f in tf.io.gfile.glob(f"{root}/{pattern.format(split=split)}")})
     if not files:
-        raise FileNotFoundError(f"no {split}-*.tfrecord shards in {data_dir}")
+        names = ", ".join(p.format(split=split) for p in SHARD_PATTERNS)
+        raise FileNotFoundError(f"no {split} shards in {data_dir} (looked for {names})")
     return files
 
 
@@ -79,34 +89,28 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     }
 
 
-def _augment(image: tf.Tensor, boxes: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Horizontal flip that moves the boxes with the pixels, and photometric jitter.
-
-    `seed` is a stateless seed pair so that `--deterministic` runs repeat exactly.
-    """
-    seeds = tf.random.experimental.stateless_split(seed, 3)
-    flip = tf.random.stateless_uniform([], seeds[0]) < 0.5
-    image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
-    flipped = tf.stack([boxes[:, 0], 1.0 - boxes[:, 3], boxes[:, 2], 1.0 - boxes[:, 1]], axis=-1)
-    boxes = tf.where(flip, flipped, boxes)
-    image = tf.image.stateless_random_brightness(image, 0.15, seeds[1])
-    image = tf.image.stateless_random_contrast(image, 0.8, 1.2, seeds[2])
-    return tf.clip_by_value(image, 0.0, 1.0), boxes
-
-
-def _augment_pair(pair: tuple[tf.Tensor, dict], seed: tf.Tensor) -> tuple[tf.Tensor, dict]:
-    image, target = pair
-    image, boxes = _augment(image, target["boxes"], seed)
-    return image, {"boxes": boxes, "labels": target["labels"]}
-
-
 def to_model_inputs(example: dict, image_size: int) -> tuple[tf.Tensor, dict]:
-    image = tf.image.resize(tf.cast(example["image"], tf.float32) / 255.0, [image_size, image_size])
-    return image, {"boxes": example["boxes"], "labels": tf.cast(example["labels"], tf.float32) - 1.0}
+    """Resize to the model size (values in [0, 1]); pixel boxes; 0-based labels."""
+    return _resized(example["image"], example["boxes"], example["labels"], image_size)
 
 
-def _to_pixels(image, target, image_size: int):
-    return image, {"boxes": target["boxes"] * float(image_size), "labels": target["labels"]}
+def _resized(image, boxes, labels, image_size: int) -> tuple[tf.Tensor, dict]:
+    # Resizing the uint8 image first and scaling after is one pass less over the full-size image.
+    image = tf.image.resize(image, [image_size, image_size]) / 255.0
+    return image, {"boxes": boxes * float(image_size), "labels": tf.cast(labels, tf.float32) - 1.0}
+
+
+def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tf.Tensor, dict]:
+    """Parse, decode, crop and flip, resize, photometric jitter: one training example."""
+    example = parse_example(serialized)
+    image, boxes, labels = example["image"], example["boxes"], example["labels"]
+    if not config.augment:
+        return _resized(image, boxes, labels, config.image_size)
+    seeds = tf.random.experimental.stateless_split(tf.stack([tf.cast(config.seed, tf.int64), index]), 3)
+    image, boxes, labels = augment.random_crop(image, boxes, labels, config.augment_strength, seeds[0])
+    image, boxes = augment.random_flip(image, boxes, seeds[1])
+    image, target = _resized(image, boxes, labels, config.image_size)
+    return augment.photometric(image, config.augment_strength, seeds[2]), target
 
 
 def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_remainder: bool) -> tf.data.Dataset:
@@ -139,19 +143,18 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     files = shard_files(data_dir, "train")
     names = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=config.seed)
     ds = _records(names, len(files), _is_gzip(files), config.deterministic)
+    if config.cache:
+        # The encoded records, kept after the first pass: later epochs read no files.
+        ds = ds.cache("" if config.cache == "memory" else config.cache)
     # Skipping raw records (before decoding) is cheap; with a seeded, deterministic
     # pipeline it puts a resumed run exactly where the killed one stopped.
     ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat().skip(config.skip_examples)
-    ds = ds.map(parse_example, num_parallel_calls=_calls(config), deterministic=config.deterministic)
-    ds = ds.map(lambda ex: to_model_inputs(ex, config.image_size), num_parallel_calls=_calls(config),
-                deterministic=config.deterministic)
-    if config.augment:
-        # Per-element stateless seeds from a counter keep augmentation reproducible.
-        seeds = tf.data.Dataset.counter(start=config.skip_examples).map(
-            lambda i: tf.stack([tf.cast(config.seed, tf.int64), i]))
-        ds = tf.data.Dataset.zip((ds, seeds)).map(
-            _augment_pair, num_parallel_calls=_calls(config), deterministic=config.deterministic)
-    ds = ds.map(lambda x, y: _to_pixels(x, y, config.image_size), num_parallel_calls=AUTOTUNE)
+    # One fused map per image: on few cores, every extra dataset stage costs more in
+    # per-element overhead than the work it holds (benchmarks/input_pipeline.py).
+    # Per-element stateless seeds from the example's position keep augmentation reproducible.
+    ds = ds.enumerate(start=config.skip_examples).map(
+        lambda index, serialized: _train_element(serialized, index, config),
+        num_parallel_calls=_calls(config), deterministic=config.deterministic)
     return _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True).prefetch(AUTOTUNE)
 
 

@@ -46,8 +46,33 @@ class ModelConfig:
         return cls(**data)
 
 
+class PresetUnavailable(RuntimeError):
+    """A KerasHub preset could not be found or downloaded."""
+
+
+def backbone_from_preset(preset: str) -> keras_hub.models.RetinaNetBackbone:
+    """The pretrained RetinaNet backbone (ResNet + FPN) of a KerasHub preset: a built-in
+    name (see `RetinaNetBackbone.presets`), `kaggle://...`, `gs://...` or a local folder."""
+    known = keras_hub.models.RetinaNetBackbone.presets
+    if "://" not in preset and not preset.startswith(("/", ".")) and preset not in known:
+        raise PresetUnavailable(f"unknown preset {preset!r}: use one of {', '.join(sorted(known))}, "
+                                "a kaggle:// or gs:// handle, or a local preset folder")
+    try:
+        return keras_hub.models.RetinaNetBackbone.from_preset(preset)
+    except (OSError, ValueError, ImportError) as err:  # no network, 403/404, not a RetinaNet preset
+        raise PresetUnavailable(
+            f"could not load preset {preset!r}: {err}. Without network access, copy the preset folder "
+            "next to the data (or to gs://) and pass its path") from err
+
+
 def build_detector(config: ModelConfig) -> keras_hub.models.RetinaNetObjectDetector:
-    """A RetinaNet with a small ResNet (basic blocks) sized by `config`."""
+    """A RetinaNet with a small ResNet (basic blocks) sized by `config`, or, when
+    `config.extra["preset"]` names a KerasHub preset, that preset's pretrained backbone
+    with new heads for `config.num_classes`."""
+    preset = config.extra.get("preset")
+    if preset:
+        backbone = backbone_from_preset(preset)
+        return _detector(backbone, config, backbone.min_level, backbone.max_level)
     num_stages = len(config.backbone_filters)
     encoder = keras_hub.models.ResNetBackbone(
         input_conv_filters=[config.backbone_filters[0]],
@@ -65,10 +90,14 @@ def build_detector(config: ModelConfig) -> keras_hub.models.RetinaNetObjectDetec
         use_p5=False,
         image_shape=(config.image_size, config.image_size, 3),
     )
+    return _detector(backbone, config, config.min_level, config.max_level)
+
+
+def _detector(backbone, config: ModelConfig, min_level: int, max_level: int):
     anchors = keras_hub.layers.AnchorGenerator(
         BOX_FORMAT,
-        min_level=config.min_level,
-        max_level=config.max_level,
+        min_level=min_level,
+        max_level=max_level,
         num_scales=3,
         aspect_ratios=[0.5, 1.0, 2.0],
         anchor_size=config.anchor_size,

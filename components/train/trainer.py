@@ -7,21 +7,30 @@ the reason for it goes into `train_config.json` and `train_report.md`.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
+from beam.label_map import parse_pbtxt_label_map
+from components.train.accumulation import next_micro_batches, use_micro_batches
+from components.probe.gpu_facts import nvml_facts
+from components.train.batch_search import (CPU_BATCH_CAP, GPU_BATCH_LIMIT, TARGET_FRACTION, cpu_ram_bound,
+                                           search_largest_batch, trial_step_fits)
 from components.train.checkpoints import CHECKPOINT_DIR, ChunkCheckpoints, SaveEveryChunk
-from components.train.faults import FaultPlan, NonFiniteLoss, RaiseOnNonFiniteLoss, TrainingDiverged
+from components.train.faults import (FaultPlan, InjectOutOfMemory, NonFiniteLoss, OutOfMemory, RaiseOnNonFiniteLoss,
+                                     TrainingDiverged)
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.model import ModelConfig, build_detector, count_params
+from components.train.observe import LOSS_CURVE_FILE, TENSORBOARD_DIR, StepClock, TrainingMonitor, draw_loss_curve
 from components.train.schedules import ScaledSchedule
 
 logger = logging.getLogger(__name__)
@@ -39,9 +48,14 @@ MODEL_SIZES = {
 }
 
 
-def model_config_for(model_size: str, image_size: int, num_classes: int) -> ModelConfig:
+def model_config_for(model_size: str, image_size: int, num_classes: int, preset: str | None = None) -> ModelConfig:
     """The detector config of a named size. Pyramid levels 4-6 with 2x anchors: P3's
-    heads would cost most of the compute for little gain at the image sizes used here."""
+    heads would cost most of the compute for little gain at the image sizes used here.
+    With a preset, its pretrained backbone decides the levels (3-7 for KerasHub's RetinaNets)
+    and the heads are KerasHub's standard ones."""
+    if preset:
+        return ModelConfig(num_classes=num_classes, image_size=image_size, head_conv_layers=4, min_level=3,
+                           max_level=7, anchor_size=4.0, extra={"preset": preset})
     if model_size not in MODEL_SIZES:
         raise ValueError(f"--model-size must be one of {', '.join(MODEL_SIZES)}, got {model_size!r}")
     filters, blocks, head_layers = MODEL_SIZES[model_size]
@@ -71,11 +85,14 @@ class TrainConfig:
     batch_size: str | int = "auto"
     image_size: int = 128
     model_size: str = "tiny"
+    preset: str | None = None  # KerasHub preset whose pretrained backbone replaces model_size's
     base_lr_per_64: float = 8e-3
     warmup_fraction: float = 0.1
     weight_decay: float = 1e-4
     clipnorm: float = 10.0
     augment: bool = True
+    augment_strength: float = 0.5
+    cache: str | None = None  # "memory" or a file path: keep encoded records after the first epoch
     seed: int = 0
     deterministic: bool = False
     max_steps: int | None = None  # cap on total steps (smoke tests)
@@ -89,9 +106,11 @@ class TrainConfig:
 class TrainResult:
     model_path: str
     num_train: int
-    batch_size: int
+    batch_size: int  # effective batch: images per optimizer step
+    micro_batch_size: int  # images per forward/backward pass (smaller after an OOM)
     steps: int
     images_per_second: float
+    input_wait_share: float | None  # share of step time waiting for input; None: not measured (--deterministic)
     final_loss: float | None  # None when a resumed run found nothing left to train
     seconds: float
     decisions: dict[str, str] = field(default_factory=dict)
@@ -100,26 +119,66 @@ class TrainResult:
         return asdict(self)
 
 
-def _num_classes(data_dir: str) -> dict[str, int]:
-    path = Path(data_dir) / "label_map.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is {data_dir} the output of `detpipe data build`?")
-    return json.loads(path.read_text())
+def read_dataset_label_map(data_dir: str) -> dict[str, int]:
+    """The classes of a shard folder: `label_map.json` (detpipe) or `label_map.pbtxt` (TF OD API)."""
+    root = data_dir.rstrip("/")
+    for name in ("label_map.json", "label_map.pbtxt"):
+        path = f"{root}/{name}"
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as handle:
+                text = handle.read()
+            return json.loads(text) if name.endswith(".json") else parse_pbtxt_label_map(text, path)
+    raise FileNotFoundError(f"no label_map.json or label_map.pbtxt in {data_dir}: "
+                            "is it the output of `detpipe data build`?")
 
 
-def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | None = None) -> tuple[int, str]:
-    """The batch size and why. `auto` takes the probe's largest safe batch on a GPU
-    (capped at 64 and the data size), else 16; the trial-step search is issue 5."""
+def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | None = None,
+                      auto: Callable[[], tuple[int, str]] | None = None) -> tuple[int, str]:
+    """The batch size and why: as given (capped at the data size), or `auto()`'s choice
+    (batch_search.py), capped at the data size."""
     if requested != "auto":
         size = int(requested)
         if size < 1:
             raise ValueError(f"--batch-size must be >= 1 or 'auto', got {requested}")
         return min(size, num_train), "given on the command line" + (" (capped at the dataset size)" if size > num_train else "")
-    if tf.config.list_physical_devices("GPU"):
-        if safe_batch:
-            return min(safe_batch, 64, num_train), f"auto: the probe's largest safe batch {safe_batch}, capped at 64"
-        return min(32, num_train), "auto: 32 on a GPU (the trial-step search is not built yet)"
-    return min(16, num_train), "auto: 16 on a CPU, where larger batches only add latency"
+    size, reason = auto() if auto else (min(safe_batch or 16, 64), "auto: the probe's estimate, or 16")
+    if size > num_train:
+        return num_train, f"{reason}; capped at the dataset size {num_train}"
+    return size, reason
+
+
+def _auto_batch(config: TrainConfig, num_classes: int) -> tuple[int, str]:
+    """`--batch-size auto` for this machine: trial steps on a GPU, a RAM bound on a CPU."""
+    if not tf.config.list_physical_devices("GPU"):
+        import psutil
+
+        available = psutil.virtual_memory().available
+        bound = cpu_ram_bound(config.model_size, config.image_size, available)
+        return max(1, min(CPU_BATCH_CAP, bound)), (
+            f"auto on a CPU: RAM allows about {bound} images ({TARGET_FRACTION:.0%} of {available / 2**30:.1f} GiB "
+            f"available, estimated from the model's layer outputs); capped at {CPU_BATCH_CAP}, since on a CPU "
+            "a larger batch adds step time, not throughput")
+    start = config.probe.safe_batch or 32
+    gpus = nvml_facts().get("gpus") or []
+    if not gpus:
+        return start, f"auto: {start} from the probe's estimate (NVML did not report the GPU's memory)"
+    total = gpus[0]["memory_total"]
+    trial_model = build_detector(model_config_for(config.model_size, config.image_size, num_classes, config.preset))
+    trial_model.compile(optimizer=keras.optimizers.AdamW(1e-4, global_clipnorm=config.clipnorm))
+    try:
+        search = search_largest_batch(trial_step_fits(trial_model, config.image_size, int(total * TARGET_FRACTION)),
+                                      start=start, limit=GPU_BATCH_LIMIT)
+    except Exception as err:  # the search itself failed: fall back to the probe's estimate
+        logger.warning("train: batch search failed (%s); using the probe's estimate %d", err, start)
+        return start, f"auto: {start} from the probe's estimate (the trial-step search failed: {err})"
+    finally:
+        del trial_model
+        gc.collect()
+    if search.batch == 0:
+        return 1, f"auto: not even 1 image fitted in trial steps ({search.describe()}); trying 1"
+    return search.batch, (f"auto: the largest batch whose trial steps peaked under {TARGET_FRACTION:.0%} of "
+                          f"{total / 2**30:.1f} GiB GPU memory, starting from the probe's {start} "
+                          f"(trials: {search.describe()})")
 
 
 def _mixed_precision(advised: str | None = None) -> tuple[str, str]:
@@ -137,41 +196,21 @@ def _mixed_precision(advised: str | None = None) -> tuple[str, str]:
     return "float32", f"GPU compute capability {major}.x is too old for fast mixed precision"
 
 
-class _Throughput(keras.callbacks.Callback):
-    """Images per second over all steps after the first (which includes tracing)."""
-
-    def __init__(self, batch_size: int):
-        super().__init__()
-        self.batch_size = batch_size
-        self.started: float | None = None
-        self.steps = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.started is None:
-            self.started = time.perf_counter()
-        else:
-            self.steps += 1
-
-    @property
-    def images_per_second(self) -> float:
-        if self.started is None or not self.steps:
-            return 0.0
-        return self.steps * self.batch_size / (time.perf_counter() - self.started)
-
-
 def train_detector(config: TrainConfig) -> TrainResult:
     """Train and save `model.keras`, `history.json`, `train_config.json`, `train_report.md`."""
     started = time.monotonic()
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    label_map = _num_classes(config.data_dir)
+    label_map = read_dataset_label_map(config.data_dir)
     num_train = count_records(config.data_dir, "train")
     if num_train == 0:
         raise ValueError(f"the train split in {config.data_dir} has no records")
-    batch_size, batch_reason = choose_batch_size(config.batch_size, num_train, config.probe.safe_batch)
     policy, policy_reason = _mixed_precision(config.probe.precision)
-    keras.mixed_precision.set_global_policy(policy)
+    keras.mixed_precision.set_global_policy(policy)  # before the batch search: trials use it too
+    num_classes = max(label_map.values())  # ids may have gaps (OD API label maps): a slot up to the largest
+    batch_size, batch_reason = choose_batch_size(config.batch_size, num_train, config.probe.safe_batch,
+                                                 auto=lambda: _auto_batch(config, num_classes))
 
     steps_per_epoch = max(1, num_train // batch_size)
     total_steps = steps_per_epoch * config.epochs
@@ -187,15 +226,21 @@ def train_detector(config: TrainConfig) -> TrainResult:
     schedule = ScaledSchedule(keras.optimizers.schedules.CosineDecay(
         0.0, max(1, total_steps - warmup), warmup_target=peak_lr, warmup_steps=warmup))
 
-    model_config = model_config_for(config.model_size, config.image_size, len(label_map))
+    model_config = model_config_for(config.model_size, config.image_size, num_classes, config.preset)
     model = build_detector(model_config)
     model.compile(optimizer=keras.optimizers.AdamW(
         schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm))
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    checkpoints = ChunkCheckpoints(model, str(out / CHECKPOINT_DIR), lr_scale=schedule.scale)
+    # The number of parts each batch is split into; more than 1 after an OOM recovery,
+    # saved with the checkpoints so a restarted run keeps the smaller micro-batch.
+    micro_batches = tf.Variable(1, dtype=tf.int64, trainable=False, name="micro_batches")
+    checkpoints = ChunkCheckpoints(model, str(out / CHECKPOINT_DIR), lr_scale=schedule.scale,
+                                   micro_batches=micro_batches)
     chunks_done = checkpoints.restore()
+    clock = StepClock(enabled=not config.deterministic)
+    use_micro_batches(model, int(micro_batches.numpy()), wrap=clock.timed)
     resumed_at = chunks_done * chunk
     if chunks_done == 0:
         checkpoints.save(0)  # the state a NaN in the first chunk goes back to
@@ -204,19 +249,28 @@ def train_detector(config: TrainConfig) -> TrainResult:
         "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch_size}/64; "
                          f"linear warmup {warmup} steps, cosine decay to 0 at step {total_steps}",
         "precision": f"{policy}: {policy_reason}",
-        "model": f"{config.model_size}: {count_params(model):,} parameters, {config.image_size}px input",
+        "model": (f"preset {config.preset} (pretrained backbone, new heads)" if config.preset else config.model_size)
+                 + f": {count_params(model):,} parameters, {config.image_size}px input",
         "checkpoints": f"every {chunk} steps to {out / CHECKPOINT_DIR}"
                        + (f"; resumed after step {resumed_at}" if resumed_at else ""),
     }
     for key, value in decisions.items():
         logger.info("train: %s = %s", key, value)
 
-    throughput = _Throughput(batch_size)
+    monitor = TrainingMonitor(str(out / TENSORBOARD_DIR), batch_size, clock, chunk)
     input_config = InputConfig(
         image_size=config.image_size, batch_size=batch_size, augment=config.augment,
+        augment_strength=config.augment_strength, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism)
-    history, recoveries = _fit_with_recovery(model, schedule, checkpoints, config, input_config,
-                                             chunks_done, chunk, num_chunks, throughput)
+    decisions["augmentation"] = (f"strength {config.augment_strength:g}: flips, crops keeping >= "
+                                 f"{1 - 0.5 * min(config.augment_strength, 1):.2f} of each side, photometric jitter"
+                                 if config.augment else "off")
+    history, recoveries = _fit_with_recovery(model, schedule, micro_batches, checkpoints, config, input_config,
+                                             chunks_done, chunk, num_chunks, monitor, clock)
+    parts = int(micro_batches.numpy())
+    if parts > 1:
+        decisions["micro_batch"] = (f"{batch_size // parts} images x {parts} accumulated parts = effective batch "
+                                    f"{batch_size} (smaller micro-batch after out-of-memory)")
     if recoveries:
         decisions["recoveries"] = "; ".join(recoveries)
     model.save(out / MODEL_FILE)
@@ -224,56 +278,86 @@ def train_detector(config: TrainConfig) -> TrainResult:
     (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
     result = TrainResult(
         model_path=str(out / MODEL_FILE), num_train=num_train, batch_size=batch_size,
-        steps=total_steps,
-        images_per_second=round(throughput.images_per_second, 2),
+        micro_batch_size=batch_size // parts, steps=total_steps,
+        images_per_second=round(monitor.images_per_second, 2),
+        input_wait_share=None if monitor.input_wait_share is None else round(monitor.input_wait_share, 3),
         final_loss=losses["loss"][-1] if losses.get("loss") else None,
         seconds=round(time.monotonic() - started, 1), decisions=decisions)
     (out / CONFIG_FILE).write_text(json.dumps(
         {"model": model_config.to_dict(), "train": asdict(config), "result": result.to_dict(),
          "label_map": label_map}, indent=2, default=str) + "\n")
-    (out / REPORT_FILE).write_text(_report(result, losses))
+    has_curve = draw_loss_curve(monitor.step_losses, out / LOSS_CURVE_FILE)
+    (out / REPORT_FILE).write_text(_report(result, losses, has_curve))
     return result
 
 
-def _fit_with_recovery(model, schedule: ScaledSchedule, checkpoints: ChunkCheckpoints, config: TrainConfig,
-                       input_config: InputConfig, chunks_done: int, chunk: int, num_chunks: int,
-                       throughput: "_Throughput") -> tuple[keras.callbacks.History, list[str]]:
-    """`model.fit` over the remaining chunks. On a non-finite loss: restore the last
-    checkpoint, lower the learning rate and go on, at most `max_nan_recoveries` times."""
+def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variable, checkpoints: ChunkCheckpoints,
+                       config: TrainConfig, input_config: InputConfig, chunks_done: int, chunk: int, num_chunks: int,
+                       monitor: TrainingMonitor, clock: StepClock) -> tuple[keras.callbacks.History, list[str]]:
+    """`model.fit` over the remaining chunks, recovering from faults from the last checkpoint:
+    - a non-finite loss lowers the learning rate, at most `max_nan_recoveries` times;
+    - out of memory halves the micro-batch and accumulates gradients to keep the batch,
+      until a micro-batch of one image does not fit."""
     verbose = "auto" if os.isatty(2) else 2
-    faults, recoveries = FaultPlan.from_env(), []
+    faults, recoveries, nan_recoveries = FaultPlan.from_env(), [], 0
+    batch = input_config.batch_size
     while True:
         first_step = chunks_done * chunk
-        data = train_dataset(config.data_dir, replace(input_config, skip_examples=first_step * input_config.batch_size))
+        data = train_dataset(config.data_dir, replace(input_config, skip_examples=first_step * batch))
         data = faults.poison(data, first_step)
+        step = RaiseOnNonFiniteLoss(chunk, chunks_done)
         try:
             history = model.fit(data, epochs=num_chunks, initial_epoch=chunks_done, steps_per_epoch=chunk,
-                                callbacks=[throughput, SaveEveryChunk(checkpoints),
-                                           RaiseOnNonFiniteLoss(first_step, chunk, chunks_done)], verbose=verbose)
+                                callbacks=[monitor, SaveEveryChunk(checkpoints), step,
+                                           InjectOutOfMemory(faults, chunk, chunks_done)], verbose=verbose)
             return history, recoveries
         except NonFiniteLoss as err:
             faults.fired = True
-            if len(recoveries) >= config.max_nan_recoveries:
+            if nan_recoveries >= config.max_nan_recoveries:
                 raise TrainingDiverged(
-                    f"{err}; still non-finite after {len(recoveries)} recoveries that lowered the learning rate "
+                    f"{err}; still non-finite after {nan_recoveries} recoveries that lowered the learning rate "
                     f"to {float(schedule.scale.numpy()):g}x. Check the data (rejects.jsonl, box coordinates) "
                     "or lower --base-lr") from err
             lowered = float(schedule.scale.numpy()) * config.nan_lr_factor
+            parts = int(micro_batches.numpy())
             chunks_done = checkpoints.restore()  # also restores the older, higher scale
             schedule.scale.assign(lowered)
+            micro_batches.assign(parts)
+            nan_recoveries += 1
             event = (f"{err}: restored the checkpoint after step {chunks_done * chunk}, learning rate scaled "
                      f"to {float(schedule.scale.numpy()):g}x")
-            logger.warning("train: %s", event)
-            recoveries.append(event)
+        except tf.errors.ResourceExhaustedError as err:
+            parts = int(micro_batches.numpy())
+            more = next_micro_batches(batch, parts)
+            if more is None:
+                raise OutOfMemory(
+                    f"out of memory at step {step.step} even with a micro-batch of 1 image: use a smaller "
+                    "--image-size or --model-size, or a GPU with more memory") from err
+            scale = float(schedule.scale.numpy())
+            chunks_done = checkpoints.restore()
+            schedule.scale.assign(scale)
+            micro_batches.assign(more)
+            use_micro_batches(model, more, wrap=clock.timed)
+            event = (f"out of memory at step {step.step}: micro-batch {batch // parts} -> {batch // more} images, "
+                     f"{more} accumulated parts per step keep the effective batch at {batch}; "
+                     f"restored the checkpoint after step {chunks_done * chunk}")
+        logger.warning("train: %s", event)
+        recoveries.append(event)
 
 
-def _report(result: TrainResult, losses: dict[str, list[float]]) -> str:
+def _report(result: TrainResult, losses: dict[str, list[float]], has_curve: bool) -> str:
     lines = ["# Training report", "", "| decision | value and reason |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in result.decisions.items()]
     lines += ["", f"- train images: {result.num_train}", f"- steps: {result.steps}",
-              f"- throughput: {result.images_per_second} images/s",
+              f"- effective batch: {result.batch_size} images per step; micro-batch: {result.micro_batch_size}",
+              f"- throughput: {result.images_per_second} images/s; " + (
+                  "input wait not measured (--deterministic forbids timestamps in the step)"
+                  if result.input_wait_share is None else
+                  f"{100 * result.input_wait_share:.1f}% of step time waiting for input"),
               f"- final loss: {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}",
-              f"- wall time: {result.seconds} s", "",
+              f"- wall time: {result.seconds} s",
+              f"- TensorBoard: `tensorboard --logdir {Path(result.model_path).parent / TENSORBOARD_DIR}`", "",
+              *([f"![training loss]({LOSS_CURVE_FILE})", ""] if has_curve else []),
               "| chunk | loss |", "|---|---|"]
     lines += [f"| {i + 1} | {v:.4f} |" for i, v in enumerate(losses.get("loss", []))]
     return "\n".join(lines) + "\n"

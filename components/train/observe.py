@@ -1,0 +1,149 @@
+"""What training did, step by step: TensorBoard scalars, input wait vs compute, the loss curve.
+
+Step time is split by a timestamp taken inside the compiled train step once its batch
+has arrived (`timed_step`): input wait = from the step's start in Python to that moment,
+compute = the rest. On a GPU the compute share also holds the host-to-device copy.
+
+TensorBoard logs (OUTPUT/tensorboard) are written with `tf.summary` directly rather than
+keras.callbacks.TensorBoard, which logs neither the input wait nor images/s per step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+TENSORBOARD_DIR = "tensorboard"
+LOSS_CURVE_FILE = "loss_curve.png"
+
+
+class StepClock:
+    """Holds the time (seconds since the epoch) at which the last step's batch was ready.
+    Disabled under op determinism, which forbids tf.timestamp."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.data_ready = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="data_ready")
+
+    def timed(self, train_step):
+        """Wrap a `train_step` so it records when its batch arrived."""
+        if not self.enabled:
+            return train_step
+
+        def step(data):
+            with tf.control_dependencies(tf.nest.flatten(data)):
+                self.data_ready.assign(tf.timestamp())
+            return train_step(data)
+
+        return step
+
+
+class TrainingMonitor(keras.callbacks.Callback):
+    """Per-step loss parts, learning rate, images/s and input wait to TensorBoard; totals
+    and the per-step loss for the report."""
+
+    def __init__(self, log_dir: str, batch_size: int, clock: StepClock, steps_per_chunk: int, log_every: int = 10):
+        super().__init__()
+        self.batch_size, self.clock, self.per_chunk, self.log_every = batch_size, clock, steps_per_chunk, log_every
+        self._writer = tf.summary.create_file_writer(log_dir)
+        self._chunk = 0
+        self._began = 0.0
+        self.step_losses: list[tuple[int, float]] = []  # (global step, loss of that step)
+        self.steps_timed = 0  # steps after the first (the first includes tracing)
+        self.input_wait = 0.0
+        self.compute = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._chunk, self._previous_mean = epoch, 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._began = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        ended = time.time()
+        logs = logs or {}
+        step = self._chunk * self.per_chunk + batch + 1
+        wait = (min(max(float(self.clock.data_ready.numpy()) - self._began, 0.0), ended - self._began)
+                if self.clock.enabled else 0.0)
+        compute = ended - self._began - wait
+        if "loss" in logs:  # Keras reports the running mean over the chunk: recover this step's loss
+            mean = float(logs["loss"])
+            self.step_losses.append((step, mean * (batch + 1) - self._previous_mean * batch))
+            self._previous_mean = mean
+        if batch > 0 or self._chunk > 0:
+            self.steps_timed += 1
+            self.input_wait += wait
+            self.compute += compute
+        if step % self.log_every == 0 or step == 1:
+            with self._writer.as_default(step=step):
+                for name, value in logs.items():
+                    tf.summary.scalar(f"train/{name}", float(value))
+                tf.summary.scalar("train/learning_rate", float(self.model.optimizer.learning_rate.numpy()))
+                tf.summary.scalar("speed/images_per_second", self.batch_size / max(ended - self._began, 1e-9))
+                if self.clock.enabled:
+                    tf.summary.scalar("speed/input_wait_ms", 1000 * wait)
+                    tf.summary.scalar("speed/compute_ms", 1000 * compute)
+
+    def on_train_end(self, logs=None):
+        self._writer.flush()
+
+    @property
+    def images_per_second(self) -> float:
+        seconds = self.input_wait + self.compute
+        return self.steps_timed * self.batch_size / seconds if seconds else 0.0
+
+    @property
+    def input_wait_share(self) -> float | None:
+        """None when not measured (--deterministic)."""
+        seconds = self.input_wait + self.compute
+        if not self.clock.enabled:
+            return None
+        return self.input_wait / seconds if seconds else 0.0
+
+
+def draw_loss_curve(step_losses: list[tuple[int, float]], path: Path, size: tuple[int, int] = (640, 320)) -> bool:
+    """A PNG line chart of per-step loss (faint) and its moving average (bold).
+
+    Drawn with Pillow: matplotlib is not a dependency, and a line chart is a few lines.
+    Returns False (and writes nothing) when there is no finite loss to draw.
+    """
+    from PIL import Image, ImageDraw
+
+    points = [(s, v) for s, v in step_losses if math.isfinite(v)]
+    if not points:
+        return False
+    width, height = size
+    left, right, top, bottom = 56, 16, 16, 36
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    steps = [s for s, _ in points]
+    values = [v for _, v in points]
+    low, high = min(0.0, min(values)), max(values) or 1.0
+    first, last = min(steps), max(max(steps), min(steps) + 1)
+
+    def xy(step, value):
+        x = left + (step - first) / (last - first) * (width - left - right)
+        y = top + (1 - (value - low) / (high - low or 1.0)) * (height - top - bottom)
+        return x, y
+
+    draw.rectangle((left, top, width - right, height - bottom), outline="#888888")
+    for fraction in (0.0, 0.5, 1.0):
+        value = low + fraction * (high - low)
+        _, y = xy(first, value)
+        draw.text((4, y - 6), f"{value:.3g}", fill="#444444")
+    draw.text((left, height - bottom + 6), f"step {first}", fill="#444444")
+    draw.text((width - right - 70, height - bottom + 6), f"step {last}", fill="#444444")
+    draw.text((left + 6, top + 2), "training loss per step (bold: moving average)", fill="#444444")
+    draw.line([xy(s, v) for s, v in points], fill="#b8c8e8", width=1)
+    window = max(1, len(points) // 25)
+    smooth, total = [], 0.0
+    for i, (s, v) in enumerate(points):
+        total += v - (points[i - window][1] if i >= window else 0.0)
+        smooth.append(xy(s, total / min(i + 1, window)))
+    draw.line(smooth, fill="#1f4e9e", width=3)
+    image.save(path)
+    return True
