@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pipeline.cli_types import batch_size_arg as _batch_size
 from pipeline.cli_types import fraction_arg as _fraction
+from pipeline.cli_types import non_negative_float as _non_negative_float
+from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.vertex_cli import add_vertex_commands
@@ -89,19 +91,50 @@ def cmd_probe(args) -> int:
     return EXIT_OK
 
 
+def _hparams_over_defaults(args) -> dict:
+    """--hparams values for the options left at their defaults (the command line wins)."""
+    from components.train.tuning import DEFAULTS, load_hparams
+
+    given = {"base_lr_per_64": args.base_lr, "weight_decay": args.weight_decay,
+             "augment_strength": args.augment_strength}
+    if not args.hparams:
+        return {k: (DEFAULTS[k] if v is None else v) for k, v in given.items()}
+    try:
+        loaded = load_hparams(args.hparams)
+    except ValueError as err:
+        raise _fail_lines(str(err).splitlines()) from err
+    return {k: v if v is not None else loaded.get(k, DEFAULTS[k]) for k, v in given.items()}
+
+
+def _common_train_config(args) -> dict:
+    batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+    return {"batch_size": batch, "image_size": args.image_size, "model_size": args.model_size,
+            "preset": args.preset, "cache": args.cache, "augment": not args.no_flip or args.augment_strength != 0}
+
+
 def cmd_train(args) -> int:
     from components.train.trainer import TrainConfig, train_detector
 
-    batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+    hparams = _hparams_over_defaults(args)
+    config = {**_common_train_config(args), "augment": not args.no_flip or hparams["augment_strength"] > 0}
     result = train_detector(TrainConfig(
-        data_dir=args.data, output_dir=args.output, epochs=args.epochs, batch_size=batch,
-        image_size=args.image_size, model_size=args.model_size, seed=args.seed,
+        data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
         deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-        base_lr_per_64=args.base_lr, augment=args.augment_strength > 0 or not args.no_flip,
-        augment_strength=args.augment_strength, cache=args.cache, preset=args.preset))
+        **config, **hparams))
     loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
           f"{result.model_path}")
+    return EXIT_OK
+
+
+def cmd_tune(args) -> int:
+    from components.train.tuning import BEST_FILE, TuneConfig, tune
+
+    result = tune(TuneConfig(data_dir=args.data, output_dir=args.output, trials=args.trials,
+                             trial_steps=args.trial_steps, seed=args.seed, train=_common_train_config(args)))
+    best = ", ".join(f"{k}={v:g}" for k, v in result.best.items())
+    print(f"{len(result.trials)} trials; best mAP@[.5:.95] {result.best_score:.4f} with {best} -> "
+          f"{args.output}/{BEST_FILE} (use: detpipe train --hparams {args.output}/{BEST_FILE})")
     return EXIT_OK
 
 
@@ -159,6 +192,17 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-size", choices=("tiny", "small", "resnet18"), default="tiny",
                    help="backbone and head size (default tiny)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def _add_local_train_options(p: argparse.ArgumentParser) -> None:
+    """Options of `train` and `tune` that the pipeline does not take."""
+    p.add_argument("--preset", help="start from the pretrained backbone of a KerasHub RetinaNet preset "
+                                     "(retinanet_resnet50_fpn_coco, a kaggle:// or gs:// handle, or a local preset "
+                                     "folder) instead of --model-size; needs network access or a copy")
+    p.add_argument("--no-flip", action="store_true", help="no horizontal flips (e.g. text or left/right classes)")
+    p.add_argument("--cache", metavar="memory|PATH",
+                   help="keep the encoded training records after the first epoch, in memory or in files "
+                        "at PATH; saves re-reading slow storage such as gs://")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,24 +273,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, help="folder for model.keras, history, report")
     _add_train_options(p)
+    _add_local_train_options(p)
     p.add_argument("--deterministic", action="store_true", help="deterministic ops and input order (slower)")
     p.add_argument("--max-steps", type=_positive_int, help="stop after this many steps in all")
-    p.add_argument("--base-lr", type=float, default=8e-3,
+    p.add_argument("--base-lr", type=_positive_float,
                    help="peak learning rate per 64 images, scaled linearly with the batch (default 0.008)")
+    p.add_argument("--weight-decay", type=_non_negative_float, help="AdamW weight decay (default 0.0001)")
+    p.add_argument("--hparams", metavar="JSON",
+                   help="best_hparams.json of `detpipe tune`: its learning rate, weight decay and augmentation "
+                        "strength, unless given on the command line")
     p.add_argument("--checkpoint-every", type=_positive_int,
                    help="steps between checkpoints in OUTPUT/checkpoints (default: once an epoch); "
                         "running the same command again resumes from the latest")
-    p.add_argument("--augment-strength", type=_unit_float, default=0.5,
+    p.add_argument("--augment-strength", type=_unit_float,
                    help="0-1: random crops (boxes cut away are dropped) and brightness/contrast jitter; "
                         "flips are always on unless --no-flip (default 0.5)")
-    p.add_argument("--preset", help="start from the pretrained backbone of a KerasHub RetinaNet preset "
-                                     "(retinanet_resnet50_fpn_coco, a kaggle:// or gs:// handle, or a local preset "
-                                     "folder) instead of --model-size; needs network access or a copy")
-    p.add_argument("--no-flip", action="store_true", help="no horizontal flips (e.g. text or left/right classes)")
-    p.add_argument("--cache", metavar="memory|PATH",
-                   help="keep the encoded training records after the first epoch, in memory or in files "
-                        "at PATH; saves re-reading slow storage such as gs://")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("tune", help="search learning rate, weight decay and augmentation strength on short trials",
+                       description="Successive halving: TRIALS candidates (the first is the defaults) train "
+                                   "TRIAL_STEPS steps each and are scored by mAP on the val split; the best third "
+                                   "trains 3x longer and the best of those wins. About 2 x TRIALS x TRIAL_STEPS "
+                                   "steps in all. Writes OUTPUT/best_hparams.json for `detpipe train --hparams`.")
+    p.add_argument("--data", required=True, help="output folder of `detpipe data build`")
+    p.add_argument("--output", required=True, help="folder for best_hparams.json, trials.jsonl, tune_report.md")
+    p.add_argument("--trials", type=_positive_int, default=6, help="candidates in the first round (default 6)")
+    p.add_argument("--trial-steps", type=_positive_int, default=100,
+                   help="training steps of a first-round trial (default 100)")
+    _add_train_options(p)
+    _add_local_train_options(p)
+    p.set_defaults(func=cmd_tune, augment_strength=0.5)
 
     p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")
     p.add_argument("--model", required=True, help="output folder of `detpipe train`")

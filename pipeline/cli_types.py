@@ -31,12 +31,24 @@ def fraction_arg(value: str) -> float:
     return number
 
 
-def unit_float(value: str) -> float:
-    """A number in [0, 1]."""
+def _float_in(value: str, low: float, high: float, low_open: bool, what: str) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {value!r}") from None
-    if not 0.0 <= number <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}") from None
+    if not (low < number if low_open else low <= number) or not number <= high:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
     return number
+
+
+def unit_float(value: str) -> float:
+    """A number in [0, 1]."""
+    return _float_in(value, 0.0, 1.0, False, "a number in [0, 1]")
+
+
+def positive_float(value: str) -> float:
+    return _float_in(value, 0.0, float("inf"), True, "a number > 0")
+
+
+def non_negative_float(value: str) -> float:
+    return _float_in(value, 0.0, float("inf"), False, "a number >= 0")
