@@ -80,23 +80,47 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: int, model_size: 
         result.verdict, rec["largest_safe_batch"] or 0, rec["mixed_precision"], rec["input_parallelism"])
 
 
-def train(data: Input[Dataset], probe_verdict: str, probe_safe_batch: int, probe_precision: str,
-          probe_parallelism: int, epochs: int, batch_size: str, image_size: int, model_size: str, seed: int,
-          model: Output[Model], report: Output[Markdown]) -> float:
-    """Train the detector; returns training images per second."""
+def tune_hyperparameters(data: Input[Dataset], probe_safe_batch: int, probe_precision: str, probe_parallelism: int,
+                         trials: int, trial_steps: int, batch_size: str, image_size: int, model_size: str, seed: int,
+                         hparams: Output[Artifact], report: Output[Markdown]) -> float:
+    """Search learning rate, weight decay and augmentation strength on short trials
+    (`trials` 0: no search, the defaults). Returns the best val mAP (NaN without a search)."""
+    import logging
+    import shutil
+
+    from components.train.trainer import ProbeAdvice
+    from components.train.tuning import REPORT_FILE, TuneConfig, tune
+
+    logging.basicConfig(level=logging.INFO)
+    advice = ProbeAdvice(safe_batch=probe_safe_batch or None, precision=probe_precision,
+                         input_parallelism=probe_parallelism)
+    result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=trials, trial_steps=trial_steps,
+                             seed=seed, train={"batch_size": batch_size, "image_size": image_size,
+                                               "model_size": model_size, "probe": advice}))
+    hparams.metadata.update({**result.best, "best_map": result.best_score, "trials": len(result.trials)})
+    shutil.copyfile(f"{hparams.path}/{REPORT_FILE}", report.path)
+    return result.best_score
+
+
+def train(data: Input[Dataset], hparams: Input[Artifact], probe_verdict: str, probe_safe_batch: int,
+          probe_precision: str, probe_parallelism: int, epochs: int, batch_size: str, image_size: int,
+          model_size: str, seed: int, model: Output[Model], report: Output[Markdown]) -> float:
+    """Train the detector with the tune step's hyperparameters; returns training images per second."""
     import logging
     import shutil
 
     from components.train.trainer import REPORT_FILE, ProbeAdvice, TrainConfig, train_detector
+    from components.train.tuning import BEST_FILE, load_hparams
 
     logging.basicConfig(level=logging.INFO)
     logging.info("probe verdict before training: %s", probe_verdict)
     advice = ProbeAdvice(safe_batch=probe_safe_batch or None, precision=probe_precision,
                          input_parallelism=probe_parallelism)
     result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
-                                        batch_size=batch_size, image_size=image_size,
-                                        model_size=model_size, seed=seed, probe=advice))
+                                        batch_size=batch_size, image_size=image_size, model_size=model_size,
+                                        seed=seed, probe=advice, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
     model.metadata.update({"images_per_second": result.images_per_second, "batch_size": result.batch_size,
+                           "micro_batch_size": result.micro_batch_size,
                            **{f"decision/{k}": v for k, v in result.decisions.items()}})
     shutil.copyfile(f"{model.path}/{REPORT_FILE}", report.path)
     return result.images_per_second
@@ -125,6 +149,7 @@ def evaluate(model: Input[Model], data: Input[Dataset], min_map: float, metrics:
 class Steps:
     validate_and_convert: object
     probe: object
+    tune_hyperparameters: object
     train: object
     evaluate: object
 
@@ -134,4 +159,4 @@ def make_steps(image: str) -> Steps:
     def component(func):
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
-    return Steps(*(component(f) for f in (validate_and_convert, probe, train, evaluate)))
+    return Steps(*(component(f) for f in (validate_and_convert, probe, tune_hyperparameters, train, evaluate)))

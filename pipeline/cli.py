@@ -109,7 +109,7 @@ def _hparams_over_defaults(args) -> dict:
 def _common_train_config(args) -> dict:
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     return {"batch_size": batch, "image_size": args.image_size, "model_size": args.model_size,
-            "preset": args.preset, "cache": args.cache, "augment": not args.no_flip or args.augment_strength != 0}
+            "preset": args.preset, "cache": args.cache, "flip": not args.no_flip}
 
 
 def cmd_train(args) -> int:
@@ -117,6 +117,7 @@ def cmd_train(args) -> int:
 
     hparams = _hparams_over_defaults(args)
     config = {**_common_train_config(args), "augment": not args.no_flip or hparams["augment_strength"] > 0}
+    # (with --no-flip and strength 0 there is nothing left to augment)
     result = train_detector(TrainConfig(
         data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
         deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
@@ -172,7 +173,8 @@ def cmd_run(args) -> int:
               "data_format": args.format, "val_fraction": args.val_fraction, "seed": args.seed,
               "max_reject_fraction": args.max_reject_fraction, "allow_anomalies": args.allow_anomalies,
               "epochs": args.epochs, "batch_size": args.batch_size, "image_size": args.image_size,
-              "model_size": args.model_size, "min_map": args.min_map}
+              "model_size": args.model_size, "min_map": args.min_map, "tune_trials": args.tune_trials,
+              "tune_trial_steps": args.tune_trial_steps}
     summary = run_local(params, Path(args.pipeline_root))
     print("\n".join(["", "detpipe run summary", *("  " + line for line in summary.lines())]))
     if args.summary_json:
@@ -183,8 +185,9 @@ def cmd_run(args) -> int:
 
 # ---------------------------------------------------------------- parser
 
-def _add_train_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--epochs", type=_positive_int, default=10, help="passes over the train split (default 10)")
+def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
+    if epochs:
+        p.add_argument("--epochs", type=_positive_int, default=10, help="passes over the train split (default 10)")
     p.add_argument("--batch-size", type=_batch_size, default="auto",
                    help="images per step, or 'auto' to choose for this machine (default auto)")
     p.add_argument("--image-size", type=_positive_int, default=128,
@@ -300,9 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=_positive_int, default=6, help="candidates in the first round (default 6)")
     p.add_argument("--trial-steps", type=_positive_int, default=100,
                    help="training steps of a first-round trial (default 100)")
-    _add_train_options(p)
+    _add_train_options(p, epochs=False)
     _add_local_train_options(p)
-    p.set_defaults(func=cmd_tune, augment_strength=0.5)
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")
     p.add_argument("--model", required=True, help="output folder of `detpipe train`")
@@ -337,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-anomalies", action="store_true", help="let the data step pass despite anomalies")
     _add_train_options(p)
     p.add_argument("--min-map", type=float, default=0.0, help="fail the run below this mAP@[.5:.95] (default 0)")
+    p.add_argument("--tune-trials", type=int, default=0,
+                   help="hyperparameter search before training: candidates, or 0 for none (default 0)")
+    p.add_argument("--tune-trial-steps", type=_positive_int, default=100,
+                   help="training steps of a first-round tuning trial (default 100)")
     p.add_argument("--pipeline-root", default="local_outputs", help="where artifacts go (default local_outputs)")
     p.add_argument("--summary-json", help="also write the run summary to this JSON file")
     p.set_defaults(func=cmd_run)

@@ -1,7 +1,8 @@
-"""The detpipe DAG: validate-and-convert → probe → train → evaluate.
+"""The detpipe DAG: validate-and-convert → probe → tune → train → evaluate.
 
 Linear on purpose: kfp's local runner has no dsl.If/ParallelFor/ExitHandler, and a
-gate is a component that fails (evaluate's `min_map`). Machine resources are
+gate is a component that fails (evaluate's `min_map`). So the tune step is always
+there; with `tune_trials` 0 (the default) it only writes the default hyperparameters. Machine resources are
 compile-time options (`StepResources`); the local runner ignores them.
 """
 
@@ -61,6 +62,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         model_size: str = "tiny",
         min_map: float = 0.0,
         require_gpu: bool = False,
+        tune_trials: int = 0,
+        tune_trial_steps: int = 100,
     ):
         """Train and evaluate an object detector on a labelled image dataset.
 
@@ -80,6 +83,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             model_size: tiny, small or resnet18.
             min_map: Fail the run when mAP@[.5:.95] on validation is below this.
             require_gpu: Fail the probe when no GPU is visible.
+            tune_trials: Hyperparameter search before training: 0 (off) or the number of candidates (e.g. 6).
+            tune_trial_steps: Training steps of a first-round tuning trial; about 2 x trials x steps in all.
         """
         data = steps.validate_and_convert(images=images, annotations=annotations, data_format=data_format,
                                           val_fraction=val_fraction, seed=seed,
@@ -92,7 +97,15 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
                             model_size=model_size, batch_size=batch_size)
         probe.set_caching_options(False)  # the machine may differ from one run to the next
         _on_accelerator(probe, resources)
-        trained = steps.train(data=data.outputs["dataset"], probe_verdict=probe.outputs["verdict"],
+        tuned = steps.tune_hyperparameters(
+            data=data.outputs["dataset"], probe_safe_batch=probe.outputs["largest_safe_batch"],
+            probe_precision=probe.outputs["mixed_precision"], probe_parallelism=probe.outputs["input_parallelism"],
+            trials=tune_trials, trial_steps=tune_trial_steps, batch_size=batch_size, image_size=image_size,
+            model_size=model_size, seed=seed)
+        tuned.set_display_name("tune")
+        _on_accelerator(tuned, resources)
+        trained = steps.train(data=data.outputs["dataset"], hparams=tuned.outputs["hparams"],
+                              probe_verdict=probe.outputs["verdict"],
                               probe_safe_batch=probe.outputs["largest_safe_batch"],
                               probe_precision=probe.outputs["mixed_precision"],
                               probe_parallelism=probe.outputs["input_parallelism"],

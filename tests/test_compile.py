@@ -40,12 +40,12 @@ def _executor(spec, task):
     return spec["deploymentSpec"]["executors"][executor]["container"]
 
 
-def test_accelerators_on_probe_and_train_only(tmp_path):
+def test_accelerators_on_probe_tune_and_train_only(tmp_path):
     from pipeline.dag import StepResources
 
     compile_pipeline(tmp_path / "p.yaml", resources=StepResources(accelerator_type="NVIDIA_L4", accelerator_count=2))
     spec = yaml.safe_load((tmp_path / "p.yaml").read_text())
-    for task in ("probe", "train"):
+    for task in ("probe", "tune-hyperparameters", "train"):
         accelerator = _executor(spec, task)["resources"]["accelerator"]
         assert accelerator["resourceType"] == "NVIDIA_L4" and accelerator["resourceCount"] == "2"
     assert "accelerator" not in _executor(spec, "validate-and-convert").get("resources", {})
@@ -71,8 +71,10 @@ def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
     # No run-time pip installs: the image holds everything.
     assert not any("pip install" in " ".join(e["container"]["command"]) for e in executors.values())
     tasks = spec["root"]["dag"]["tasks"]
-    assert set(tasks) == {"validate-and-convert", "probe", "train", "evaluate"}
+    assert set(tasks) == {"validate-and-convert", "probe", "tune-hyperparameters", "train", "evaluate"}
     assert tasks["probe"]["cachingOptions"] == {}
-    assert tasks["train"]["dependentTasks"] == ["probe", "validate-and-convert"]
+    assert tasks["tune-hyperparameters"]["dependentTasks"] == ["probe", "validate-and-convert"]
+    assert tasks["train"]["dependentTasks"] == ["probe", "tune-hyperparameters", "validate-and-convert"]
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert params["batch_size"]["defaultValue"] == "auto" and "images" in params
+    assert params["tune_trials"]["defaultValue"] == 0  # the search is off unless asked for

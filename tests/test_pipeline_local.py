@@ -38,6 +38,10 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     assert summary["probe_verdict"] in ("PASS", "WARN")
     assert (run_dir / "probe" / "report").read_text().startswith("# Environment probe")
     assert (run_dir / "train" / "model" / "model.keras").stat().st_size > 0
+    hparams = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
+    assert hparams["search"]["trials"] == 0  # tune_trials defaults to 0: the defaults, no search
+    train_config = json.loads((run_dir / "train" / "model" / "train_config.json").read_text())
+    assert train_config["train"]["base_lr_per_64"] == hparams["base_lr_per_64"]
     metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
     assert math.isfinite(metrics["metrics"]["mAP"]) and math.isfinite(metrics["metrics"]["AP50"])
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]

@@ -142,3 +142,21 @@ def test_count_records_uses_the_manifest_and_falls_back_to_reading(demo_shards, 
         shard["records"] += 1
     (bare / "manifest.json").write_text(json.dumps(manifest))
     assert count_records(str(bare), TRAIN) == expected + len(train_shards)
+
+
+def test_deterministic_input_repeats_exactly_and_the_cache_changes_nothing(demo_shards, tmp_path):
+    def first_batches(**kwargs):
+        config = InputConfig(image_size=64, batch_size=4, deterministic=True, seed=2, **kwargs)
+        return [(x.numpy(), y["boxes"].numpy(), y["labels"].numpy())
+                for x, y in train_dataset(str(demo_shards), config).take(3)]
+
+    plain = first_batches()
+    for other in (first_batches(), first_batches(cache="memory"), first_batches(cache=str(tmp_path / "cache"))):
+        for a, b in zip(plain, other):
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+    assert list(tmp_path.glob("cache*"))  # the file cache was written
+    # A resumed pipeline (skip) continues the same sequence: batch 3 of a fresh start.
+    resumed = first_batches(skip_examples=8)[0]
+    for x, y in zip(plain[2], resumed):
+        np.testing.assert_array_equal(x, y)

@@ -57,7 +57,10 @@ def make_accumulating_step(model: keras.Model, micro_batches: int):
         _, loss_sum, sums = tf.while_loop(lambda i, *_: i < micro_batches, body,
                                           (tf.constant(0), tf.constant(0.0), zeros))
         model.optimizer.apply_gradients(zip([s / micro_batches for s in sums], variables))
-        model._loss_tracker.update_state(loss_sum / micro_batches, sample_weight=batch)
+        # Under tf.distribute, `_compute_loss` divides by the replica count (so replica
+        # gradients sum right); the logged loss is not divided (as in Keras' own step).
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        model._loss_tracker.update_state(loss_sum / micro_batches * replicas, sample_weight=batch)
         return model.get_metrics_result()
 
     return train_step

@@ -1,8 +1,8 @@
 """tf.data readers of the shards (TF OD API keys, from beam/feature_keys.py).
 
 Parallel interleaved reads, optional cache, parallel parse and decode (JPEG/PNG,
-greyscale/CMYK/alpha → RGB), box-aware crop and flip, resize to the model size,
-photometric jitter (augment.py), padded boxes per batch, prefetch.
+greyscale/CMYK/alpha → RGB), box-aware scale jitter (crop or pad) fused with the
+resize to the model size, flip, photometric jitter (augment.py), padded boxes per batch, prefetch.
 
 Boxes leave this module as pixel `yxyx` at the model's image size with 0-based
 labels, padded with label -1: what `RetinaNetObjectDetector.fit` expects.
@@ -43,7 +43,8 @@ class InputConfig:
     image_size: int = 128
     batch_size: int = 16
     augment: bool = True
-    augment_strength: float = 0.5  # 0: flips only; 1: strongest crops and photometric jitter (augment.py)
+    augment_strength: float = 0.5  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
+    flip: bool = True  # horizontal flips when augmenting
     cache: str | None = None  # "memory", or a file path prefix for a disk cache of the encoded records
     shuffle_buffer: int = 1024
     seed: int = 0
@@ -101,16 +102,22 @@ def _resized(image, boxes, labels, image_size: int) -> tuple[tf.Tensor, dict]:
 
 
 def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tf.Tensor, dict]:
-    """Parse, decode, crop and flip, resize, photometric jitter: one training example."""
+    """Parse, decode, scale-jitter and resize, flip, photometric jitter: one training example."""
     example = parse_example(serialized)
     image, boxes, labels = example["image"], example["boxes"], example["labels"]
     if not config.augment:
         return _resized(image, boxes, labels, config.image_size)
     seeds = tf.random.experimental.stateless_split(tf.stack([tf.cast(config.seed, tf.int64), index]), 3)
-    image, boxes, labels = augment.random_crop(image, boxes, labels, config.augment_strength, seeds[0])
-    image, boxes = augment.random_flip(image, boxes, seeds[1])
-    image, target = _resized(image, boxes, labels, config.image_size)
-    return augment.photometric(image, config.augment_strength, seeds[2]), target
+    if config.augment_strength > 0:
+        image, boxes, labels = augment.scale_jitter(image, boxes, labels, config.augment_strength, seeds[0],
+                                                    config.image_size)
+    else:
+        image = tf.image.resize(image, [config.image_size, config.image_size])
+    image = image / 255.0
+    if config.flip:  # after resizing: fewer pixels to move
+        image, boxes = augment.random_flip(image, boxes, seeds[1])
+    image = augment.photometric(image, config.augment_strength, seeds[2])
+    return image, {"boxes": boxes * float(config.image_size), "labels": tf.cast(labels, tf.float32) - 1.0}
 
 
 def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_remainder: bool) -> tf.data.Dataset:

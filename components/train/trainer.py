@@ -92,6 +92,7 @@ class TrainConfig:
     clipnorm: float = 10.0
     augment: bool = True
     augment_strength: float = 0.5
+    flip: bool = True
     cache: str | None = None  # "memory" or a file path: keep encoded records after the first epoch
     seed: int = 0
     deterministic: bool = False
@@ -147,8 +148,9 @@ def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | No
     return size, reason
 
 
-def _auto_batch(config: TrainConfig, num_classes: int) -> tuple[int, str]:
-    """`--batch-size auto` for this machine: trial steps on a GPU, a RAM bound on a CPU."""
+def _auto_batch(config: TrainConfig, num_classes: int, replicas: int = 1) -> tuple[int, str]:
+    """`--batch-size auto` for this machine: trial steps on a GPU (the batch of one GPU,
+    times the number of GPUs), a RAM bound on a CPU."""
     if not tf.config.list_physical_devices("GPU"):
         import psutil
 
@@ -175,10 +177,19 @@ def _auto_batch(config: TrainConfig, num_classes: int) -> tuple[int, str]:
         del trial_model
         gc.collect()
     if search.batch == 0:
-        return 1, f"auto: not even 1 image fitted in trial steps ({search.describe()}); trying 1"
-    return search.batch, (f"auto: the largest batch whose trial steps peaked under {TARGET_FRACTION:.0%} of "
-                          f"{total / 2**30:.1f} GiB GPU memory, starting from the probe's {start} "
-                          f"(trials: {search.describe()})")
+        return replicas, f"auto: not even 1 image fitted in trial steps ({search.describe()}); trying 1 per GPU"
+    return search.batch * replicas, (
+        f"auto: the largest batch whose trial steps peaked under {TARGET_FRACTION:.0%} of "
+        f"{total / 2**30:.1f} GiB GPU memory, starting from the probe's {start} (trials: {search.describe()})"
+        + (f", times {replicas} GPUs" if replicas > 1 else ""))
+
+
+def _distribution() -> tuple[tf.distribute.Strategy, str]:
+    """MirroredStrategy over every GPU when there are several, else the default (one device)."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy(), f"MirroredStrategy over {len(gpus)} GPUs, the batch split evenly"
+    return tf.distribute.get_strategy(), "one device"
 
 
 def _mixed_precision(advised: str | None = None) -> tuple[str, str]:
@@ -209,8 +220,13 @@ def train_detector(config: TrainConfig) -> TrainResult:
     policy, policy_reason = _mixed_precision(config.probe.precision)
     keras.mixed_precision.set_global_policy(policy)  # before the batch search: trials use it too
     num_classes = max(label_map.values())  # ids may have gaps (OD API label maps): a slot up to the largest
+    strategy, strategy_reason = _distribution()
+    replicas = strategy.num_replicas_in_sync
     batch_size, batch_reason = choose_batch_size(config.batch_size, num_train, config.probe.safe_batch,
-                                                 auto=lambda: _auto_batch(config, num_classes))
+                                                 auto=lambda: _auto_batch(config, num_classes, replicas))
+    if batch_size % replicas:  # every replica takes the same share
+        batch_size = max(replicas, batch_size - batch_size % replicas)
+        batch_reason += f"; rounded to {batch_size}, a multiple of the {replicas} GPUs"
 
     steps_per_epoch = max(1, num_train // batch_size)
     total_steps = steps_per_epoch * config.epochs
@@ -227,17 +243,17 @@ def train_detector(config: TrainConfig) -> TrainResult:
         0.0, max(1, total_steps - warmup), warmup_target=peak_lr, warmup_steps=warmup))
 
     model_config = model_config_for(config.model_size, config.image_size, num_classes, config.preset)
-    model = build_detector(model_config)
-    model.compile(optimizer=keras.optimizers.AdamW(
-        schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm))
-
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     # The number of parts each batch is split into; more than 1 after an OOM recovery,
     # saved with the checkpoints so a restarted run keeps the smaller micro-batch.
     micro_batches = tf.Variable(1, dtype=tf.int64, trainable=False, name="micro_batches")
-    checkpoints = ChunkCheckpoints(model, str(out / CHECKPOINT_DIR), lr_scale=schedule.scale,
-                                   micro_batches=micro_batches)
+    with strategy.scope():  # weights and optimizer state mirrored on every GPU (a no-op on one device)
+        model = build_detector(model_config)
+        model.compile(optimizer=keras.optimizers.AdamW(
+            schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm))
+        checkpoints = ChunkCheckpoints(model, str(out / CHECKPOINT_DIR), lr_scale=schedule.scale,
+                                       micro_batches=micro_batches)
     chunks_done = checkpoints.restore()
     clock = StepClock(enabled=not config.deterministic)
     use_micro_batches(model, int(micro_batches.numpy()), wrap=clock.timed)
@@ -249,6 +265,7 @@ def train_detector(config: TrainConfig) -> TrainResult:
         "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch_size}/64; "
                          f"linear warmup {warmup} steps, cosine decay to 0 at step {total_steps}",
         "precision": f"{policy}: {policy_reason}",
+        "devices": strategy_reason,
         "model": (f"preset {config.preset} (pretrained backbone, new heads)" if config.preset else config.model_size)
                  + f": {count_params(model):,} parameters, {config.image_size}px input",
         "checkpoints": f"every {chunk} steps to {out / CHECKPOINT_DIR}"
@@ -260,17 +277,19 @@ def train_detector(config: TrainConfig) -> TrainResult:
     monitor = TrainingMonitor(str(out / TENSORBOARD_DIR), batch_size, clock, chunk)
     input_config = InputConfig(
         image_size=config.image_size, batch_size=batch_size, augment=config.augment,
-        augment_strength=config.augment_strength, cache=config.cache,
+        augment_strength=config.augment_strength, flip=config.flip, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism)
-    decisions["augmentation"] = (f"strength {config.augment_strength:g}: flips, crops keeping >= "
-                                 f"{1 - 0.5 * min(config.augment_strength, 1):.2f} of each side, photometric jitter"
-                                 if config.augment else "off")
+    decisions["augmentation"] = (f"strength {config.augment_strength:g}: {'flips, ' if config.flip else ''}"
+                                 f"crops keeping >= {1 - 0.5 * min(config.augment_strength, 1):.2f} of each side, "
+                                 "photometric jitter" if config.augment else "off")
     history, recoveries = _fit_with_recovery(model, schedule, micro_batches, checkpoints, config, input_config,
                                              chunks_done, chunk, num_chunks, monitor, clock)
     parts = int(micro_batches.numpy())
+    micro_batch_size = batch_size // replicas // parts  # images per forward/backward pass on one device
     if parts > 1:
-        decisions["micro_batch"] = (f"{batch_size // parts} images x {parts} accumulated parts = effective batch "
-                                    f"{batch_size} (smaller micro-batch after out-of-memory)")
+        decisions["micro_batch"] = (f"{micro_batch_size} images x {parts} accumulated parts"
+                                    + (f" x {replicas} GPUs" if replicas > 1 else "")
+                                    + f" = effective batch {batch_size} (smaller micro-batch after out-of-memory)")
     if recoveries:
         decisions["recoveries"] = "; ".join(recoveries)
     model.save(out / MODEL_FILE)
@@ -278,7 +297,7 @@ def train_detector(config: TrainConfig) -> TrainResult:
     (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
     result = TrainResult(
         model_path=str(out / MODEL_FILE), num_train=num_train, batch_size=batch_size,
-        micro_batch_size=batch_size // parts, steps=total_steps,
+        micro_batch_size=micro_batch_size, steps=total_steps,
         images_per_second=round(monitor.images_per_second, 2),
         input_wait_share=None if monitor.input_wait_share is None else round(monitor.input_wait_share, 3),
         final_loss=losses["loss"][-1] if losses.get("loss") else None,
@@ -301,6 +320,7 @@ def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variab
     verbose = "auto" if os.isatty(2) else 2
     faults, recoveries, nan_recoveries = FaultPlan.from_env(), [], 0
     batch = input_config.batch_size
+    per_replica = batch // model.distribute_strategy.num_replicas_in_sync
     while True:
         first_step = chunks_done * chunk
         data = train_dataset(config.data_dir, replace(input_config, skip_examples=first_step * batch))
@@ -328,7 +348,7 @@ def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variab
                      f"to {float(schedule.scale.numpy()):g}x")
         except tf.errors.ResourceExhaustedError as err:
             parts = int(micro_batches.numpy())
-            more = next_micro_batches(batch, parts)
+            more = next_micro_batches(per_replica, parts)
             if more is None:
                 raise OutOfMemory(
                     f"out of memory at step {step.step} even with a micro-batch of 1 image: use a smaller "
@@ -338,8 +358,9 @@ def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variab
             schedule.scale.assign(scale)
             micro_batches.assign(more)
             use_micro_batches(model, more, wrap=clock.timed)
-            event = (f"out of memory at step {step.step}: micro-batch {batch // parts} -> {batch // more} images, "
-                     f"{more} accumulated parts per step keep the effective batch at {batch}; "
+            event = (f"out of memory at step {step.step}: micro-batch {per_replica // parts} -> "
+                     f"{per_replica // more} images{' per GPU' if per_replica != batch else ''}, {more} accumulated "
+                     f"parts per step keep the effective batch at {batch}; "
                      f"restored the checkpoint after step {chunks_done * chunk}")
         logger.warning("train: %s", event)
         recoveries.append(event)
