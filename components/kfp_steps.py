@@ -84,8 +84,10 @@ def tune_hyperparameters(data: Input[Dataset], probe_safe_batch: int, probe_prec
                          trials: int, trial_steps: int, batch_size: str, image_size: int, model_size: str, seed: int,
                          hparams: Output[Artifact], report: Output[Markdown]) -> float:
     """Search learning rate, weight decay and augmentation strength on short trials
-    (`trials` 0: no search, the defaults). Returns the best val mAP (NaN without a search)."""
+    (`trials` 0: no search, the defaults). Returns the best val mAP (-1 without a search:
+    KFP metadata and outputs cannot hold NaN)."""
     import logging
+    import math
     import shutil
 
     from components.train.trainer import ProbeAdvice
@@ -97,9 +99,10 @@ def tune_hyperparameters(data: Input[Dataset], probe_safe_batch: int, probe_prec
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=trials, trial_steps=trial_steps,
                              seed=seed, train={"batch_size": batch_size, "image_size": image_size,
                                                "model_size": model_size, "probe": advice}))
-    hparams.metadata.update({**result.best, "best_map": result.best_score, "trials": len(result.trials)})
+    best_map = result.best_score if math.isfinite(result.best_score) else -1.0
+    hparams.metadata.update({**result.best, "best_map": best_map, "trials": len(result.trials)})
     shutil.copyfile(f"{hparams.path}/{REPORT_FILE}", report.path)
-    return result.best_score
+    return best_map
 
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_verdict: str, probe_safe_batch: int,

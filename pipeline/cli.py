@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "running the same command again resumes from the latest")
     p.add_argument("--augment-strength", type=_unit_float,
                    help="0-1: random crops (boxes cut away are dropped) and brightness/contrast jitter; "
-                        "flips are always on unless --no-flip (default 0.5)")
+                        "flips are always on unless --no-flip (default 0.25)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="search learning rate, weight decay and augmentation strength on short trials",

@@ -36,8 +36,8 @@ class ChunkCheckpoints:
         if not latest:
             return 0
         self._checkpoint.restore(latest).assert_existing_objects_matched()
-        logger.info("resuming from checkpoint %s: %d chunk(s) already done", latest, int(self.chunks_done))
-        return int(self.chunks_done)
+        logger.info("resuming from checkpoint %s: %d chunk(s) already done", latest, int(self.chunks_done.numpy()))
+        return int(self.chunks_done.numpy())
 
     def save(self, chunks_done: int) -> str:
         self.chunks_done.assign(chunks_done)

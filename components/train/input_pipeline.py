@@ -43,7 +43,7 @@ class InputConfig:
     image_size: int = 128
     batch_size: int = 16
     augment: bool = True
-    augment_strength: float = 0.5  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
+    augment_strength: float = 0.25  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
     flip: bool = True  # horizontal flips when augmenting
     cache: str | None = None  # "memory", or a file path prefix for a disk cache of the encoded records
     shuffle_buffer: int = 1024

@@ -106,38 +106,39 @@ class TrainingMonitor(keras.callbacks.Callback):
 
 
 def draw_loss_curve(step_losses: list[tuple[int, float]], path: Path, size: tuple[int, int] = (640, 320)) -> bool:
-    """A PNG line chart of per-step loss (faint) and its moving average (bold).
+    """A PNG line chart of per-step loss (faint) and its moving average (bold), on a log
+    scale so the late steps are not flattened by the first ones.
 
     Drawn with Pillow: matplotlib is not a dependency, and a line chart is a few lines.
-    Returns False (and writes nothing) when there is no finite loss to draw.
+    Returns False (and writes nothing) when there is no positive finite loss to draw.
     """
     from PIL import Image, ImageDraw
 
-    points = [(s, v) for s, v in step_losses if math.isfinite(v)]
+    points = [(s, math.log10(v)) for s, v in step_losses if math.isfinite(v) and v > 0]
     if not points:
         return False
     width, height = size
-    left, right, top, bottom = 56, 16, 16, 36
+    left, right, top, bottom = 56, 16, 22, 36
     image = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(image)
     steps = [s for s, _ in points]
-    values = [v for _, v in points]
-    low, high = min(0.0, min(values)), max(values) or 1.0
+    low, high = math.floor(min(v for _, v in points)), math.ceil(max(v for _, v in points))
+    high = max(high, low + 1)
     first, last = min(steps), max(max(steps), min(steps) + 1)
 
     def xy(step, value):
         x = left + (step - first) / (last - first) * (width - left - right)
-        y = top + (1 - (value - low) / (high - low or 1.0)) * (height - top - bottom)
+        y = top + (1 - (value - low) / (high - low)) * (height - top - bottom)
         return x, y
 
     draw.rectangle((left, top, width - right, height - bottom), outline="#888888")
-    for fraction in (0.0, 0.5, 1.0):
-        value = low + fraction * (high - low)
-        _, y = xy(first, value)
-        draw.text((4, y - 6), f"{value:.3g}", fill="#444444")
+    for power in range(low, high + 1):  # a grid line and label at every power of ten
+        _, y = xy(first, power)
+        draw.line((left, y, width - right, y), fill="#e4e4e4")
+        draw.text((4, y - 6), f"{10.0 ** power:g}", fill="#444444")
     draw.text((left, height - bottom + 6), f"step {first}", fill="#444444")
     draw.text((width - right - 70, height - bottom + 6), f"step {last}", fill="#444444")
-    draw.text((left + 6, top + 2), "training loss per step (bold: moving average)", fill="#444444")
+    draw.text((left, 4), "training loss per step, log scale (bold: moving average)", fill="#444444")
     draw.line([xy(s, v) for s, v in points], fill="#b8c8e8", width=1)
     window = max(1, len(points) // 25)
     smooth, total = [], 0.0

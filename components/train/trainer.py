@@ -91,7 +91,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     clipnorm: float = 10.0
     augment: bool = True
-    augment_strength: float = 0.5
+    augment_strength: float = 0.25
     flip: bool = True
     cache: str | None = None  # "memory" or a file path: keep encoded records after the first epoch
     seed: int = 0
@@ -279,9 +279,10 @@ def train_detector(config: TrainConfig) -> TrainResult:
         image_size=config.image_size, batch_size=batch_size, augment=config.augment,
         augment_strength=config.augment_strength, flip=config.flip, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism)
-    decisions["augmentation"] = (f"strength {config.augment_strength:g}: {'flips, ' if config.flip else ''}"
-                                 f"crops keeping >= {1 - 0.5 * min(config.augment_strength, 1):.2f} of each side, "
-                                 "photometric jitter" if config.augment else "off")
+    strength = min(config.augment_strength, 1.0)
+    decisions["augmentation"] = (f"strength {strength:g}: {'flips, ' if config.flip else ''}scale jitter "
+                                 f"±{40 * strength:.0f}% (zoom in and out, boxes cut away dropped), brightness "
+                                 f"±{0.3 * strength:.2g}, contrast ±{40 * strength:.0f}%" if config.augment else "off")
     history, recoveries = _fit_with_recovery(model, schedule, micro_batches, checkpoints, config, input_config,
                                              chunks_done, chunk, num_chunks, monitor, clock)
     parts = int(micro_batches.numpy())

@@ -32,7 +32,7 @@ SEARCH_SPACE: dict[str, tuple[float, float, bool]] = {
     "weight_decay": (1e-5, 1e-3, True),
     "augment_strength": (0.0, 1.0, False),
 }
-DEFAULTS = {"base_lr_per_64": 8e-3, "weight_decay": 1e-4, "augment_strength": 0.5}
+DEFAULTS = {"base_lr_per_64": 8e-3, "weight_decay": 1e-4, "augment_strength": 0.25}
 
 
 @dataclass
@@ -68,7 +68,11 @@ def successive_halving(candidates: list[dict[str, float]], run_trial: Callable[[
     def run(hparams: dict[str, float], steps: int) -> Trial:
         trial = Trial(len(trials) + 1, hparams, steps)
         try:
-            trial.score = float(run_trial(trial))
+            score = float(run_trial(trial))
+            if math.isfinite(score):
+                trial.score = score
+            else:
+                trial.error = f"the score is {score}"
         except Exception as err:  # a diverged or failed trial must not end the search
             trial.error = f"{type(err).__name__}: {err}"
             logger.warning("tune: trial %d failed: %s", trial.number, trial.error)
@@ -78,8 +82,7 @@ def successive_halving(candidates: list[dict[str, float]], run_trial: Callable[[
         return trial
 
     def ranked(rung: list[Trial]) -> list[Trial]:
-        return sorted(rung, key=lambda t: -math.inf if t.score is None or math.isnan(t.score) else t.score,
-                      reverse=True)
+        return sorted(rung, key=lambda t: -math.inf if t.score is None else t.score, reverse=True)
 
     first = ranked([run(c, trial_steps) for c in candidates])
     keep = max(1, len(first) // eta)
@@ -128,10 +131,11 @@ def tune(config: TuneConfig) -> TuneResult:
 
 
 def write_results(result: TuneResult, config: TuneConfig, out: Path) -> None:
-    best = {**result.best, "score": {"metric": "mAP@[.5:.95] on val", "value": result.best_score},
+    score = result.best_score if math.isfinite(result.best_score) else None  # strict JSON: null, not NaN
+    best = {**result.best, "score": {"metric": "mAP@[.5:.95] on val", "value": score},
             "search": {"trials": config.trials, "trial_steps": config.trial_steps, "seed": config.seed,
                        "space": {k: list(v) for k, v in SEARCH_SPACE.items()}}}
-    (out / BEST_FILE).write_text(json.dumps(best, indent=2, allow_nan=True) + "\n")
+    (out / BEST_FILE).write_text(json.dumps(best, indent=2, allow_nan=False) + "\n")
     with (out / TRIALS_FILE).open("w") as handle:
         for trial in result.trials:
             handle.write(json.dumps(asdict(trial)) + "\n")
@@ -139,14 +143,14 @@ def write_results(result: TuneResult, config: TuneConfig, out: Path) -> None:
     if not result.trials:
         lines += ["No trials were run (trials = 0): training uses the defaults.", ""]
     lines += ["| best | value |", "|---|---|"] + [f"| {k} | {v:g} |" for k, v in result.best.items()]
-    lines += ["", f"Best mAP@[.5:.95] on val: {result.best_score:.4f}", ""]
+    lines += ["", f"Best mAP@[.5:.95] on val: {result.best_score:.4f}" if score is not None else "", ""]
     if result.trials:
         names = list(SEARCH_SPACE)
         lines += ["| trial | steps | " + " | ".join(names) + " | mAP |", "|---" * (len(names) + 3) + "|"]
         for t in result.trials:
-            score = f"{t.score:.4f}" if t.score is not None else f"failed: {t.error}"
+            shown = f"{t.score:.4f}" if t.score is not None else f"failed: {t.error}"
             lines.append(f"| {t.number} | {t.steps} | " + " | ".join(f"{t.hparams[n]:g}" for n in names)
-                         + f" | {score} |")
+                         + f" | {shown} |")
     (out / REPORT_FILE).write_text("\n".join(lines) + "\n")
 
 
