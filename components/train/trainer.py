@@ -23,6 +23,7 @@ import tensorflow as tf
 from beam.label_map import parse_pbtxt_label_map
 from components.train.accumulation import next_micro_batches, use_micro_batches
 from components.probe.gpu_facts import nvml_facts
+from components.train.anchor_check import WARN_SHARE, anchor_coverage
 from components.train.batch_search import (CPU_BATCH_CAP, GPU_BATCH_LIMIT, TARGET_FRACTION, cpu_ram_bound,
                                            search_largest_batch, trial_step_fits)
 from components.train.checkpoints import CHECKPOINT_DIR, ChunkCheckpoints, SaveEveryChunk
@@ -271,6 +272,10 @@ def train_detector(config: TrainConfig) -> TrainResult:
         "checkpoints": f"every {chunk} steps to {out / CHECKPOINT_DIR}"
                        + (f"; resumed after step {resumed_at}" if resumed_at else ""),
     }
+    coverage = anchor_coverage(model, config.data_dir, config.image_size, records=500)
+    decisions["anchors"] = coverage.describe(config.image_size)
+    if coverage.share > WARN_SHARE:
+        logger.warning("train: %s", decisions["anchors"])
     for key, value in decisions.items():
         logger.info("train: %s = %s", key, value)
 
