@@ -97,10 +97,8 @@ def _hparams_over_defaults(args) -> dict:
 
     given = {"base_lr_per_64": args.base_lr, "weight_decay": args.weight_decay,
              "augment_strength": args.augment_strength}
-    if not args.hparams:
-        return {k: (DEFAULTS[k] if v is None else v) for k, v in given.items()}
     try:
-        loaded = load_hparams(args.hparams)
+        loaded = load_hparams(args.hparams) if args.hparams else {}
     except ValueError as err:
         raise _fail_lines(str(err).splitlines()) from err
     return {k: v if v is not None else loaded.get(k, DEFAULTS[k]) for k, v in given.items()}

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from beam import feature_keys as K
-from components.train.input_pipeline import _is_gzip, shard_files
+from components.train.input_pipeline import compression_type, shard_files
 
 POSITIVE_IOU = 0.5  # KerasHub RetinaNetLabelEncoder's default positive threshold
 WARN_SHARE = 0.1
@@ -64,7 +64,7 @@ def best_centred_iou(box_hw: np.ndarray, anchor_hw: np.ndarray) -> np.ndarray:
 def sample_box_sizes(data_dir: str, image_size: int, records: int = 2000) -> np.ndarray:
     """(height, width) in model-input pixels of the boxes in the first `records` train records."""
     files = shard_files(data_dir, "train")
-    data = tf.data.TFRecordDataset(files, compression_type="GZIP" if _is_gzip(files) else "").take(records)
+    data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records)
     sizes = []
     for serialized in data:
         parsed = tf.io.parse_single_example(serialized, _BOX_FEATURES)

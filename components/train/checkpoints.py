@@ -30,12 +30,17 @@ class ChunkCheckpoints:
                                                **extra)
         self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=max_to_keep)
 
-    def restore(self) -> int:
-        """Restore the latest checkpoint (if any); returns the chunks it had done."""
+    def restore(self, keep: tuple[tf.Variable, ...] = ()) -> int:
+        """Restore the latest checkpoint (if any); returns the chunks it had done. The
+        variables in `keep` keep their current values: a recovery goes back to the weights
+        but not to the learning-rate scale or micro-batch it had before."""
         latest = self._manager.latest_checkpoint
         if not latest:
             return 0
+        current = [v.numpy() for v in keep]
         self._checkpoint.restore(latest).assert_existing_objects_matched()
+        for variable, value in zip(keep, current):
+            variable.assign(value)
         logger.info("resuming from checkpoint %s: %d chunk(s) already done", latest, int(self.chunks_done.numpy()))
         return int(self.chunks_done.numpy())
 

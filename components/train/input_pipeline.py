@@ -97,8 +97,12 @@ def to_model_inputs(example: dict, image_size: int) -> tuple[tf.Tensor, dict]:
 
 def _resized(image, boxes, labels, image_size: int) -> tuple[tf.Tensor, dict]:
     # Resizing the uint8 image first and scaling after is one pass less over the full-size image.
-    image = tf.image.resize(image, [image_size, image_size]) / 255.0
-    return image, {"boxes": boxes * float(image_size), "labels": tf.cast(labels, tf.float32) - 1.0}
+    return tf.image.resize(image, [image_size, image_size]) / 255.0, _targets(boxes, labels, image_size)
+
+
+def _targets(boxes, labels, image_size: int) -> dict:
+    """Normalised boxes to pixels at the model size; 1-based labels to 0-based (0 becomes -1, padding)."""
+    return {"boxes": boxes * float(image_size), "labels": tf.cast(labels, tf.float32) - 1.0}
 
 
 def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tf.Tensor, dict]:
@@ -116,8 +120,7 @@ def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig)
     image = image / 255.0
     if config.flip:  # after resizing: fewer pixels to move
         image, boxes = augment.random_flip(image, boxes, seeds[1])
-    image = augment.photometric(image, config.augment_strength, seeds[2])
-    return image, {"boxes": boxes * float(config.image_size), "labels": tf.cast(labels, tf.float32) - 1.0}
+    return augment.photometric(image, config.augment_strength, seeds[2]), _targets(boxes, labels, config.image_size)
 
 
 def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_remainder: bool) -> tf.data.Dataset:
@@ -130,26 +133,28 @@ def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_re
     )
 
 
-def _records(files: tf.data.Dataset, num_files: int, gzip: bool, deterministic: bool) -> tf.data.Dataset:
-    """Interleaved parallel reads of shard files (GZIP shards end in `.gz`)."""
-    compression = "GZIP" if gzip else ""
-    return files.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
-        cycle_length=min(num_files, 8), num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-
-
-def _is_gzip(files: list[str]) -> bool:
+def compression_type(files: list[str]) -> str:
+    """The TFRecord compression of a split's shards: "GZIP" when they end in `.gz`, else ""."""
     kinds = {f.endswith(".gz") for f in files}
     if len(kinds) > 1:
         raise ValueError("a split mixes GZIP (.gz) and plain shards")
-    return kinds.pop()
+    return "GZIP" if kinds.pop() else ""
+
+
+def _records(files: list[str], deterministic: bool, shuffle_seed: int | None = None) -> tf.data.Dataset:
+    """Interleaved parallel reads of shard files, in a seeded random file order if asked."""
+    compression = compression_type(files)
+    names = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle_seed is not None:
+        names = names.shuffle(len(files), seed=shuffle_seed)
+    return names.interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
+        cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
 def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     """Endless shuffled, augmented, batched training data."""
-    files = shard_files(data_dir, "train")
-    names = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=config.seed)
-    ds = _records(names, len(files), _is_gzip(files), config.deterministic)
+    ds = _records(shard_files(data_dir, "train"), config.deterministic, shuffle_seed=config.seed)
     if config.cache:
         # The encoded records, kept after the first pass: later epochs read no files.
         ds = ds.cache("" if config.cache == "memory" else config.cache)
@@ -167,10 +172,7 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
 
 def eval_examples(data_dir: str, split: str = "val") -> tf.data.Dataset:
     """Parsed examples in shard order (no augmentation), for evaluation."""
-    files = shard_files(data_dir, split)
-    names = tf.data.Dataset.from_tensor_slices(files)
-    return _records(names, len(files), _is_gzip(files), deterministic=True).map(
-        parse_example, num_parallel_calls=AUTOTUNE)
+    return _records(shard_files(data_dir, split), deterministic=True).map(parse_example, num_parallel_calls=AUTOTUNE)
 
 
 def count_records(data_dir: str, split: str) -> int:
@@ -184,5 +186,5 @@ def count_records(data_dir: str, split: str) -> int:
         names = [f.rsplit("/", 1)[-1] for f in files]
         if all(name in shards for name in names):
             return sum(shards[name] for name in names)
-    compression = "GZIP" if _is_gzip(files) else ""
+    compression = compression_type(files)
     return sum(1 for f in files for _ in tf.data.TFRecordDataset(f, compression_type=compression))

@@ -223,7 +223,7 @@ def train_detector(config: TrainConfig) -> TrainResult:
     num_classes = max(label_map.values())  # ids may have gaps (OD API label maps): a slot up to the largest
     strategy, strategy_reason = _distribution()
     replicas = strategy.num_replicas_in_sync
-    batch_size, batch_reason = choose_batch_size(config.batch_size, num_train, config.probe.safe_batch,
+    batch_size, batch_reason = choose_batch_size(config.batch_size, num_train,
                                                  auto=lambda: _auto_batch(config, num_classes, replicas))
     if batch_size % replicas:  # every replica takes the same share
         batch_size = max(replicas, batch_size - batch_size % replicas)
@@ -327,6 +327,7 @@ def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variab
     faults, recoveries, nan_recoveries = FaultPlan.from_env(), [], 0
     batch = input_config.batch_size
     per_replica = batch // model.distribute_strategy.num_replicas_in_sync
+    recovery_state = (schedule.scale, micro_batches)  # what a recovery changes; a restore keeps it
     while True:
         first_step = chunks_done * chunk
         data = train_dataset(config.data_dir, replace(input_config, skip_examples=first_step * batch))
@@ -344,11 +345,8 @@ def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variab
                     f"{err}; still non-finite after {nan_recoveries} recoveries that lowered the learning rate "
                     f"to {float(schedule.scale.numpy()):g}x. Check the data (rejects.jsonl, box coordinates) "
                     "or lower --base-lr") from err
-            lowered = float(schedule.scale.numpy()) * config.nan_lr_factor
-            parts = int(micro_batches.numpy())
-            chunks_done = checkpoints.restore()  # also restores the older, higher scale
-            schedule.scale.assign(lowered)
-            micro_batches.assign(parts)
+            chunks_done = checkpoints.restore(keep=recovery_state)
+            schedule.scale.assign(schedule.scale * config.nan_lr_factor)
             nan_recoveries += 1
             event = (f"{err}: restored the checkpoint after step {chunks_done * chunk}, learning rate scaled "
                      f"to {float(schedule.scale.numpy()):g}x")
@@ -359,9 +357,7 @@ def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variab
                 raise OutOfMemory(
                     f"out of memory at step {step.step} even with a micro-batch of 1 image: use a smaller "
                     "--image-size or --model-size, or a GPU with more memory") from err
-            scale = float(schedule.scale.numpy())
-            chunks_done = checkpoints.restore()
-            schedule.scale.assign(scale)
+            chunks_done = checkpoints.restore(keep=recovery_state)
             micro_batches.assign(more)
             use_micro_batches(model, more, wrap=clock.timed)
             event = (f"out of memory at step {step.step}: micro-batch {per_replica // parts} -> "
