@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny demo dataset, its converted shards, the raccoon dataset."""
+"""Shared fixtures: a tiny demo dataset, its converted shards, the raccoon dataset and its shards."""
 
 import os
 from pathlib import Path
@@ -14,6 +14,18 @@ def raccoon() -> Path:
     assert (RACCOON / "annotations").is_dir(), (
         f"the raccoon dataset is expected at {RACCOON} (../shared/datasets/raccoon); set DETPIPE_RACCOON")
     return RACCOON
+
+
+@pytest.fixture(scope="session")
+def raccoon_shards(raccoon, tmp_path_factory) -> Path:
+    """Raccoon converted with the defaults: 157 train and 43 val real photos, 1 class."""
+    from beam.convert_job import ConvertOptions, build_dataset
+
+    out = tmp_path_factory.mktemp("raccoon_shards")
+    result = build_dataset(ConvertOptions(images=str(raccoon / "images"), annotations=str(raccoon / "annotations"),
+                                          output=str(out)))
+    assert result.ok, result.anomalies
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -171,3 +171,67 @@ def test_accumulated_step_matches_the_full_batch_gradient_for_a_mean_loss():
 
     for a, b in zip(model_after_one_step(1), model_after_one_step(4)):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def _tiny_model():
+    import keras
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    return model
+
+
+def _fit_tiny(model, guard, steps=4, micro_batches=1):
+    from components.train.accumulation import use_micro_batches
+    from components.train.faults import RaiseOnNonFinite
+
+    use_micro_batches(model, micro_batches, wrap=guard.checked)
+    x = np.arange(3 * 4 * steps, dtype="float32").reshape(4 * steps, 3) / 10
+    model.fit(x, np.ones((4 * steps, 2), "float32"), batch_size=4, epochs=1, shuffle=False, verbose=0,
+              callbacks=[RaiseOnNonFinite(guard, steps_per_chunk=steps, initial_chunk=0)])
+
+
+def test_a_non_finite_update_is_named_at_its_step_even_when_its_loss_was_finite():
+    """A gradient that is NaN while the loss is finite (as oneDNN's kernels make of NaN
+    pixels): the step whose update poisoned the weights is named, not the next one."""
+    import keras
+    import pytest
+    import tensorflow as tf
+
+    from components.train.faults import FiniteGuard, NonFiniteLoss
+
+    @tf.custom_gradient
+    def nan_gradient_at_step_2(x):
+        step = model.optimizer.iterations + 1
+        return tf.identity(x), lambda dy: dy * tf.where(tf.equal(step, 2), float("nan"), 1.0)
+
+    class NanGradient(keras.layers.Layer):
+        def call(self, x):
+            return nan_gradient_at_step_2(x)
+
+    model = _tiny_model()
+    model = keras.Sequential([*model.layers, NanGradient()])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    with pytest.raises(NonFiniteLoss, match=r"^the update made the weights non-finite \(its running loss was "
+                                            r"[0-9.]+\) at step 2$"):
+        _fit_tiny(model, FiniteGuard(model))
+
+
+def test_injected_nan_reaches_the_loss_of_exactly_step_k_with_or_without_micro_batches(monkeypatch):
+    import pytest
+
+    from components.train.faults import FaultPlan, FiniteGuard, NonFiniteLoss
+
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "nan@3")
+    for parts in (1, 2):
+        model = _tiny_model()
+        FaultPlan.from_env().poison_loss(model)
+        with pytest.raises(NonFiniteLoss, match=r"^loss is nan at step 3$"):
+            _fit_tiny(model, FiniteGuard(model), micro_batches=parts)
+    plan = FaultPlan.from_env()
+    model = _tiny_model()
+    plan.poison_loss(model)
+    plan.mark_fired()  # once: after it fired, the same step trains normally
+    _fit_tiny(model, FiniteGuard(model))
+    assert all(np.isfinite(w).all() for w in model.get_weights())

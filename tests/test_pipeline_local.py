@@ -45,3 +45,46 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
     assert math.isfinite(metrics["metrics"]["mAP"]) and math.isfinite(metrics["metrics"]["AP50"])
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]
+
+
+def test_run_local_on_real_photos_with_tuning(raccoon, tmp_path):
+    """The real-data path: 200 raccoon photos (non-square, 178-2000 px, 3 greyscale, one
+    class), 43 val images (not a multiple of any batch), a short schedule and a 2-trial
+    search, through the real DAG with the KFP local runner."""
+    summary_file = tmp_path / "summary.json"
+    code = main(["run", "--local", "--images", str(raccoon / "images"), "--annotations", str(raccoon / "annotations"),
+                 "--epochs", "2", "--batch-size", "8", "--tune-trials", "2", "--tune-trial-steps", "4",
+                 "--pipeline-root", str(tmp_path / "root"), "--summary-json", str(summary_file)])
+    assert code == 0
+    summary = json.loads(summary_file.read_text())
+    run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
+
+    dataset = run_dir / "validate-and-convert" / "dataset"
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    assert manifest["records_in"] == 200 == manifest["written_total"] + manifest["rejected"]
+    assert manifest["color_modes"] == {"L": 3, "RGB": 197}
+    rejects = [line for line in (dataset / "rejects.jsonl").read_text().splitlines() if line.strip()]
+    assert len(rejects) == manifest["rejected"]
+    written = manifest["written"]
+    assert written["train"] + written["val"] == manifest["written_total"] and written["val"] % 8 != 0
+    for split in ("train", "val"):
+        files = sorted(str(p) for p in dataset.glob(f"{split}-*.tfrecord"))
+        assert sum(1 for _ in tf.data.TFRecordDataset(files)) == written[split]
+    assert json.loads((dataset / "label_map.json").read_text()) == {"raccoon": 1}
+
+    trials = [json.loads(line) for line in
+              (run_dir / "tune-hyperparameters" / "hparams" / "trials.jsonl").read_text().splitlines()]
+    assert len(trials) >= 2 and all(t["error"] is None and math.isfinite(t["score"]) for t in trials)
+
+    model = run_dir / "train" / "model"
+    train_config = json.loads((model / "train_config.json").read_text())
+    assert train_config["result"]["num_train"] == written["train"]
+    assert train_config["result"]["steps"] == 2 * (written["train"] // 8)
+    losses = json.loads((model / "history.json").read_text())["loss"]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
+
+    metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
+    assert metrics["num_images"] == written["val"]
+    assert set(k for k in metrics["metrics"] if k.startswith("AP/")) == {"AP/raccoon"}
+    assert all(math.isfinite(v) for v in metrics["metrics"].values())
+    assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]

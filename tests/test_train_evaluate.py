@@ -29,16 +29,6 @@ def test_greyscale_images_decode_to_rgb(raccoon_shards):
     assert shapes and set(shapes) == {3}
 
 
-@pytest.fixture(scope="module")
-def raccoon_shards(raccoon, tmp_path_factory):
-    from beam.convert_job import ConvertOptions, build_dataset
-
-    out = tmp_path_factory.mktemp("raccoon_train")
-    build_dataset(ConvertOptions(images=str(raccoon / "images"), annotations=str(raccoon / "annotations"),
-                                 output=str(out)))
-    return out
-
-
 def test_model_config_round_trips_and_builds():
     cfg = ModelConfig(num_classes=2, image_size=64, backbone_filters=(64, 32, 32, 32), head_conv_layers=1,
                       min_level=4, max_level=5, anchor_size=2.0)

@@ -19,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
-from components.train.input_pipeline import eval_examples
+from components.evaluate.detect import BatchDetector
+from components.train.input_pipeline import eval_examples, to_model_image
 from components.train.trainer import CONFIG_FILE, MODEL_FILE
 
 logger = logging.getLogger(__name__)
@@ -51,16 +52,18 @@ def load_trained(model_dir: str) -> tuple[keras.Model, dict]:
 
 def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size: int = 32,
                   split: str = "val") -> tuple[list[ImageTruth], list[ImageDetections]]:
-    """Ground truth and detections (normalised yxyx, 1-based labels) for every image."""
+    """Ground truth and detections (normalised yxyx, 1-based labels) for every image of the
+    split, whatever its size: the detector always sees full batches (detect.py)."""
     truths: list[ImageTruth] = []
     detections: list[ImageDetections] = []
+    detector = BatchDetector(model, image_size, batch_size)
     examples = eval_examples(data_dir, split).map(
-        lambda ex: (tf.image.resize(tf.cast(ex["image"], tf.float32) / 255.0, [image_size, image_size]),
+        lambda ex: (to_model_image(ex["image"], image_size),
                     {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width")}),
         num_parallel_calls=tf.data.AUTOTUNE,
     ).ragged_batch(batch_size).prefetch(2)
     for images, truth in examples:
-        pred = model.predict(images, batch_size=batch_size, verbose=0)
+        pred = detector(images)
         for i in range(int(images.shape[0])):
             image_id = len(truths) + 1
             truths.append(ImageTruth(

@@ -1,16 +1,23 @@
-"""Training faults: NaN/Inf losses and out-of-memory errors, and a switch that injects
-them so recovery is testable on a CPU.
+"""Training faults: non-finite losses and updates, out-of-memory errors, and a switch that
+injects them so recovery is testable on a CPU.
 
-`DETPIPE_INJECT_FAULT=nan@K` makes the batch of global step K (1-based) all NaN once;
-`oom@K` raises `tf.errors.ResourceExhaustedError` when step K starts, once. With
-`:always` (`nan@K:always`, `oom@K:always`) it happens every time step K comes round again,
-to test the failure paths.
+`DETPIPE_INJECT_FAULT=nan@K` makes the loss of global step K (1-based) NaN, once: the NaN is
+added to the loss inside the compiled step, so it reaches the loss and the update on every
+machine (NaN pixels do not: oneDNN's CPU kernels drop them before the loss and poison only
+the update). `oom@K` raises `tf.errors.ResourceExhaustedError` when step K starts, once.
+With `:always` (`nan@K:always`, `oom@K:always`) it happens every time step K comes round
+again, to test the failure paths.
 
-Recovery policy (trainer.py): on a non-finite loss, restore the last checkpoint, halve the
-learning rate and go on; after `max_nan_recoveries` recoveries, fail with a clear message.
-On out-of-memory, restore the last checkpoint, halve the micro-batch and keep the effective
-batch by gradient accumulation (accumulation.py); fail when a micro-batch of 1 image
-does not fit.
+Detection (`FiniteGuard`, `RaiseOnNonFinite`): after every step the loss is checked, and so
+is every model variable after the update, in the compiled step (one reduction per
+variable), so a step whose update went non-finite is named even when its own loss looked
+finite. The step named is the step whose update first went non-finite.
+
+Recovery policy (trainer.py): on a non-finite loss or update, restore the last checkpoint,
+halve the learning rate and go on; after `max_nan_recoveries` recoveries, fail with a clear
+message. On out-of-memory, restore the last checkpoint, halve the micro-batch and keep the
+effective batch by gradient accumulation (accumulation.py); fail when a micro-batch of 1
+image does not fit.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import keras
 import tensorflow as tf
@@ -31,7 +38,7 @@ _SPEC = re.compile(r"^(nan|oom)@(\d+)(:always)?$")
 
 
 class NonFiniteLoss(RuntimeError):
-    """The training loss became NaN or Inf."""
+    """The training loss, or the weights after an update, became NaN or Inf."""
 
 
 class TrainingDiverged(RuntimeError):
@@ -48,6 +55,7 @@ class FaultPlan:
     step: int = 0
     always: bool = False
     fired: bool = False
+    _armed: tf.Variable | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls) -> "FaultPlan":
@@ -59,19 +67,49 @@ class FaultPlan:
             raise ValueError(f"{FAULT_ENV}={spec!r}: expected nan@STEP or oom@STEP, optionally with :always")
         return cls(kind=match.group(1), step=int(match.group(2)), always=bool(match.group(3)))
 
-    def poison(self, batches: tf.data.Dataset, first_step: int) -> tf.data.Dataset:
-        """NaN images at the planned step of a batched dataset that starts at `first_step`."""
-        if self.kind != "nan" or (self.fired and not self.always):
-            return batches
-        target = self.step
-        logger.warning("fault injection: NaN inputs at step %d (%s)", target, FAULT_ENV)
+    def poison_loss(self, model: keras.Model) -> None:
+        """For `nan@K`: make the loss of global step K NaN inside the compiled step (K is the
+        optimizer's update count + 1, so it holds across chunks, restores and micro-batches).
+        Call before the train function is built."""
+        if self.kind != "nan":
+            return
+        logger.warning("fault injection: NaN loss at step %d (%s)", self.step, FAULT_ENV)
+        self._armed = tf.Variable(True, trainable=False, name="nan_fault_armed")
+        armed, target, compute_loss = self._armed, self.step, model.compute_loss
 
-        def maybe_poison(index, batch):
-            images, targets = batch
-            hit = tf.equal(index + 1, target)
-            return tf.where(hit, images * float("nan"), images), targets
+        def poisoned(*args, **kwargs):
+            loss = compute_loss(*args, **kwargs)
+            hit = tf.logical_and(armed, tf.equal(model.optimizer.iterations + 1, target))
+            return loss + tf.cast(tf.where(hit, float("nan"), 0.0), loss.dtype)
 
-        return batches.enumerate(start=first_step).map(maybe_poison)
+        model.compute_loss = poisoned
+
+    def mark_fired(self) -> None:
+        """The fault happened: without `:always` it does not happen again."""
+        self.fired = True
+        if self.kind == "nan" and not self.always:
+            self._armed.assign(False)
+
+
+class FiniteGuard:
+    """Whether every float variable of the model was finite after the last training step,
+    computed inside the compiled step (after the update: automatic control dependencies
+    order the reads after the optimizer's writes)."""
+
+    def __init__(self, model: keras.Model):
+        self._model = model
+        self.finite = tf.Variable(True, trainable=False, name="weights_finite")
+
+    def checked(self, train_step):
+        """Wrap a `train_step` so it records whether the updated variables are finite."""
+
+        def step(data):
+            logs = train_step(data)
+            variables = [v for v in self._model.variables if tf.as_dtype(v.dtype).is_floating]
+            self.finite.assign(tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables]))
+            return logs
+
+        return step
 
 
 class GlobalStep(keras.callbacks.Callback):
@@ -90,13 +128,21 @@ class GlobalStep(keras.callbacks.Callback):
         self.step = self._epoch * self._per_chunk + batch + 1
 
 
-class RaiseOnNonFiniteLoss(GlobalStep):
-    """Stop at the first non-finite loss (Keras' running mean stays NaN once it is)."""
+class RaiseOnNonFinite(GlobalStep):
+    """Stop at the first step whose loss is non-finite (Keras' running mean stays NaN once it
+    is) or whose update left a non-finite variable (`FiniteGuard`), naming that step."""
+
+    def __init__(self, guard: FiniteGuard, steps_per_chunk: int, initial_chunk: int):
+        super().__init__(steps_per_chunk, initial_chunk)
+        self._guard = guard
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
             raise NonFiniteLoss(f"loss is {float(loss)} at step {self.step}")
+        if not bool(self._guard.finite.numpy()):
+            shown = "" if loss is None else f" (its running loss was {float(loss):.4g})"
+            raise NonFiniteLoss(f"the update made the weights non-finite{shown} at step {self.step}")
 
 
 class InjectOutOfMemory(GlobalStep):

@@ -90,14 +90,15 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     }
 
 
-def to_model_inputs(example: dict, image_size: int) -> tuple[tf.Tensor, dict]:
-    """Resize to the model size (values in [0, 1]); pixel boxes; 0-based labels."""
-    return _resized(example["image"], example["boxes"], example["labels"], image_size)
+def to_model_image(image: tf.Tensor, image_size: int) -> tf.Tensor:
+    """A decoded RGB uint8 image of any size → float32 in [0, 1] at the model size: the
+    preprocessing of training without augmentation, of evaluation and of serving."""
+    # Resizing the uint8 image first and scaling after is one pass less over the full-size image.
+    return tf.image.resize(image, [image_size, image_size]) / 255.0
 
 
 def _resized(image, boxes, labels, image_size: int) -> tuple[tf.Tensor, dict]:
-    # Resizing the uint8 image first and scaling after is one pass less over the full-size image.
-    return tf.image.resize(image, [image_size, image_size]) / 255.0, _targets(boxes, labels, image_size)
+    return to_model_image(image, image_size), _targets(boxes, labels, image_size)
 
 
 def _targets(boxes, labels, image_size: int) -> dict:

@@ -27,8 +27,8 @@ from components.train.anchor_check import WARN_SHARE, anchor_coverage
 from components.train.batch_search import (CPU_BATCH_CAP, GPU_BATCH_LIMIT, TARGET_FRACTION, cpu_ram_bound,
                                            search_largest_batch, trial_step_fits)
 from components.train.checkpoints import CHECKPOINT_DIR, ChunkCheckpoints, SaveEveryChunk
-from components.train.faults import (FaultPlan, InjectOutOfMemory, NonFiniteLoss, OutOfMemory, RaiseOnNonFiniteLoss,
-                                     TrainingDiverged)
+from components.train.faults import (FaultPlan, FiniteGuard, InjectOutOfMemory, NonFiniteLoss, OutOfMemory,
+                                     RaiseOnNonFinite, TrainingDiverged)
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.model import ModelConfig, build_detector, count_params
 from components.train.observe import LOSS_CURVE_FILE, TENSORBOARD_DIR, StepClock, TrainingMonitor, draw_loss_curve
@@ -257,7 +257,13 @@ def train_detector(config: TrainConfig) -> TrainResult:
                                        micro_batches=micro_batches)
     chunks_done = checkpoints.restore()
     clock = StepClock(enabled=not config.deterministic)
-    use_micro_batches(model, int(micro_batches.numpy()), wrap=clock.timed)
+    faults, guard = FaultPlan.from_env(), FiniteGuard(model)
+    faults.poison_loss(model)
+
+    def wrap(train_step):  # every train step: timed, and its updated weights checked for NaN/Inf
+        return clock.timed(guard.checked(train_step))
+
+    use_micro_batches(model, int(micro_batches.numpy()), wrap=wrap)
     resumed_at = chunks_done * chunk
     if chunks_done == 0:
         checkpoints.save(0)  # the state a NaN in the first chunk goes back to
@@ -289,7 +295,7 @@ def train_detector(config: TrainConfig) -> TrainResult:
                                  f"±{40 * strength:.0f}% (zoom in and out, boxes cut away dropped), brightness "
                                  f"±{0.3 * strength:.2g}, contrast ±{40 * strength:.0f}%" if config.augment else "off")
     history, recoveries = _fit_with_recovery(model, schedule, micro_batches, checkpoints, config, input_config,
-                                             chunks_done, chunk, num_chunks, monitor, clock)
+                                             chunks_done, chunk, num_chunks, monitor, faults, guard, wrap)
     parts = int(micro_batches.numpy())
     micro_batch_size = batch_size // replicas // parts  # images per forward/backward pass on one device
     if parts > 1:
@@ -318,28 +324,28 @@ def train_detector(config: TrainConfig) -> TrainResult:
 
 def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variable, checkpoints: ChunkCheckpoints,
                        config: TrainConfig, input_config: InputConfig, chunks_done: int, chunk: int, num_chunks: int,
-                       monitor: TrainingMonitor, clock: StepClock) -> tuple[keras.callbacks.History, list[str]]:
+                       monitor: TrainingMonitor, faults: FaultPlan, guard: FiniteGuard,
+                       wrap: Callable) -> tuple[keras.callbacks.History, list[str]]:
     """`model.fit` over the remaining chunks, recovering from faults from the last checkpoint:
-    - a non-finite loss lowers the learning rate, at most `max_nan_recoveries` times;
+    - a non-finite loss or update lowers the learning rate, at most `max_nan_recoveries` times;
     - out of memory halves the micro-batch and accumulates gradients to keep the batch,
       until a micro-batch of one image does not fit."""
     verbose = "auto" if os.isatty(2) else 2
-    faults, recoveries, nan_recoveries = FaultPlan.from_env(), [], 0
+    recoveries, nan_recoveries = [], 0
     batch = input_config.batch_size
     per_replica = batch // model.distribute_strategy.num_replicas_in_sync
     recovery_state = (schedule.scale, micro_batches)  # what a recovery changes; a restore keeps it
     while True:
         first_step = chunks_done * chunk
         data = train_dataset(config.data_dir, replace(input_config, skip_examples=first_step * batch))
-        data = faults.poison(data, first_step)
-        step = RaiseOnNonFiniteLoss(chunk, chunks_done)
+        step = RaiseOnNonFinite(guard, chunk, chunks_done)
         try:
             history = model.fit(data, epochs=num_chunks, initial_epoch=chunks_done, steps_per_epoch=chunk,
                                 callbacks=[monitor, SaveEveryChunk(checkpoints), step,
                                            InjectOutOfMemory(faults, chunk, chunks_done)], verbose=verbose)
             return history, recoveries
         except NonFiniteLoss as err:
-            faults.fired = True
+            faults.mark_fired()
             if nan_recoveries >= config.max_nan_recoveries:
                 raise TrainingDiverged(
                     f"{err}; still non-finite after {nan_recoveries} recoveries that lowered the learning rate "
@@ -359,7 +365,7 @@ def _fit_with_recovery(model, schedule: ScaledSchedule, micro_batches: tf.Variab
                     "--image-size or --model-size, or a GPU with more memory") from err
             chunks_done = checkpoints.restore(keep=recovery_state)
             micro_batches.assign(more)
-            use_micro_batches(model, more, wrap=clock.timed)
+            use_micro_batches(model, more, wrap=wrap)
             event = (f"out of memory at step {step.step}: micro-batch {per_replica // parts} -> "
                      f"{per_replica // more} images{' per GPU' if per_replica != batch else ''}, {more} accumulated "
                      f"parts per step keep the effective batch at {batch}; "
