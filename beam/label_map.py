@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+import tensorflow as tf
+
 
 def derive_label_map(class_names: Iterable[str]) -> dict[str, int]:
     """A stable label map: names sorted, ids from 1.
@@ -50,3 +52,22 @@ def parse_pbtxt_label_map(text: str, source: str = "label_map.pbtxt") -> dict[st
     if not label_map:
         raise ValueError(f"{source}: no `item {{ name: ... id: ... }}` entries")
     return label_map
+
+
+def read_dataset_label_map(data_dir: str) -> dict[str, int]:
+    """The classes of a shard folder: `label_map.json` (detpipe) or `label_map.pbtxt` (TF OD API)."""
+    root = data_dir.rstrip("/")
+    for name in ("label_map.json", "label_map.pbtxt"):
+        path = f"{root}/{name}"
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as handle:
+                text = handle.read()
+            return json.loads(text) if name.endswith(".json") else parse_pbtxt_label_map(text, path)
+    raise FileNotFoundError(f"no label_map.json or label_map.pbtxt in {data_dir}: "
+                            "is it the output of `detpipe data build`?")
+
+
+def num_class_slots(label_map: dict[str, int]) -> int:
+    """Classes the model's head needs: ids may have gaps (OD API label maps), so one slot
+    per id up to the largest."""
+    return max(label_map.values())

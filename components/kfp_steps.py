@@ -68,7 +68,7 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: int, model_size: 
     from components.probe.probe_report import run_probe, write_probe
 
     logging.basicConfig(level=logging.INFO)
-    expect = Expectations.from_train_options(image_size, model_size, batch_size)
+    expect = Expectations.from_train_options(image_size, model_size, batch_size, data_dir=data.path)
     result = run_probe(require_gpu=require_gpu, data_dir=data.path, output_dir=str(Path(report.path).parent),
                        expect=expect)
     write_probe(result, Path(probe_json.path), Path(report.path))

@@ -79,7 +79,7 @@ def cmd_probe(args) -> int:
     )
 
     baseline = load_baseline(Path(args.baseline)) if args.baseline else None
-    expect = Expectations.from_train_options(args.image_size, args.model_size, args.batch_size)
+    expect = Expectations.from_train_options(args.image_size, args.model_size, args.batch_size, data_dir=args.data)
     result = run_probe(require_gpu=args.require_gpu, data_dir=args.data, expect=expect, baseline=baseline)
     write_probe(result, Path(args.json) if args.json else None, None)
     print(probe_markdown(result))

@@ -205,3 +205,15 @@ def test_cli_require_gpu_exits_1_naming_gpu_and_fix(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err and all(line.startswith("detpipe: ") for line in err)
     assert "no GPU" in err[0] and "fix:" in err[0]
+
+
+def test_memory_estimate_takes_the_classes_of_the_data(raccoon_shards, demo_shards):
+    """The class head grows with the classes: 80 classes leave room for fewer images than 1."""
+    assert Expectations.from_train_options(128, "tiny", "auto", data_dir=str(raccoon_shards)).num_classes == 1
+    assert Expectations.from_train_options(128, "tiny", "auto", data_dir=str(demo_shards)).num_classes == 3
+    small_gpu = machine(gpus=["NVIDIA T4"], cc=(7, 5), free=1 * GIB)
+
+    def safe(classes):
+        return recommend(small_gpu, Expectations(image_size=256, num_classes=classes))["largest_safe_batch"]
+
+    assert 0 < safe(80) < safe(1)

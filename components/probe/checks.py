@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from beam.label_map import num_class_slots, read_dataset_label_map
+
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _ORDER = {PASS: 0, WARN: 1, FAIL: 2}
 MIN_RAM_BYTES = 4 << 30
 MIN_DISK_BYTES = 5 << 30
 MAX_MATMUL_ERROR = 1e-2  # float32 256x256, TF32 allowed
 MIN_TFLOPS = 1.0  # any data-centre GPU of the last decade does far more in float32
+DEFAULT_NUM_CLASSES = 3  # the memory estimate's class head when no data is given
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,15 @@ class Expectations:
     model_size: str = "tiny"
     batch_size: int | None = None  # None: auto
     images_per_second: float | None = None  # expected training rate, for the storage check
+    num_classes: int = DEFAULT_NUM_CLASSES  # the class head's size: from the data's label map when known
 
     @classmethod
-    def from_train_options(cls, image_size: int, model_size: str, batch_size: str) -> "Expectations":
-        """From the train step's options, where the batch size is a number or 'auto'."""
-        return cls(image_size=image_size, model_size=model_size,
+    def from_train_options(cls, image_size: int, model_size: str, batch_size: str,
+                           data_dir: str | None = None) -> "Expectations":
+        """From the train step's options, where the batch size is a number or 'auto', and
+        the classes of the shards in `data_dir` when given."""
+        num_classes = num_class_slots(read_dataset_label_map(data_dir)) if data_dir else DEFAULT_NUM_CLASSES
+        return cls(image_size=image_size, model_size=model_size, num_classes=num_classes,
                    batch_size=None if batch_size == "auto" else int(batch_size))
 
 
@@ -163,8 +170,8 @@ def check_gpu_memory(facts: dict, expect: Expectations) -> tuple[CheckResult | N
         return None, None
     free = min(g["memory_free"] for g in nvml_gpus)
     mixed = any(g["compute_capability"][0] >= 7 for g in facts["tensorflow"]["gpus"])
-    safe = largest_safe_batch(free, expect.model_size, expect.image_size, mixed)
-    need = bytes_per_image(expect.model_size, expect.image_size, mixed)
+    safe = largest_safe_batch(free, expect.model_size, expect.image_size, expect.num_classes, mixed)
+    need = bytes_per_image(expect.model_size, expect.image_size, expect.num_classes, mixed)
     label = f"{free / (1 << 30):.1f} GiB free GPU memory; about {need / (1 << 20):.0f} MiB an image at {expect.image_size}px"
     if safe < 1:
         return CheckResult("gpu_memory", FAIL, f"{label}: not even one image fits",

@@ -31,7 +31,7 @@ def _output_elements(model) -> int:
 
 
 @lru_cache(maxsize=16)
-def model_footprint(model_size: str, image_size: int, num_classes: int = 3) -> tuple[int, int]:
+def model_footprint(model_size: str, image_size: int, num_classes: int) -> tuple[int, int]:
     """(activation elements per image, parameter count) of detpipe's detector."""
     from components.train.trainer import build_model_for
 
@@ -39,13 +39,15 @@ def model_footprint(model_size: str, image_size: int, num_classes: int = 3) -> t
     return _output_elements(model), model.count_params()
 
 
-def bytes_per_image(model_size: str, image_size: int, mixed_precision: bool) -> int:
-    elements, _ = model_footprint(model_size, image_size)
+def bytes_per_image(model_size: str, image_size: int, num_classes: int, mixed_precision: bool) -> int:
+    elements, _ = model_footprint(model_size, image_size, num_classes)
     return int(elements * (2 if mixed_precision else 4) * BACKWARD_FACTOR)
 
 
-def largest_safe_batch(memory_bytes: int, model_size: str, image_size: int, mixed_precision: bool) -> int:
-    """The largest batch expected to fit in `memory_bytes` (0 when even one image does not)."""
-    _, params = model_footprint(model_size, image_size)
+def largest_safe_batch(memory_bytes: int, model_size: str, image_size: int, num_classes: int,
+                       mixed_precision: bool) -> int:
+    """The largest batch expected to fit in `memory_bytes` (0 when even one image does not).
+    The class head grows with the classes (9 anchors x classes channels at every level)."""
+    _, params = model_footprint(model_size, image_size, num_classes)
     usable = memory_bytes * (1 - RESERVED_FRACTION) - params * 4 * 4  # weights, grads, 2 Adam moments
-    return max(0, int(usable // bytes_per_image(model_size, image_size, mixed_precision)))
+    return max(0, int(usable // bytes_per_image(model_size, image_size, num_classes, mixed_precision)))

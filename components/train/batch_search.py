@@ -112,8 +112,9 @@ def trial_step_fits(model, image_size: int, budget_bytes: int,
     return fits
 
 
-def cpu_ram_bound(model_size: str, image_size: int, available_bytes: int) -> int:
+def cpu_ram_bound(model_size: str, image_size: int, num_classes: int, available_bytes: int) -> int:
     """The largest batch whose estimated training memory fits `TARGET_FRACTION` of RAM."""
     from components.probe.memory_estimate import largest_safe_batch
 
-    return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_size, image_size, mixed_precision=False)
+    return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_size, image_size, num_classes,
+                              mixed_precision=False)

@@ -20,7 +20,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from beam.label_map import parse_pbtxt_label_map
+from beam.label_map import num_class_slots, read_dataset_label_map
 from components.train.accumulation import next_micro_batches, use_micro_batches
 from components.probe.gpu_facts import nvml_facts
 from components.train.anchor_check import WARN_SHARE, anchor_coverage
@@ -121,19 +121,6 @@ class TrainResult:
         return asdict(self)
 
 
-def read_dataset_label_map(data_dir: str) -> dict[str, int]:
-    """The classes of a shard folder: `label_map.json` (detpipe) or `label_map.pbtxt` (TF OD API)."""
-    root = data_dir.rstrip("/")
-    for name in ("label_map.json", "label_map.pbtxt"):
-        path = f"{root}/{name}"
-        if tf.io.gfile.exists(path):
-            with tf.io.gfile.GFile(path) as handle:
-                text = handle.read()
-            return json.loads(text) if name.endswith(".json") else parse_pbtxt_label_map(text, path)
-    raise FileNotFoundError(f"no label_map.json or label_map.pbtxt in {data_dir}: "
-                            "is it the output of `detpipe data build`?")
-
-
 def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | None = None,
                       auto: Callable[[], tuple[int, str]] | None = None) -> tuple[int, str]:
     """The batch size and why: as given (capped at the data size), or `auto()`'s choice
@@ -156,7 +143,7 @@ def _auto_batch(config: TrainConfig, num_classes: int, replicas: int = 1) -> tup
         import psutil
 
         available = psutil.virtual_memory().available
-        bound = cpu_ram_bound(config.model_size, config.image_size, available)
+        bound = cpu_ram_bound(config.model_size, config.image_size, num_classes, available)
         return max(1, min(CPU_BATCH_CAP, bound)), (
             f"auto on a CPU: RAM allows about {bound} images ({TARGET_FRACTION:.0%} of {available / 2**30:.1f} GiB "
             f"available, estimated from the model's layer outputs); capped at {CPU_BATCH_CAP}, since on a CPU "
@@ -220,7 +207,7 @@ def train_detector(config: TrainConfig) -> TrainResult:
         raise ValueError(f"the train split in {config.data_dir} has no records")
     policy, policy_reason = _mixed_precision(config.probe.precision)
     keras.mixed_precision.set_global_policy(policy)  # before the batch search: trials use it too
-    num_classes = max(label_map.values())  # ids may have gaps (OD API label maps): a slot up to the largest
+    num_classes = num_class_slots(label_map)
     strategy, strategy_reason = _distribution()
     replicas = strategy.num_replicas_in_sync
     batch_size, batch_reason = choose_batch_size(config.batch_size, num_train,
