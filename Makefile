@@ -10,10 +10,10 @@ EPOCHS ?= 8
 # demo-data makes DEMO_TRAIN + DEMO_VAL images; the hash split takes about this share for val.
 VAL_FRACTION ?= 0.1
 
-.PHONY: help env run demo test compile clean
+.PHONY: help env run demo test test-fast compile clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "detpipe needs Python 3.11 ($(PYTHON) not found on PATH): install it, or set PYTHON=/path/to/python3.11"; exit 1; }
@@ -34,8 +34,11 @@ demo: $(DEMO)/.done  ## write the synthetic demo dataset to demo-data/
 run: $(DEMO)/.done  ## run the whole pipeline locally on the demo dataset
 	$(DETPIPE) run --local --images $(DEMO)/images --annotations $(DEMO)/annotations --val-fraction $(VAL_FRACTION) --epochs $(EPOCHS)
 
-test: $(VENV)/.synced  ## run the tests
+test: $(VENV)/.synced  ## run the tests (what CI runs: every test, end-to-end runs on real data included)
 	$(VENV)/bin/python -m pytest -q
+
+test-fast: $(VENV)/.synced  ## the tests without the slow end-to-end and long training ones, for iteration
+	$(VENV)/bin/python -m pytest -q -m "not slow"
 
 compile: $(VENV)/.synced  ## compile the pipeline to detpipe.yaml and print its sha256
 	$(DETPIPE) compile --output detpipe.yaml

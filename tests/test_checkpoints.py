@@ -2,6 +2,7 @@
 it resumes from the checkpoint's step and, with --deterministic, ends with the weights of
 an uninterrupted run."""
 
+import pytest
 import json
 import os
 import re
@@ -28,6 +29,7 @@ def _weights(out):
     return keras.saving.load_model(out / "model.keras").get_weights()
 
 
+@pytest.mark.slow
 def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     full, killed = tmp_path / "full", tmp_path / "killed"
@@ -112,6 +114,7 @@ def test_bad_fault_spec_is_rejected(monkeypatch):
         FaultPlan.from_env()
 
 
+@pytest.mark.slow
 def test_oom_at_step_k_halves_the_micro_batch_and_keeps_the_effective_batch(demo_shards, tmp_path, monkeypatch):
     from components.train.trainer import train_detector
 

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = """
@@ -21,6 +23,7 @@ print("RESULT " + json.dumps(result.to_dict()))
 """
 
 
+@pytest.mark.slow
 def test_two_replicas_train_and_recover_from_oom_per_device(demo_shards, tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "DETPIPE_INJECT_FAULT": "oom@3"}
     run = subprocess.run([sys.executable, "-c", SCRIPT, str(demo_shards), str(tmp_path / "m")], cwd=REPO, env=env,

@@ -1,5 +1,6 @@
 """The real DAG, end to end, with the KFP local runner on a tiny demo dataset."""
 
+import pytest
 import json
 import math
 
@@ -10,6 +11,7 @@ from beam.example_codec import decode_example
 from pipeline.cli import main
 
 
+@pytest.mark.slow
 def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     summary_file = tmp_path / "summary.json"
     code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
@@ -47,6 +49,7 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]
 
 
+@pytest.mark.slow
 def test_run_local_on_real_photos_with_tuning(raccoon, tmp_path):
     """The real-data path: 200 raccoon photos (non-square, 178-2000 px, 3 greyscale, one
     class), 43 val images (not a multiple of any batch), a short schedule and a 2-trial

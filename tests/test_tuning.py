@@ -46,6 +46,7 @@ def test_hparams_files_are_checked_one_line_per_problem(tmp_path):
         load_hparams(str(tmp_path / "broken.json"))
 
 
+@pytest.mark.slow
 def test_tune_runs_real_trials_and_train_takes_the_result(demo_shards, tmp_path):
     from components.train.tuning import tune, TuneConfig
     from pipeline.cli import main

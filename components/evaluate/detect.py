@@ -45,6 +45,8 @@ def detect(model: keras.Model, images: tf.Tensor, batch_size: int) -> dict[str, 
     images = tf.pad(images, [[0, padded - count], [0, 0], [0, 0], [0, 0]])
     chunks = tf.reshape(images, [-1, batch_size, size, images.shape[2], 3])
     spec = tf.TensorSpec([batch_size, size, images.shape[2], 3], tf.float32)
+    # map_fn needs the per-chunk output signature; its dtypes follow the model's precision
+    # policy, so trace one batch to learn it rather than assume them.
     traced = tf.function(lambda batch: _one_batch(model, batch)).get_concrete_function(spec)
     signature = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in traced.structured_outputs.items()}
     outputs = tf.map_fn(lambda chunk: _one_batch(model, tf.ensure_shape(chunk, spec.shape)), chunks,
