@@ -2,6 +2,9 @@
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
+IAC_VENV := .venv-iac
+# The uv that installs the lock, here and in infra/Dockerfile (ARG UV_VERSION): keep them equal.
+UV_VERSION := 0.13.9
 DETPIPE := $(VENV)/bin/detpipe
 DEMO := demo-data
 DEMO_TRAIN ?= 2048
@@ -18,9 +21,15 @@ help:  ## list the targets
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "detpipe needs Python 3.11 ($(PYTHON) not found on PATH): install it, or set PYTHON=/path/to/python3.11"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "detpipe needs Python 3.11; $(PYTHON) is $$($(PYTHON) --version 2>&1)"; exit 1; }
-	@$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv || $(PYTHON) -m pip install --quiet --user uv
-	@$(PYTHON) -m uv --version >/dev/null 2>&1 || { echo "could not install uv with $(PYTHON) -m pip"; exit 1; }
+	@[ "$$($(PYTHON) -m uv --version 2>/dev/null | cut -d' ' -f2)" = "$(UV_VERSION)" ] || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)" || $(PYTHON) -m pip install --quiet --user "uv==$(UV_VERSION)"
+	@$(PYTHON) -m uv --version >/dev/null 2>&1 || { echo "could not install uv $(UV_VERSION) with $(PYTHON) -m pip"; exit 1; }
 	$(PYTHON) -m uv sync --frozen --python $(PYTHON)
+	@touch $@
+
+# The infrastructure scanners (checkov, hadolint) in their own locked environment:
+# infra/scan/pyproject.toml says why they stay out of uv.lock.
+$(IAC_VENV)/.synced: infra/scan/pyproject.toml infra/scan/uv.lock | $(VENV)/.synced
+	UV_PROJECT_ENVIRONMENT=$(abspath $(IAC_VENV)) $(PYTHON) -m uv sync --frozen --project infra/scan --python $(PYTHON)
 	@touch $@
 
 env: $(VENV)/.synced  ## build .venv from uv.lock
@@ -34,10 +43,10 @@ demo: $(DEMO)/.done  ## write the synthetic demo dataset to demo-data/
 run: $(DEMO)/.done  ## run the whole pipeline locally on the demo dataset
 	$(DETPIPE) run --local --images $(DEMO)/images --annotations $(DEMO)/annotations --val-fraction $(VAL_FRACTION) --epochs $(EPOCHS)
 
-test: $(VENV)/.synced  ## run the tests (what CI runs: every test, end-to-end runs on real data included)
+test: $(VENV)/.synced $(IAC_VENV)/.synced  ## run the tests (what CI runs: every test, end-to-end runs on real data included)
 	$(VENV)/bin/python -m pytest -q
 
-test-fast: $(VENV)/.synced  ## the tests without the slow end-to-end and long training ones, for iteration
+test-fast: $(VENV)/.synced $(IAC_VENV)/.synced  ## the tests without the slow end-to-end and long training ones, for iteration
 	$(VENV)/bin/python -m pytest -q -m "not slow"
 
 compile: $(VENV)/.synced  ## compile the pipeline to detpipe.yaml and print its sha256

@@ -35,9 +35,16 @@ def test_dockerfile_installs_from_the_lock_frozen():
     assert re.search(r"^COPY .*uv\.lock", text, re.M)
     syncs = re.findall(r"uv sync ([^\n]*)", text)
     assert syncs and all("--frozen" in s and "--extra gpu" in s for s in syncs)
-    assert "pip install" not in text.replace("pip install --no-cache-dir uv", "")  # nothing outside the lock
+    assert "pip install" not in text.replace('pip install --no-cache-dir "uv==${UV_VERSION}"', "")  # only the lock
     assert re.search(r"^USER (?!root)\w+", text, re.M)
     assert "org.opencontainers.image.revision" in text and "GIT_REVISION" in text
+    assert re.search(r"^HEALTHCHECK [^\n]*\\\n\s*CMD .*pipeline\.healthcheck", text, re.M)
+
+
+def test_the_image_and_the_makefile_pin_the_same_uv():
+    docker = re.search(r"^ARG UV_VERSION=(\S+)$", (INFRA / "Dockerfile").read_text(), re.M)
+    make = re.search(r"^UV_VERSION := (\S+)$", (INFRA.parent / "Makefile").read_text(), re.M)
+    assert docker and make and docker.group(1) == make.group(1) and re.fullmatch(r"\d+\.\d+\.\d+", make.group(1))
 
 
 def test_cloudbuild_compiles_and_uploads_with_the_pushed_tag():
@@ -60,9 +67,17 @@ def test_terraform_declares_what_the_pipeline_needs():
     tf = _terraform()
     apis = set(tf["locals"][0]["apis"])
     assert {"aiplatform.googleapis.com", "artifactregistry.googleapis.com", "dataflow.googleapis.com"} <= apis
-    bucket = _resources(tf, "google_storage_bucket")["pipeline_root"]
+    buckets = _resources(tf, "google_storage_bucket")
+    bucket = buckets["pipeline_root"]
     rule = bucket["lifecycle_rule"][0]
     assert rule["action"][0]["type"] == "Delete" and "retention" in rule["condition"][0]["age"]
+    # Never public; old versions kept, but only for a bounded time; access logged.
+    assert all(b["public_access_prevention"] == "enforced" and b["uniform_bucket_level_access"] is True
+               for b in buckets.values())
+    assert bucket["versioning"][0]["enabled"] is True
+    noncurrent = bucket["lifecycle_rule"][1]["condition"][0]
+    assert noncurrent["with_state"] == "ARCHIVED" and "noncurrent" in noncurrent["days_since_noncurrent_time"]
+    assert "access_logs" in bucket["logging"][0]["log_bucket"]
     repos = _resources(tf, "google_artifact_registry_repository")
     assert sorted(r["format"] for r in repos.values()) == ["DOCKER", "KFP"]
     assert "google_service_account" in str(tf["resource"])
@@ -75,6 +90,9 @@ def test_runner_service_account_has_least_roles():
     assert all(r.startswith("roles/") for r in roles)
     bucket_iam = _resources(_terraform(), "google_storage_bucket_iam_member")["runner_bucket"]
     assert bucket_iam["role"] == "roles/storage.objectAdmin"  # on the bucket, not the project
+    project_roles = {body["role"] for name, body in _resources(_terraform(), "google_project_iam_member").items()
+                     if name != "runner"} | roles
+    assert project_roles == roles | {"roles/dataflow.developer"}  # launching the data step's Dataflow job
 
 
 def test_terraform_variables_have_descriptions():

@@ -31,3 +31,26 @@ variable "artifact_retention_days" {
   type        = number
   default     = 30
 }
+
+variable "noncurrent_version_retention_days" {
+  description = "Delete overwritten or deleted versions of pipeline artifacts this many days after they stopped being current"
+  type        = number
+  default     = 7
+}
+
+variable "access_log_retention_days" {
+  description = "Delete access logs of the pipeline-root bucket (kept in BUCKET-access-logs) older than this many days"
+  type        = number
+  default     = 90
+}
+
+variable "kms_key" {
+  description = <<-EOT
+    Cloud KMS key (projects/P/locations/L/keyRings/R/cryptoKeys/K) that encrypts the buckets
+    and both Artifact Registry repositories; empty (the default) for Google-managed keys.
+    The Cloud Storage and Artifact Registry service agents need
+    roles/cloudkms.cryptoKeyEncrypterDecrypter on it.
+  EOT
+  type        = string
+  default     = ""
+}
