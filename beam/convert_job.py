@@ -63,6 +63,7 @@ class ConvertOptions:
     max_pixels: int = rc.CheckOptions.max_pixels
     split_file: str | None = None  # JSON {"train": [ids], "val": [ids]} instead of the hash split
     gzip: bool = False
+    exif: str = "auto"  # auto | apply | ignore: the frame of the annotations (beam/exif.py)
     gates: GateOptions = field(default_factory=GateOptions)
     allow_anomalies: bool = False
     runner: str = "DirectRunner"
@@ -202,7 +203,7 @@ def _list_sources(options: ConvertOptions) -> list:
 def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] | None) -> None:
     output = options.output
     check_options = rc.CheckOptions(keep_empty=options.keep_empty, label_map=options.label_map,
-                                    max_pixels=options.max_pixels)
+                                    max_pixels=options.max_pixels, exif=options.exif)
     pipeline_options = PipelineOptions(list(options.beam_args), runner=options.runner)
     with beam.Pipeline(runner=_runner(options.runner), options=pipeline_options) as p:
         checked = (
@@ -267,10 +268,11 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
         )
         _ = (
             placed
-            | "ColorModes" >> beam.Map(lambda sr: sr[1].color_mode)
-            | "CountModes" >> beam.combiners.Count.PerElement()
-            | "ModesToList" >> beam.combiners.ToList()
-            | "WriteModes" >> beam.Map(lambda m: write_json(FileSystems.join(output, "_color_modes.json"), dict(sorted(m))))
+            | "RecordFacts" >> beam.FlatMap(lambda sr: _record_facts(sr[1]))
+            | "CountFacts" >> beam.combiners.Count.PerElement()
+            | "FactsToList" >> beam.combiners.ToList()
+            | "WriteFacts" >> beam.Map(lambda m: write_json(FileSystems.join(output, "_record_facts.json"),
+                                                            dict(sorted(m))))
         )
         for split in (TRAIN, VAL):
             examples = (
@@ -279,6 +281,24 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
                 | f"Serialized{split}" >> beam.Map(lambda e: e[1])
             )
             stats_transform(examples, split, FileSystems.join(output, f"stats-{split}.pb"))
+
+
+def _record_facts(record: CheckedRecord) -> list[str]:
+    """What the manifest counts of each written record: its colour mode and, for an image
+    with an EXIF orientation, whether it was applied."""
+    facts = [f"color_modes/{record.color_mode}"]
+    if record.exif_orientation != 1:
+        facts.append(f"exif_orientation/{'applied' if record.orientation_applied else 'ignored'}")
+    return facts
+
+
+def _facts_by_kind(counts: dict[str, int]) -> dict[str, dict[str, int]]:
+    """{"color_modes/L": 3, ...} → {"color_modes": {"L": 3}, ...}"""
+    out: dict[str, dict[str, int]] = {"color_modes": {}, "exif_orientation": {"applied": 0, "ignored": 0}}
+    for key, count in counts.items():
+        kind, value = key.split("/", 1)
+        out.setdefault(kind, {})[value] = count
+    return out
 
 
 def _fill_empty_shards(output: str, shards: list[dict], counts: dict[str, int], gzip: bool) -> list[dict]:
@@ -315,7 +335,7 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         raise DataBuildError("no record with a box passed the checks: no classes to train on "
                              f"(see {FileSystems.join(out, 'rejects.jsonl')})")
     shards = pop_json(FileSystems.join(out, "_shards.json"), [])
-    color_modes = pop_json(FileSystems.join(out, "_color_modes.json"), {})
+    facts = _facts_by_kind(pop_json(FileSystems.join(out, "_record_facts.json"), {}))
     counts = pop_json(FileSystems.join(out, "_shard_counts.json"), {TRAIN: 1, VAL: 1})
     written = Counter()
     for shard in shards:
@@ -332,7 +352,9 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         "written_total": written[TRAIN] + written[VAL],
         "rejected": len(rejects),
         "rejected_by_reason": dict(sorted(Counter(r["reason"] for r in rejects).items())),
-        "color_modes": color_modes,
+        "color_modes": facts["color_modes"],
+        # Images with an EXIF orientation: written upright (applied) or as stored (ignored).
+        "exif_orientation": {"mode": options.exif, **facts["exif_orientation"]},
         "num_classes": len(label_map),
         "shards": shards,
         "anomalies": anomalies,

@@ -7,6 +7,7 @@ import hashlib
 import tensorflow as tf
 
 from beam import feature_keys as K
+from beam.exif import upright_image_bytes
 from beam.source_records import CheckedRecord
 
 
@@ -27,13 +28,18 @@ class ImageChanged(RuntimeError):
 
 
 def encode_example(record: CheckedRecord, image_bytes: bytes, label_map: dict[str, int]) -> tf.train.Example:
-    """The tf.Example of one record; labels are 1-based ids from `label_map`.
+    """The tf.Example of one record from its source image bytes; labels are 1-based ids
+    from `label_map`. When the checks applied the EXIF orientation, the image is written
+    upright (beam/exif.py) and `image/key/sha256` is the hash of the bytes written.
 
     Raises `ImageChanged` when `image_bytes` is not the image the record was checked on.
     """
     digest = hashlib.sha256(image_bytes).hexdigest()
     if digest != record.image_sha256:
         raise ImageChanged(f"{record.image_path} changed while the dataset was being converted; run again")
+    if record.orientation_applied:
+        image_bytes = upright_image_bytes(image_bytes)
+        digest = hashlib.sha256(image_bytes).hexdigest()
     xmin, ymin, xmax, ymax = (list(c) for c in zip(*record.boxes)) if record.boxes else ([], [], [], [])
     feature = {
         K.ENCODED: _bytes([image_bytes]),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
+from beam.exif import EXIF_MODES, apply_orientation, displayed_size, orientation_of
 from beam.source_records import CheckedRecord, Reject, SourceRecord
 
 MISSING_IMAGE = "missing_image"
@@ -39,24 +40,31 @@ class CheckOptions:
     max_pixels: int = 50_000_000
     keep_empty: bool = True
     label_map: dict[str, int] | None = None
+    exif: str = "auto"  # beam/exif.py: which frame the annotations were made in
+
+    def __post_init__(self):
+        if self.exif not in EXIF_MODES:
+            raise ValueError(f"--exif must be one of {', '.join(EXIF_MODES)}, got {self.exif!r}")
 
 
 def _reject(record: SourceRecord, reason: str, message: str) -> Reject:
     return Reject(record.image_id, reason, message, record.source_ref)
 
 
-def inspect_image(data: bytes) -> tuple[str, int, int, str]:
-    """(PIL format, width, height, mode) after fully decoding the image.
+def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
+    """(PIL format, stored width, stored height, mode, EXIF orientation) after fully
+    decoding the image.
 
     Raises `ValueError` for data Pillow cannot decode (corrupt or truncated).
     """
     try:
         with Image.open(io.BytesIO(data)) as image:
             fmt, (width, height), mode = image.format, image.size, image.mode
+            orientation = orientation_of(image)
             image.load()  # decodes every pixel: catches truncated files
     except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as err:
         raise ValueError(str(err) or type(err).__name__) from err
-    return fmt or "unknown", width, height, mode
+    return fmt or "unknown", width, height, mode, orientation
 
 
 def check_record(
@@ -66,18 +74,25 @@ def check_record(
     if image_bytes is None:
         return _reject(record, MISSING_IMAGE, f"image file {record.filename!r} not found")
     try:
-        fmt, width, height, mode = inspect_image(image_bytes)
+        fmt, width, height, mode, orientation = inspect_image(image_bytes)
     except ValueError as err:
         return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} cannot be decoded: {err}")
     if fmt not in _FORMATS:
         return _reject(record, UNSUPPORTED_FORMAT, f"image {record.filename!r} is {fmt}; only JPEG and PNG are accepted")
     if width * height > options.max_pixels:
         return _reject(record, IMAGE_TOO_LARGE, f"image is {width}x{height}, over the limit of {options.max_pixels} pixels")
-    if record.width is not None and record.height is not None and (record.width, record.height) != (width, height):
-        return _reject(
-            record, SIZE_MISMATCH,
-            f"annotation says {record.width}x{record.height}, image is {width}x{height}",
-        )
+    annotated = (record.width, record.height) if record.width is not None and record.height is not None else None
+    applied = apply_orientation(orientation, (width, height), annotated, options.exif)
+    displayed = displayed_size(width, height, orientation)
+    frame = displayed if applied else (width, height)
+    if annotated is not None and annotated != frame:
+        turned = "" if displayed == (width, height) else (
+            f" (EXIF orientation {orientation} would make it {displayed[0]}x{displayed[1]}"
+            + (", but --exif ignore keeps the stored pixels)" if options.exif == "ignore" and annotated == displayed
+               else ")"))
+        return _reject(record, SIZE_MISMATCH,
+                       f"annotation says {annotated[0]}x{annotated[1]}, image is {width}x{height}{turned}")
+    width, height = frame  # boxes are in the annotation's frame, which the shard's pixels now follow
     if not record.boxes and not options.keep_empty:
         return _reject(record, NO_BOXES, "no boxes (negatives are rejected by option)")
     boxes, texts, difficult = [], [], []
@@ -100,11 +115,12 @@ def check_record(
         boxes.append((xmin / width, ymin / height, xmax / width, ymax / height))
         texts.append(box.class_text)
         difficult.append(box.difficult)
-    notes = () if mode == "RGB" else (f"color_mode:{mode}",)
+    notes = (() if mode == "RGB" else (f"color_mode:{mode}",)) + (
+        () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",))
     return CheckedRecord(
         image_id=record.image_id, filename=record.filename, image_path=image_path or record.filename,
         image_sha256=hashlib.sha256(image_bytes).hexdigest(), image_size=len(image_bytes),
         image_format=_FORMATS[fmt], width=width, height=height, color_mode=mode,
         boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
-        source_ref=record.source_ref, notes=notes,
+        source_ref=record.source_ref, notes=notes, exif_orientation=orientation, orientation_applied=applied,
     )

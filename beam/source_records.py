@@ -103,3 +103,7 @@ class CheckedRecord:
     difficult: tuple[bool, ...]
     source_ref: str
     notes: tuple[str, ...] = field(default=())
+    exif_orientation: int = 1  # the image's EXIF orientation (1: none)
+    # The shard gets the image as displayed (EXIF applied, beam/exif.py), and width,
+    # height and boxes are in that frame.
+    orientation_applied: bool = False

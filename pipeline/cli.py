@@ -52,7 +52,7 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
         val_fraction=args.val_fraction, seed=args.seed,
         label_map=read_label_map(Path(args.label_map)) if args.label_map else None,
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
-        gzip=args.gzip, allow_anomalies=args.allow_anomalies,
+        gzip=args.gzip, exif=args.exif, allow_anomalies=args.allow_anomalies,
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
                           previous_stats=args.previous_stats, drift_threshold=args.drift_threshold),
         runner=args.runner, beam_args=tuple(beam_args),
@@ -243,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-file", help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
                                         "split; images in neither list are rejected")
     p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
+    p.add_argument("--exif", choices=("auto", "apply", "ignore"), default="auto",
+                   help="photos with an EXIF orientation: 'auto' (default) writes them as displayed when the "
+                        "annotated size is the displayed one, as stored when it is the stored one, and as "
+                        "displayed when the sizes cannot tell (180-degree turns, flips, square images); "
+                        "'apply' always as displayed (CVAT, Label Studio, Roboflow); 'ignore' always as "
+                        "stored (LabelImg)")
     p.add_argument("--schema", help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
     p.add_argument("--max-reject-fraction", type=float, default=0.1,
                    help="fail when more than this share of records is rejected (default 0.1)")
