@@ -21,6 +21,7 @@ def validate_and_convert(
     seed: int,
     max_reject_fraction: float,
     allow_anomalies: bool,
+    exif: str,
     runner: str,
     beam_options: str,
     sdk_container_image: str,
@@ -42,7 +43,7 @@ def validate_and_convert(
         beam_args.append(f"--sdk_container_image={sdk_container_image}")
     result = build_dataset(ConvertOptions(
         images=images, annotations=annotations, output=dataset.path, format=data_format,
-        val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies,
+        val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies, exif=exif,
         gates=GateOptions(max_reject_fraction=max_reject_fraction), runner=runner, beam_args=tuple(beam_args)))
     m = result.manifest
     dataset.metadata.update({"records_in": m["records_in"], "written": m["written_total"],

@@ -10,6 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
+from pipeline.cli_types import add_exif_option as _add_exif_option
 from pipeline.cli_types import batch_size_arg as _batch_size
 from pipeline.cli_types import fraction_arg as _fraction
 from pipeline.cli_types import non_negative_float as _non_negative_float
@@ -170,6 +171,7 @@ def cmd_run(args) -> int:
     params = {"images": str(Path(args.images).resolve()), "annotations": str(Path(args.annotations).resolve()),
               "data_format": args.format, "val_fraction": args.val_fraction, "seed": args.seed,
               "max_reject_fraction": args.max_reject_fraction, "allow_anomalies": args.allow_anomalies,
+              "exif": args.exif,
               "epochs": args.epochs, "batch_size": args.batch_size, "image_size": args.image_size,
               "model_size": args.model_size, "min_map": args.min_map, "tune_trials": args.tune_trials,
               "tune_trial_steps": args.tune_trial_steps}
@@ -243,12 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-file", help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
                                         "split; images in neither list are rejected")
     p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
-    p.add_argument("--exif", choices=("auto", "apply", "ignore"), default="auto",
-                   help="photos with an EXIF orientation: 'auto' (default) writes them as displayed when the "
-                        "annotated size is the displayed one, as stored when it is the stored one, and as "
-                        "displayed when the sizes cannot tell (180-degree turns, flips, square images); "
-                        "'apply' always as displayed (CVAT, Label Studio, Roboflow); 'ignore' always as "
-                        "stored (LabelImg)")
+    _add_exif_option(p)
     p.add_argument("--schema", help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
     p.add_argument("--max-reject-fraction", type=float, default=0.1,
                    help="fail when more than this share of records is rejected (default 0.1)")
@@ -342,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-reject-fraction", type=float, default=0.1,
                    help="fail the data step when more than this share of records is rejected (default 0.1)")
     p.add_argument("--allow-anomalies", action="store_true", help="let the data step pass despite anomalies")
+    _add_exif_option(p)
     _add_train_options(p)
     p.add_argument("--min-map", type=float, default=0.0, help="fail the run below this mAP@[.5:.95] (default 0)")
     p.add_argument("--tune-trials", type=int, default=0,

@@ -54,6 +54,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         seed: int = 0,
         max_reject_fraction: float = 0.1,
         allow_anomalies: bool = False,
+        exif: str = "auto",
         data_runner: str = "DirectRunner",
         beam_options: str = "",
         epochs: int = 10,
@@ -75,6 +76,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             seed: Seed of the split and of training.
             max_reject_fraction: Fail the data step when more records than this are rejected.
             allow_anomalies: Let the data step pass despite dataset anomalies (still reported).
+            exif: Photos with an EXIF orientation: auto (the annotated size decides), apply (as displayed) or ignore (as stored).
             data_runner: DirectRunner (inside the step) or DataflowRunner (the step launches a Dataflow job).
             beam_options: Extra Beam options for Dataflow, e.g. "--project=P --region=R --temp_location=gs://b/tmp".
             epochs: Passes over the training split.
@@ -89,7 +91,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         data = steps.validate_and_convert(images=images, annotations=annotations, data_format=data_format,
                                           val_fraction=val_fraction, seed=seed,
                                           max_reject_fraction=max_reject_fraction,
-                                          allow_anomalies=allow_anomalies, runner=data_runner,
+                                          allow_anomalies=allow_anomalies, exif=exif, runner=data_runner,
                                           beam_options=beam_options, sdk_container_image=image)
         data.set_display_name("validate-and-convert")
         data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)
