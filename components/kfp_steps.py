@@ -149,6 +149,23 @@ def evaluate(model: Input[Model], data: Input[Dataset], min_map: float, metrics:
     return result.metrics["mAP"]
 
 
+def export(model: Input[Model], metrics_json: Input[Artifact], saved_model: Output[Model]) -> float:
+    """A SavedModel with an image-bytes signature, the evaluation's F1-best score threshold
+    as its default. Returns that threshold."""
+    import logging
+
+    from components.export.saved_model import export_trained
+
+    logging.basicConfig(level=logging.INFO)
+    config = export_trained(model.path, saved_model.path, metrics_file=metrics_json.path)
+    saved_model.metadata.update({
+        "framework": "tensorflow", "format": "SavedModel", "signature": config.signature,
+        "input_name": config.input_name, "score_threshold": config.score_threshold,
+        "threshold_source": config.threshold_source, "max_detections": config.max_detections,
+        "serving_command": "detpipe serve (AIP_STORAGE_URI names this folder)"})
+    return config.score_threshold
+
+
 @dataclass(frozen=True)
 class Steps:
     validate_and_convert: object
@@ -156,11 +173,13 @@ class Steps:
     tune_hyperparameters: object
     train: object
     evaluate: object
+    export: object
 
 
 def make_steps(image: str) -> Steps:
-    """The four components with `image` as their base image."""
+    """The components with `image` as their base image."""
     def component(func):
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
-    return Steps(*(component(f) for f in (validate_and_convert, probe, tune_hyperparameters, train, evaluate)))
+    return Steps(*(component(f) for f in (validate_and_convert, probe, tune_hyperparameters, train, evaluate,
+                                          export)))

@@ -17,6 +17,7 @@ from pipeline.cli_types import non_negative_float as _non_negative_float
 from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
+from pipeline.model_cli import add_model_commands
 from pipeline.vertex_cli import add_vertex_commands
 
 logger = logging.getLogger("detpipe")
@@ -179,7 +180,8 @@ def cmd_run(args) -> int:
     print("\n".join(["", "detpipe run summary", *("  " + line for line in summary.lines())]))
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(
-            {**summary.__dict__, "run_dir": str(summary.run_dir)}, indent=2) + "\n")
+            {**summary.__dict__, "run_dir": str(summary.run_dir), "saved_model": str(summary.saved_model)},
+            indent=2) + "\n")
     return EXIT_OK
 
 
@@ -350,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary-json", help="also write the run summary to this JSON file")
     p.set_defaults(func=cmd_run)
 
+    add_model_commands(sub)
     add_vertex_commands(sub)
     return parser
 

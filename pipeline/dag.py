@@ -1,4 +1,4 @@
-"""The detpipe DAG: validate-and-convert → probe → tune → train → evaluate.
+"""The detpipe DAG: validate-and-convert → probe → tune → train → evaluate → export.
 
 Linear on purpose: kfp's local runner has no dsl.If/ParallelFor/ExitHandler, and a
 gate is a component that fails (evaluate's `min_map`). So the tune step is always
@@ -118,5 +118,6 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         evaluated = steps.evaluate(model=trained.outputs["model"], data=data.outputs["dataset"], min_map=min_map)
         if resources.evaluate_on_gpu:
             _on_accelerator(evaluated, resources)
+        steps.export(model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"])
 
     return detpipe

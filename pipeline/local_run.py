@@ -22,6 +22,7 @@ class RunSummary:
     probe_verdict: str
     images_per_second: float
     metrics: dict
+    saved_model: Path
 
     def lines(self) -> list[str]:
         return [
@@ -30,6 +31,7 @@ class RunSummary:
             f"training: {self.images_per_second:.1f} images/s",
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
             f"AP75 {self.metrics['AP75']:.3f}",
+            f"model to serve: detpipe serve --model {self.saved_model}",
             f"artifacts: {self.run_dir}",
         ]
 
@@ -51,6 +53,7 @@ def summarise(run_dir: Path) -> RunSummary:
         run_dir=run_dir, records_in=manifest["records_in"], written=manifest["written_total"],
         rejected=manifest["rejected"], probe_verdict=probe["verdict"],
         images_per_second=train_config["result"]["images_per_second"], metrics=metrics["metrics"],
+        saved_model=_task_dir(run_dir, "export") / "saved_model",
     )
 
 

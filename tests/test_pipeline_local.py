@@ -47,6 +47,10 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
     assert math.isfinite(metrics["metrics"]["mAP"]) and math.isfinite(metrics["metrics"]["AP50"])
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]
+    saved_model = run_dir / "export" / "saved_model"
+    assert (saved_model / "saved_model.pb").exists() and summary["saved_model"] == str(saved_model)
+    serving = json.loads((saved_model / "serving_config.json").read_text())
+    assert serving["score_threshold"] == metrics["threshold"]["score"] and serving["input_name"] == "image_bytes"
 
 
 @pytest.mark.slow

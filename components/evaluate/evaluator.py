@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 from components.evaluate.detect import BatchDetector
+from components.evaluate.threshold import best_f1_threshold
 from components.train.input_pipeline import eval_examples, to_model_image
 from components.train.trainer import CONFIG_FILE, MODEL_FILE
 
@@ -92,14 +93,19 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     if not truths:
         raise ValueError(f"the val split in {data_dir} has no records")
     metrics = coco_box_metrics(truths, detections, names)
+    threshold = best_f1_threshold(truths, detections)  # the exported model's default
     passed = metrics["mAP"] >= min_map
     gate = f"mAP {metrics['mAP']:.4f} {'>=' if passed else '<'} minimum {min_map:.4f}"
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / METRICS_FILE).write_text(json.dumps(
         {"metrics": metrics, "num_images": len(truths), "gate": {"min_map": min_map, "passed": passed},
+         "threshold": threshold.to_dict(),
          "seconds": round(time.monotonic() - started, 1)}, indent=2, sort_keys=True) + "\n")
-    (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate))
+    (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate) + (
+        f"\nDefault score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "
+        f"{threshold.iou}: F1 {threshold.f1:.3f}, precision {threshold.precision:.3f}, "
+        f"recall {threshold.recall:.3f}).\n"))
     result = EvalResult(metrics, len(truths), passed, gate)
     if not passed:
         raise GateFailed(gate)

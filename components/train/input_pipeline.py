@@ -72,12 +72,19 @@ def shard_files(data_dir: str, split: str) -> list[str]:
     return files
 
 
+def decode_rgb(encoded: tf.Tensor) -> tf.Tensor:
+    """JPEG/PNG bytes → uint8 RGB (greyscale, CMYK, palette and alpha become 3 channels).
+    TensorFlow ignores EXIF: the data step wrote photos in their annotation's frame."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
 def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     """One Example → decoded RGB uint8 image, normalised yxyx boxes, 1-based labels."""
     parsed = tf.io.parse_single_example(serialized, _FEATURES)
     dense = {k: tf.sparse.to_dense(v) for k, v in parsed.items() if isinstance(v, tf.SparseTensor)}
-    image = tf.io.decode_image(parsed[K.ENCODED], channels=3, expand_animations=False)
-    image.set_shape([None, None, 3])
+    image = decode_rgb(parsed[K.ENCODED])
     boxes = tf.stack([dense[K.YMIN], dense[K.XMIN], dense[K.YMAX], dense[K.XMAX]], axis=-1)
     return {
         "image": image,

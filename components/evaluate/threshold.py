@@ -1,0 +1,92 @@
+"""The default score threshold of a deployed model: the one that maximises F1 at IoU 0.5
+on the val split.
+
+COCO's evaluators report precision over recall levels, not per score, so the matching is
+done here: per image and class, detections by falling score take the unmatched truth box
+they overlap most if IoU >= 0.5 (COCO's rule); a match with a `difficult` box counts as
+neither hit nor miss, and difficult boxes are not needed for recall.
+
+Example:
+    >>> from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+    >>> truth = [ImageTruth(1, 10, 10, [(0.0, 0.0, 0.5, 0.5)], [1], [0])]
+    >>> found = [ImageDetections(1, [(0.0, 0.0, 0.5, 0.5), (0.5, 0.5, 1.0, 1.0)], [0.9, 0.4], [1, 1])]
+    >>> best_f1_threshold(truth, found)
+    ThresholdChoice(score=0.9, f1=1.0, precision=1.0, recall=1.0, iou=0.5)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+
+FALLBACK_THRESHOLD = 0.3  # nothing to choose from: no detections or no truth boxes
+
+
+@dataclass(frozen=True)
+class ThresholdChoice:
+    score: float
+    f1: float
+    precision: float
+    recall: float
+    iou: float = 0.5
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one yxyx box with each of `boxes` (normalised coordinates: IoU does not change
+    when both axes are scaled)."""
+    top_left = np.maximum(box[:2], boxes[:, :2])
+    bottom_right = np.minimum(box[2:], boxes[:, 2:])
+    inter = np.prod(np.clip(bottom_right - top_left, 0, None), axis=1)
+    area = np.prod(box[2:] - box[:2])
+    areas = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
+    return inter / np.maximum(area + areas - inter, 1e-12)
+
+
+def _difficult(truth: ImageTruth) -> np.ndarray:
+    return np.asarray(truth.difficult or [0] * len(truth.boxes), dtype=bool)
+
+
+def _hits(truth: ImageTruth, found: ImageDetections, iou_threshold: float) -> list[tuple[float, bool]]:
+    """(score, hit) of every detection of one image that is not matched to a difficult box."""
+    boxes = np.asarray(truth.boxes, dtype=np.float64).reshape(-1, 4)
+    labels, difficult = np.asarray(truth.labels), _difficult(truth)
+    taken = np.zeros(len(boxes), dtype=bool)
+    out = []
+    for j in np.argsort(-np.asarray(found.scores), kind="stable"):
+        candidates = (labels == found.labels[j]) & ~taken
+        if candidates.any():
+            overlaps = np.where(candidates, _iou(np.asarray(found.boxes[j]), boxes), -1.0)
+            best = int(np.argmax(overlaps))
+            if overlaps[best] >= iou_threshold:
+                taken[best] = True
+                if not difficult[best]:
+                    out.append((found.scores[j], True))
+                continue
+        out.append((found.scores[j], False))
+    return out
+
+
+def best_f1_threshold(truths: list[ImageTruth], detections: list[ImageDetections],
+                      iou_threshold: float = 0.5) -> ThresholdChoice:
+    """The score threshold (keep detections with score >= it) with the highest F1."""
+    positives = sum(int((~_difficult(t)).sum()) for t in truths)
+    hits = sorted((h for t, d in zip(truths, detections) for h in _hits(t, d, iou_threshold)),
+                  key=lambda h: -h[0])
+    if not hits or positives == 0:
+        return ThresholdChoice(FALLBACK_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
+    scores = np.array([h[0] for h in hits])
+    tp = np.cumsum([h[1] for h in hits])
+    precision, recall = tp / np.arange(1, len(hits) + 1), tp / positives
+    f1 = np.where(tp > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+    last_of_tie = np.append(scores[1:] != scores[:-1], True)  # a threshold keeps every equal score
+    best = int(np.argmax(np.where(last_of_tie, f1, -1.0)))
+    if f1[best] == 0:  # nothing found is right: no threshold is better than another
+        return ThresholdChoice(FALLBACK_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
+    return ThresholdChoice(float(scores[best]), float(f1[best]), float(precision[best]),
+                           float(recall[best]), iou_threshold)

@@ -1,0 +1,142 @@
+"""Export a trained detector as a TensorFlow SavedModel that takes encoded image bytes.
+
+The SavedModel has two signatures over one function (`_detections`):
+- `serving_default(image_bytes)`: a batch of JPEG/PNG bytes (string `[None]`, any size and
+  aspect) → detections with score >= the default threshold, for any TF Serving container;
+- `detect(image_bytes, score_threshold)`: the same with the threshold of the request
+  (`detpipe serve` and `detpipe predict` use it).
+Outputs use the TF Object Detection API names: `detection_boxes` (normalised ymin, xmin,
+ymax, xmax on the original image), `detection_scores`, `detection_classes` (1-based
+label-map ids), `detection_class_names`, `num_detections`; rows are sorted by score and
+padded with zeros past `num_detections`.
+
+Preprocessing is the evaluator's (`input_pipeline.decode_rgb` then `to_model_image`), and
+the detector runs through `detect.detect` (full batches, the last one padded), so the
+export answers what the evaluation measured. Beside the SavedModel: `label_map.json` and
+`serving_config.json` (default threshold and where it came from, max detections, input
+name, image size).
+
+Keras' `ExportArchive` writes it: it tracks the model's variables and traces the endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from components.evaluate.detect import detect
+from components.train.input_pipeline import decode_rgb, to_model_image
+
+logger = logging.getLogger(__name__)
+
+INPUT_NAME = "image_bytes"  # ends in _bytes: Vertex AI decodes {"b64": ...} for it
+DETECT_SIGNATURE = "detect"
+LABEL_MAP_FILE = "label_map.json"
+SERVING_CONFIG_FILE = "serving_config.json"
+DEFAULT_SCORE_THRESHOLD = 0.3  # when no evaluation chose one
+EXPORT_BATCH = 8  # images per detector call inside the SavedModel
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    image_size: int
+    score_threshold: float
+    threshold_source: str  # "evaluation (max F1 at IoU 0.5)" or "default"
+    max_detections: int
+    input_name: str = INPUT_NAME
+    signature: str = "serving_default"
+    detect_signature: str = DETECT_SIGNATURE
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def read(cls, saved_model_dir: str) -> "ServingConfig":
+        with tf.io.gfile.GFile(f"{saved_model_dir.rstrip('/')}/{SERVING_CONFIG_FILE}") as handle:
+            return cls(**json.load(handle))
+
+
+def _class_names(label_map: dict[str, int]) -> list[str]:
+    """Index = 1-based id; "" at 0 (padding) and at gaps in the ids."""
+    names = [""] * (max(label_map.values()) + 1)
+    for name, index in label_map.items():
+        names[index] = name
+    return names
+
+
+def _detections(model: keras.Model, image_bytes: tf.Tensor, score_threshold: tf.Tensor, image_size: int,
+                class_names: tf.Tensor) -> dict[str, tf.Tensor]:
+    images = tf.map_fn(lambda data: to_model_image(decode_rgb(data), image_size), image_bytes,
+                       fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
+    out = detect(model, images, EXPORT_BATCH)
+    slots = tf.range(tf.shape(out["confidence"])[1])[tf.newaxis, :]
+    scores = tf.cast(out["confidence"], tf.float32)
+    keep = (slots < tf.cast(out["num_detections"], tf.int32)[:, tf.newaxis]) & (scores >= score_threshold)
+    order = tf.argsort(tf.where(keep, scores, -1.0), axis=1, direction="DESCENDING", stable=True)
+    keep = tf.gather(keep, order, batch_dims=1)
+    boxes = tf.clip_by_value(tf.cast(tf.gather(out["boxes"], order, batch_dims=1), tf.float32) / image_size, 0.0, 1.0)
+    classes = tf.cast(tf.gather(out["labels"], order, batch_dims=1), tf.int32) + 1
+    classes = tf.where(keep, classes, 0)
+    return {
+        "detection_boxes": tf.where(keep[..., tf.newaxis], boxes, 0.0),
+        "detection_scores": tf.where(keep, tf.gather(scores, order, batch_dims=1), 0.0),
+        "detection_classes": classes,
+        "detection_class_names": tf.gather(class_names, classes),
+        "num_detections": tf.reduce_sum(tf.cast(keep, tf.int32), axis=1),
+    }
+
+
+def export_saved_model(model: keras.Model, label_map: dict[str, int], image_size: int, output_dir: str,
+                       score_threshold: float = DEFAULT_SCORE_THRESHOLD, threshold_source: str = "default",
+                       max_detections: int = 100) -> ServingConfig:
+    """Write the SavedModel, `label_map.json` and `serving_config.json` to `output_dir`."""
+    if not 0.0 <= score_threshold <= 1.0:
+        raise ValueError(f"the score threshold must be in [0, 1], got {score_threshold}")
+    names = tf.constant(_class_names(label_map))
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    bytes_spec = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
+    default = tf.constant(score_threshold, tf.float32)
+    archive.add_endpoint(
+        "serving_default", lambda image_bytes: _detections(model, image_bytes, default, image_size, names),
+        input_signature=[bytes_spec])
+    archive.add_endpoint(
+        DETECT_SIGNATURE,
+        lambda image_bytes, score_threshold: _detections(model, image_bytes, score_threshold, image_size, names),
+        input_signature=[bytes_spec, tf.TensorSpec([], tf.float32, name="score_threshold")])
+    archive.write_out(output_dir, verbose=False)
+    config = ServingConfig(image_size=image_size, score_threshold=float(score_threshold),
+                           threshold_source=threshold_source, max_detections=max_detections)
+    out = output_dir.rstrip("/")
+    with tf.io.gfile.GFile(f"{out}/{LABEL_MAP_FILE}", "w") as handle:
+        handle.write(json.dumps(label_map, indent=2, sort_keys=True) + "\n")
+    with tf.io.gfile.GFile(f"{out}/{SERVING_CONFIG_FILE}", "w") as handle:
+        handle.write(json.dumps(config.to_dict(), indent=2) + "\n")
+    logger.info("export: SavedModel with signatures serving_default(%s) and %s -> %s", INPUT_NAME,
+                DETECT_SIGNATURE, output_dir)
+    return config
+
+
+def export_trained(model_dir: str, output_dir: str, metrics_file: str | None = None,
+                   score_threshold: float | None = None) -> ServingConfig:
+    """`detpipe export`: the output of `detpipe train` → a SavedModel. The default threshold is
+    `score_threshold` when given, else the one `detpipe evaluate` chose (its `metrics.json`),
+    else DEFAULT_SCORE_THRESHOLD."""
+    from components.evaluate.evaluator import load_trained
+
+    model, config = load_trained(model_dir)
+    source = "given"
+    if score_threshold is None and metrics_file:
+        metrics = json.loads(Path(metrics_file).read_text())
+        score_threshold, source = metrics["threshold"]["score"], "evaluation (max F1 at IoU 0.5)"
+    if score_threshold is None:
+        score_threshold, source = DEFAULT_SCORE_THRESHOLD, "default"
+    model_config = config["model"]
+    return export_saved_model(model, config["label_map"], model_config["image_size"], output_dir,
+                              score_threshold=score_threshold, threshold_source=source,
+                              max_detections=model_config["max_detections"])

@@ -1,0 +1,91 @@
+"""Predictions from an exported SavedModel (components/export): what `detpipe serve` and
+`detpipe predict` share, so the server and the command line give the same answers.
+
+Each image is checked before it reaches the model (JPEG or PNG, fully decodable, not
+empty); a phone photo with an EXIF orientation is turned upright first (beam/exif.py), as
+the data step writes photos annotated the way a person sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from beam.exif import upright_image_bytes
+from beam.record_checks import inspect_image
+from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
+
+logger = logging.getLogger(__name__)
+
+
+class BadImage(ValueError):
+    """An input that is not a usable JPEG or PNG image; the message is one line."""
+
+
+class ModelNotFound(FileNotFoundError):
+    """No exported SavedModel at the given location."""
+
+
+def model_image_bytes(data: bytes) -> bytes:
+    """The bytes the model gets for one input image: checked, and upright when its EXIF
+    orientation says it is displayed turned. Raises `BadImage`."""
+    if not data:
+        raise BadImage("empty image")
+    try:
+        fmt, _, _, _, orientation = inspect_image(data)
+    except ValueError as err:
+        reason = str(err).splitlines()[0] if str(err) else "unreadable"
+        if "cannot identify image file" in reason:
+            raise BadImage("not a JPEG or PNG image") from None
+        raise BadImage(f"the image cannot be decoded (truncated or corrupt: {reason})") from None
+    if fmt not in ("JPEG", "PNG"):
+        raise BadImage(f"not a JPEG or PNG image ({fmt})")
+    return upright_image_bytes(data) if orientation != 1 else data
+
+
+def check_model_dir(model_dir: str) -> None:
+    """Raise `ModelNotFound` unless `model_dir` holds an export of `detpipe export`."""
+    root = model_dir.rstrip("/")
+    for name in ("saved_model.pb", "serving_config.json"):
+        if not tf.io.gfile.exists(f"{root}/{name}"):
+            raise ModelNotFound(f"{model_dir} holds no {name}: pass the output of `detpipe export` "
+                                "(or the export step of a pipeline run)")
+
+
+@dataclass
+class Predictor:
+    """A loaded SavedModel and its serving config."""
+
+    config: ServingConfig
+    _detect: object
+
+    @classmethod
+    def load(cls, model_dir: str) -> "Predictor":
+        check_model_dir(model_dir)
+        loaded = tf.saved_model.load(model_dir)
+        return cls(ServingConfig.read(model_dir), loaded.signatures[DETECT_SIGNATURE])
+
+    def predict(self, images: list[bytes], score_threshold: float | None = None,
+                max_detections: int | None = None) -> list[dict]:
+        """One prediction dict per image (bytes already passed through `model_image_bytes`),
+        lists cut to `num_detections`."""
+        threshold = self.config.score_threshold if score_threshold is None else score_threshold
+        limit = self.config.max_detections if max_detections is None else max_detections
+        if not images:
+            return []
+        out = self._detect(**{INPUT_NAME: tf.constant(images), "score_threshold": tf.constant(threshold, tf.float32)})
+        out = {k: v.numpy() for k, v in out.items()}
+        predictions = []
+        for i in range(len(images)):
+            n = min(int(out["num_detections"][i]), limit)
+            predictions.append({
+                "detection_boxes": np.round(out["detection_boxes"][i][:n].astype(float), 6).tolist(),
+                "detection_scores": np.round(out["detection_scores"][i][:n].astype(float), 6).tolist(),
+                "detection_classes": [int(c) for c in out["detection_classes"][i][:n]],
+                "detection_class_names": [c.decode() for c in out["detection_class_names"][i][:n]],
+                "num_detections": n,
+            })
+        return predictions

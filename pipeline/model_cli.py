@@ -1,0 +1,122 @@
+"""`detpipe export | predict | serve`: the commands around a deployable model.
+
+Thin adapters over components/export (the SavedModel) and components/serve (predictions
+and the HTTP server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from pipeline.cli_types import positive_int as _positive_int
+from pipeline.cli_types import unit_float as _unit_float
+
+EXIT_OK, EXIT_FAILED = 0, 1
+PREDICT_CHUNK = 16  # images per call of the model in `detpipe predict`
+
+
+def cmd_export(args) -> int:
+    from components.export.saved_model import export_trained
+
+    from components.evaluate.evaluator import METRICS_FILE
+
+    metrics_file = str(Path(args.evaluation) / METRICS_FILE) if args.evaluation else None
+    config = export_trained(args.model, args.output, metrics_file=metrics_file, score_threshold=args.score_threshold)
+    print(f"exported -> {args.output}: signature serving_default({config.input_name}), default score threshold "
+          f"{config.score_threshold:g} ({config.threshold_source}); try it: detpipe predict --model {args.output} IMAGE")
+    return EXIT_OK
+
+
+def _draw(image_bytes: bytes, prediction: dict, path: Path) -> None:
+    """A copy of the image (upright) with each detection's box, class and score drawn on it."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.open(io.BytesIO(image_bytes)).convert("RGB")
+    draw = ImageDraw.Draw(image)
+    width, height = image.size
+    line = max(2, round(min(width, height) / 200))
+    for (ymin, xmin, ymax, xmax), name, score in zip(prediction["detection_boxes"],
+                                                     prediction["detection_class_names"],
+                                                     prediction["detection_scores"]):
+        box = (xmin * width, ymin * height, xmax * width, ymax * height)
+        draw.rectangle(box, outline=(255, 40, 40), width=line)
+        draw.text((box[0] + line, box[1] + line), f"{name} {score:.2f}", fill=(255, 255, 0))
+    image.save(path, quality=92)
+
+
+def cmd_predict(args) -> int:
+    from components.serve.predictor import BadImage, Predictor, model_image_bytes
+
+    predictor = Predictor.load(args.model)
+    problems, ready = [], []
+    for name in args.images:
+        try:
+            ready.append((name, model_image_bytes(Path(name).read_bytes())))
+        except (OSError, BadImage) as err:
+            problems.append(f"{name}: {err}")
+    results = []
+    for start in range(0, len(ready), PREDICT_CHUNK):
+        chunk = ready[start:start + PREDICT_CHUNK]
+        predictions = predictor.predict([data for _, data in chunk], args.score_threshold)
+        results += [({"image": name, **p}, data) for (name, data), p in zip(chunk, predictions)]
+    out = Path(args.output) if args.output else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    for result, data in results:
+        print(json.dumps(result))
+        if out:
+            _draw(data, result, out / f"{Path(result['image']).stem}.jpg")
+    if out:
+        (out / "predictions.json").write_text(json.dumps([r for r, _ in results], indent=1) + "\n")
+    for line in problems:
+        print(f"detpipe: {line}", file=sys.stderr)
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from components.serve.app import Routes, create_app
+    from components.serve.predictor import check_model_dir
+
+    model_dir = args.model or os.environ.get("AIP_STORAGE_URI")
+    if not model_dir:
+        raise ValueError("no model: pass --model DIR or set AIP_STORAGE_URI")
+    check_model_dir(model_dir)  # before binding the port: a wrong path fails at once
+    routes = Routes.from_env()
+    port = args.port or routes.port
+    app = create_app(model_dir, routes, max_instances=args.max_instances)
+    print(f"serving {model_dir} on http://{args.host}:{port}{routes.predict} (health: {routes.health})",
+          file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=port, log_level="info")
+    return EXIT_OK
+
+
+def add_model_commands(sub) -> None:
+    p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving)")
+    p.add_argument("--model", required=True, help="output folder of `detpipe train`")
+    p.add_argument("--output", required=True, help="folder for the SavedModel, label_map.json, serving_config.json")
+    p.add_argument("--evaluation", help="output folder of `detpipe evaluate`: its F1-best threshold becomes the default")
+    p.add_argument("--score-threshold", type=_unit_float, help="default score threshold (overrides --evaluation)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("predict", help="detections for image files, drawn on copies with --output")
+    p.add_argument("--model", required=True, help="output folder of `detpipe export`")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG or PNG files")
+    p.add_argument("--output", help="folder for copies of the images with the boxes drawn, and predictions.json")
+    p.add_argument("--score-threshold", type=_unit_float, help="keep detections scoring at least this "
+                                                               "(default: the export's)")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("serve", help="HTTP predictions on Vertex AI's custom-container contract")
+    p.add_argument("--model", help="output folder of `detpipe export` (default: $AIP_STORAGE_URI)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--port", type=_positive_int, help="port (default: $AIP_HTTP_PORT, else 8080)")
+    p.add_argument("--max-instances", type=_positive_int, default=32,
+                   help="most images in one request (default 32)")
+    p.set_defaults(func=cmd_serve)

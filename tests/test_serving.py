@@ -1,0 +1,234 @@
+"""A model people can deploy: the SavedModel answers what the evaluation measured, and
+`detpipe serve` answers over real HTTP what `detpipe predict` answers, and turns every bad
+request into one 4xx JSON line while it keeps serving. Servers listen on 127.0.0.1 only."""
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from beam import feature_keys as K
+from beam.example_codec import decode_example
+from components.evaluate.detect import BatchDetector
+from components.evaluate.evaluator import load_trained
+from components.export.saved_model import export_saved_model
+from components.train.input_pipeline import compression_type, decode_rgb, shard_files, to_model_image
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Non-square real photos, one of them greyscale (raccoon-150).
+PHOTOS = ("raccoon-150.jpg", "raccoon-106.jpg", "raccoon-109.jpg", "raccoon-125.jpg")
+MAX_INSTANCES = 4
+
+
+@pytest.fixture(scope="module")
+def exported(trained_model, tmp_path_factory):
+    """The small trained demo model, exported with threshold 0 (every detection NMS keeps)."""
+    model, config = load_trained(str(trained_model))
+    out = tmp_path_factory.mktemp("export")
+    export_saved_model(model, config["label_map"], config["model"]["image_size"], str(out), score_threshold=0.0,
+                       max_detections=config["model"]["max_detections"])
+    return out
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    n = a["num_detections"]
+    assert n == b["num_detections"]
+    assert a["detection_classes"][:n] == b["detection_classes"][:n]
+    np.testing.assert_allclose(np.reshape(a["detection_boxes"][:n], (-1, 4)),
+                               np.reshape(b["detection_boxes"][:n], (-1, 4)), atol=1e-3)
+    np.testing.assert_allclose(a["detection_scores"][:n], b["detection_scores"][:n], atol=1e-4)
+
+
+_RELOAD = """
+import json, sys
+import tensorflow as tf
+loaded = tf.saved_model.load(sys.argv[1])
+images = [bytes.fromhex(line) for line in open(sys.argv[2]).read().split()]
+out = loaded.signatures["serving_default"](image_bytes=tf.constant(images))
+print(json.dumps({k: v.numpy().tolist() for k, v in out.items() if k != "detection_class_names"}))
+"""
+
+
+def test_the_saved_model_in_a_fresh_process_matches_the_evaluators_path(trained_model, exported, demo_shards,
+                                                                         tmp_path):
+    files = shard_files(str(demo_shards), "val")
+    encoded = [decode_example(r.numpy())[K.ENCODED][0]
+               for r in tf.data.TFRecordDataset(files, compression_type=compression_type(files))]
+    (tmp_path / "images.hex").write_text("\n".join(e.hex() for e in encoded))
+    run = subprocess.run([sys.executable, "-c", _RELOAD, str(exported), str(tmp_path / "images.hex")],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    served = json.loads(run.stdout.strip().splitlines()[-1])
+
+    model, config = load_trained(str(trained_model))
+    size = config["model"]["image_size"]
+    images = tf.stack([to_model_image(decode_rgb(e), size) for e in encoded])
+    evaluated = BatchDetector(model, size, batch_size=32)(images)  # what predict_split runs
+    assert len(served["num_detections"]) == len(encoded) >= 10
+    assert sum(served["num_detections"]) > 0
+    for i in range(len(encoded)):
+        n = int(evaluated["num_detections"][i])
+        expected = {"num_detections": n, "detection_classes": [int(c) + 1 for c in evaluated["labels"][i][:n]],
+                    "detection_boxes": np.clip(evaluated["boxes"][i][:n] / size, 0, 1).tolist(),
+                    "detection_scores": evaluated["confidence"][i][:n].tolist()}
+        got = {k: v[i] for k, v in served.items()}
+        _assert_same(got, expected)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _call(port: int, body: bytes, path: str = "/predict") -> tuple[int, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@pytest.fixture(scope="module")
+def server(exported):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--model", str(exported), "--host",
+                             "127.0.0.1", "--port", str(port), "--max-instances", str(MAX_INSTANCES)],
+                            cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, status = time.monotonic() + 180, None
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                status = response.status
+                break
+        except urllib.error.HTTPError as err:
+            status = err.code  # 503 while the model loads
+        except OSError:
+            pass
+        time.sleep(0.5)
+    if status != 200:
+        proc.kill()
+        pytest.fail(f"server did not become healthy (last status {status}): {proc.stderr.read()[-2000:]}")
+    yield port
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _instances(*blobs: bytes, **parameters) -> bytes:
+    body = {"instances": [{"image_bytes": {"b64": base64.b64encode(b).decode()}} for b in blobs]}
+    if parameters:
+        body["parameters"] = parameters
+    return json.dumps(body).encode()
+
+
+def test_serve_over_http_answers_what_predict_answers_on_real_photos(server, exported, raccoon):
+    paths = [raccoon / "images" / name for name in PHOTOS]
+    status, text = _call(server, _instances(*(p.read_bytes() for p in paths)))
+    assert status == 200, text
+    served = json.loads(text)["predictions"]
+    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "predict", "--model", str(exported),
+                          *map(str, paths)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    predicted = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [p["image"] for p in predicted] == [str(p) for p in paths]
+    assert len(served) == len(paths)
+    for a, b in zip(served, predicted):
+        _assert_same(a, b)
+        assert a["detection_class_names"] == b["detection_class_names"]
+    # The threshold of a request is honoured.
+    status, text = _call(server, _instances(paths[0].read_bytes(), score_threshold=1.0))
+    assert status == 200 and json.loads(text)["predictions"][0]["num_detections"] == 0
+
+
+def _jpeg(raccoon) -> bytes:
+    return (raccoon / "images" / PHOTOS[0]).read_bytes()
+
+
+BAD_REQUESTS = {
+    "invalid JSON": (lambda r: b"{not json", 400, "not valid JSON"),
+    "no instances": (lambda r: b'{"images": []}', 400, '"instances"'),
+    "no image_bytes": (lambda r: b'{"instances": [{"b64": "abc"}]}', 400, 'instances[0]: no "image_bytes"'),
+    "bad base64": (lambda r: b'{"instances": [{"image_bytes": {"b64": "***"}}]}', 400, "not valid base64"),
+    "not an image": (lambda r: _instances(_jpeg(r), b"hello, world"), 400, "instances[1]: not a JPEG or PNG image"),
+    "truncated JPEG": (lambda r: _instances(_jpeg(r)[:1500]), 400, "instances[0]: the image cannot be decoded"),
+    "empty image": (lambda r: _instances(b""), 400, "instances[0]: empty image"),
+    "too many instances": (lambda r: _instances(*[_jpeg(r)] * (MAX_INSTANCES + 1)), 400, "over the limit of 4"),
+    "body over 1.5 MB": (lambda r: _instances(b"\xff" * 1_200_000), 413, "1,500,000-byte limit"),
+    "threshold above 1": (lambda r: _instances(_jpeg(r), score_threshold=1.5), 400,
+                          "parameters.score_threshold must be a number in [0, 1], got 1.5"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_a_bad_request_gets_one_json_line_and_the_server_keeps_serving(server, raccoon, case):
+    make, code, words = BAD_REQUESTS[case]
+    status, text = _call(server, make(raccoon))
+    assert status == code, text
+    assert "\n" not in text.strip() and "Traceback" not in text
+    assert words in json.loads(text)["error"]
+    status, text = _call(server, _instances(_jpeg(raccoon)))
+    assert status == 200 and len(json.loads(text)["predictions"]) == 1
+
+
+@pytest.mark.parametrize("where", ["/nope", "empty folder"])
+def test_serve_without_a_saved_model_exits_1_with_one_line_before_binding(tmp_path, where):
+    model = "/nope" if where == "/nope" else str(tmp_path)
+    port = _free_port()
+    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "serve", "--model", model, "--host", "127.0.0.1",
+                          "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert run.returncode == 1
+    lines = [line for line in run.stderr.splitlines() if line.startswith("detpipe")]
+    assert len(lines) == 1 and "saved_model.pb" in lines[0] and "Traceback" not in run.stderr
+
+
+def test_health_answers_503_until_the_model_has_loaded():
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from components.serve.app import create_app
+
+    release = threading.Event()
+
+    class Ready:
+        config = None
+
+    def slow_load(_path):
+        release.wait(30)
+        return Ready()
+
+    with TestClient(create_app("unused", load=slow_load)) as client:
+        assert client.get("/health").status_code == 503
+        assert client.post("/predict", content=b"{}").status_code == 503
+        release.set()
+        deadline = time.monotonic() + 30
+        while client.get("/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.get("/health").json() == {"status": "ok"}
+
+
+def test_the_f1_threshold_keeps_the_right_detections():
+    from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+    from components.evaluate.threshold import FALLBACK_THRESHOLD, best_f1_threshold
+
+    truth = [ImageTruth(1, 10, 10, [(0.0, 0.0, 0.4, 0.4), (0.5, 0.5, 0.9, 0.9)], [1, 1], [0, 0])]
+    found = [ImageDetections(1, [(0.0, 0.0, 0.4, 0.4), (0.6, 0.0, 0.9, 0.3), (0.5, 0.5, 0.9, 0.9)],
+                             [0.9, 0.6, 0.5], [1, 1, 1])]
+    choice = best_f1_threshold(truth, found)
+    assert choice.score == 0.5 and choice.recall == 1.0 and abs(choice.f1 - 0.8) < 1e-9  # 2 hits, 1 miss
+    wrong_class = [ImageDetections(1, found[0].boxes, found[0].scores, [2, 2, 2])]
+    assert best_f1_threshold(truth, wrong_class).score == FALLBACK_THRESHOLD
