@@ -71,7 +71,8 @@ def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
     # No run-time pip installs: the image holds everything.
     assert not any("pip install" in " ".join(e["container"]["command"]) for e in executors.values())
     tasks = spec["root"]["dag"]["tasks"]
-    assert set(tasks) == {"validate-and-convert", "probe", "tune-hyperparameters", "train", "evaluate"}
+    assert set(tasks) == {"validate-and-convert", "probe", "tune-hyperparameters", "train", "evaluate", "export"}
+    assert tasks["export"]["dependentTasks"] == ["evaluate", "train"]
     assert tasks["probe"]["cachingOptions"] == {}
     assert tasks["tune-hyperparameters"]["dependentTasks"] == ["probe", "validate-and-convert"]
     assert tasks["train"]["dependentTasks"] == ["probe", "tune-hyperparameters", "validate-and-convert"]
