@@ -17,8 +17,8 @@ from pipeline.cli_types import non_negative_float as _non_negative_float
 from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.model_cli import add_model_commands
-from pipeline.vertex_cli import add_vertex_commands
+from pipeline.model_cli import add_model_commands, export_after_train
+from pipeline.vertex_cli import add_vertex_commands, cloud_error_line
 
 logger = logging.getLogger("detpipe")
 
@@ -125,6 +125,8 @@ def cmd_train(args) -> int:
     loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
           f"{result.model_path}")
+    if not args.no_export:
+        export_after_train(args.output)
     return EXIT_OK
 
 
@@ -294,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--augment-strength", type=_unit_float,
                    help="0-1: random crops (boxes cut away are dropped) and brightness/contrast jitter; "
                         "flips are always on unless --no-flip (default 0.25)")
+    p.add_argument("--no-export", action="store_true",
+                   help="do not write OUTPUT/saved_model (the SavedModel `detpipe serve` loads)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="search learning rate, weight decay and augmentation strength on short trials",
@@ -385,22 +389,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"detpipe: error: {err}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as err:  # Google Cloud errors: one line, not a traceback
-        line = _cloud_error_line(err)
+        line = cloud_error_line(err)
         if line is None:
             raise
         print(f"detpipe: error: {line}", file=sys.stderr)
         return EXIT_FAILED
-
-
-def _cloud_error_line(err: Exception) -> str | None:
-    """A one-line message for credential and API errors from the Google Cloud clients."""
-    module = type(err).__module__
-    if module.startswith("google.auth"):
-        return ("no usable Google Cloud credentials: run `gcloud auth application-default login` or set "
-                f"GOOGLE_APPLICATION_CREDENTIALS ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
-    if module.startswith(("google.api_core", "requests")):
-        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'request failed'}"
-    return None
 
 
 if __name__ == "__main__":

@@ -30,6 +30,16 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
+def export_after_train(train_output: str) -> None:
+    """`detpipe train`'s last step: TRAIN_OUTPUT/saved_model with the default threshold."""
+    from components.export.saved_model import EXPORT_DIR, export_trained
+
+    folder = Path(train_output) / EXPORT_DIR
+    served = export_trained(train_output, str(folder))
+    print(f"exported a SavedModel -> {folder} (default score threshold {served.score_threshold:g}; "
+          "`detpipe export --evaluation EVAL_DIR` sets the evaluation's F1-best one)")
+
+
 def _draw(image_bytes: bytes, prediction: dict, path: Path) -> None:
     """A copy of the image (upright) with each detection's box, class and score drawn on it."""
     import io

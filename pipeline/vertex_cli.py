@@ -112,3 +112,14 @@ def add_vertex_commands(sub) -> None:
     p.add_argument("--template", help="compiled YAML to upload (default: compile this checkout now)")
     p.add_argument("--image", help="container image for every step when compiling (default detpipe:latest)")
     p.set_defaults(func=cmd_upload)
+
+
+def cloud_error_line(err: Exception) -> str | None:
+    """A one-line message for credential and API errors from the Google Cloud clients."""
+    module = type(err).__module__
+    if module.startswith("google.auth"):
+        return ("no usable Google Cloud credentials: run `gcloud auth application-default login` or set "
+                f"GOOGLE_APPLICATION_CREDENTIALS ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+    if module.startswith(("google.api_core", "requests")):
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'request failed'}"
+    return None

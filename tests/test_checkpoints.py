@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _command(data, out):
     return [sys.executable, "-m", "pipeline.cli", "train", "--data", str(data), "--output", str(out),
             "--batch-size", "4", "--image-size", "64", "--epochs", "100", "--max-steps", "30",
-            "--checkpoint-every", "3", "--deterministic", "--seed", "5"]
+            "--checkpoint-every", "3", "--deterministic", "--seed", "5", "--no-export"]
 
 
 def _weights(out):

@@ -34,6 +34,7 @@ from components.train.input_pipeline import decode_rgb, to_model_image
 
 logger = logging.getLogger(__name__)
 
+EXPORT_DIR = "saved_model"  # where `detpipe train` exports, inside its output folder
 INPUT_NAME = "image_bytes"  # ends in _bytes: Vertex AI decodes {"b64": ...} for it
 DETECT_SIGNATURE = "detect"
 LABEL_MAP_FILE = "label_map.json"
