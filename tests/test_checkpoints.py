@@ -37,9 +37,16 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, 
 
     proc = subprocess.Popen(_command(demo_shards, killed), cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = killed / "checkpoints" / "ckpt-1.index"  # the first checkpoint after training steps
+    # The first checkpoint after training steps is complete once the manager's state file
+    # names it (it is written after ckpt-1.index: a kill in between resumes from ckpt-0).
+    state = killed / "checkpoints" / "checkpoint"
+
+    def first_checkpoint_done() -> bool:
+        text = state.read_text() if state.exists() else ""
+        return re.search(r'^model_checkpoint_path: "ckpt-[1-9]\d*"', text, re.M) is not None
+
     deadline = time.monotonic() + 300
-    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not first_checkpoint_done() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "training ended before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
