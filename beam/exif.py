@@ -48,11 +48,16 @@ def displayed_size(width: int, height: int, orientation: int) -> tuple[int, int]
     return (height, width) if orientation in _SWAPS_AXES else (width, height)
 
 
+def check_exif_mode(mode: str) -> str:
+    if mode not in EXIF_MODES:
+        raise ValueError(f"--exif must be one of {', '.join(EXIF_MODES)}, got {mode!r}")
+    return mode
+
+
 def apply_orientation(orientation: int, stored: tuple[int, int], annotated: tuple[int, int] | None,
                       mode: str = "auto") -> bool:
     """Whether the shard gets the displayed image (True) or the stored pixels (False)."""
-    if mode not in EXIF_MODES:
-        raise ValueError(f"--exif must be one of {', '.join(EXIF_MODES)}, got {mode!r}")
+    check_exif_mode(mode)
     if orientation == 1 or mode == "ignore":
         return False
     if mode == "apply":

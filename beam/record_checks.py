@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
-from beam.exif import EXIF_MODES, apply_orientation, displayed_size, orientation_of
+from beam.exif import apply_orientation, check_exif_mode, displayed_size, orientation_of
 from beam.source_records import CheckedRecord, Reject, SourceRecord
 
 MISSING_IMAGE = "missing_image"
@@ -43,8 +43,7 @@ class CheckOptions:
     exif: str = "auto"  # beam/exif.py: which frame the annotations were made in
 
     def __post_init__(self):
-        if self.exif not in EXIF_MODES:
-            raise ValueError(f"--exif must be one of {', '.join(EXIF_MODES)}, got {self.exif!r}")
+        check_exif_mode(self.exif)  # at once, not at the first photo with an orientation
 
 
 def _reject(record: SourceRecord, reason: str, message: str) -> Reject:

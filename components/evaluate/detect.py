@@ -24,6 +24,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+
 def _one_batch(model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
     """The detector on one batch of static size: raw outputs decoded and NMS applied, as
     `model.predict_step` does. Keys: boxes (pixel yxyx at the model size), confidence,

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 from components.evaluate.detect import BatchDetector
-from components.evaluate.threshold import best_f1_threshold
+from components.evaluate.threshold import ThresholdChoice, best_f1_threshold
 from components.train.input_pipeline import eval_examples, to_model_image
 from components.train.trainer import CONFIG_FILE, MODEL_FILE
 
@@ -102,10 +102,7 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
         {"metrics": metrics, "num_images": len(truths), "gate": {"min_map": min_map, "passed": passed},
          "threshold": threshold.to_dict(),
          "seconds": round(time.monotonic() - started, 1)}, indent=2, sort_keys=True) + "\n")
-    (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate) + (
-        f"\nDefault score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "
-        f"{threshold.iou}: F1 {threshold.f1:.3f}, precision {threshold.precision:.3f}, "
-        f"recall {threshold.recall:.3f}).\n"))
+    (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate, threshold))
     result = EvalResult(metrics, len(truths), passed, gate)
     if not passed:
         raise GateFailed(gate)
@@ -116,10 +113,13 @@ def _fmt(value: float) -> str:
     return "n/a" if value < 0 or not math.isfinite(value) else f"{value:.3f}"
 
 
-def _report(metrics: dict[str, float], num_images: int, gate: str) -> str:
+def _report(metrics: dict[str, float], num_images: int, gate: str, threshold: ThresholdChoice) -> str:
     lines = ["# Evaluation report", "", f"{num_images} val images. Gate: {gate}.", "",
              "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in metrics.items() if not k.startswith("AP/")]
     lines += ["", "| class | AP@[.5:.95] |", "|---|---|"]
     lines += [f"| {k[3:]} | {_fmt(v)} |" for k, v in metrics.items() if k.startswith("AP/")]
+    lines += ["", f"Default score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "
+                  f"{threshold.iou}: F1 {threshold.f1:.3f}, precision {threshold.precision:.3f}, "
+                  f"recall {threshold.recall:.3f})."]
     return "\n".join(lines) + "\n"

@@ -22,7 +22,9 @@ import numpy as np
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 
-FALLBACK_THRESHOLD = 0.3  # nothing to choose from: no detections or no truth boxes
+# Nothing to choose from (no detections or no truth boxes), or no evaluation at all: the
+# exported model's default then (components/export).
+FALLBACK_THRESHOLD = 0.3
 
 
 @dataclass(frozen=True)

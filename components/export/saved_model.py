@@ -30,6 +30,7 @@ import keras
 import tensorflow as tf
 
 from components.evaluate.detect import detect
+from components.evaluate.threshold import FALLBACK_THRESHOLD
 from components.train.input_pipeline import decode_rgb, to_model_image
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ INPUT_NAME = "image_bytes"  # ends in _bytes: Vertex AI decodes {"b64": ...} for
 DETECT_SIGNATURE = "detect"
 LABEL_MAP_FILE = "label_map.json"
 SERVING_CONFIG_FILE = "serving_config.json"
-DEFAULT_SCORE_THRESHOLD = 0.3  # when no evaluation chose one
+DEFAULT_SCORE_THRESHOLD = FALLBACK_THRESHOLD  # when no evaluation chose one
 EXPORT_BATCH = 8  # images per detector call inside the SavedModel
 
 
