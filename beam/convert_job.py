@@ -26,7 +26,7 @@ from beam.coco_reader import read_coco
 from beam.csv_reader import read_csv
 from beam.dataset_gates import GateOptions, dataset_problems
 from beam.example_codec import encode_example
-from beam.label_map import derive_label_map
+from beam.label_map import derive_label_map, extend_label_map
 from beam.output_files import pop_json, read_rejects, write_json, write_rejects
 from beam.shard_writer import (
     DEFAULT_MIN_SHARDS,
@@ -57,6 +57,8 @@ class ConvertOptions:
     val_fraction: float = 0.2
     seed: int = 0
     label_map: dict[str, int] | None = None
+    # Ids to keep (the champion's): its classes keep their ids, new ones get the next ids.
+    base_label_map: dict[str, int] | None = None
     keep_empty: bool = True
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
     min_shards: int = DEFAULT_MIN_SHARDS
@@ -177,8 +179,11 @@ def _assign_split(record: CheckedRecord, options: ConvertOptions,
     return split_of[record.image_id], record
 
 
-def _label_map_of(class_names: list[str], given: dict[str, int] | None) -> dict[str, int]:
-    return given if given is not None else derive_label_map(class_names)
+def _label_map_of(class_names: list[str], given: dict[str, int] | None,
+                  base: dict[str, int] | None = None) -> dict[str, int]:
+    if given is not None:
+        return given
+    return extend_label_map(base, class_names) if base else derive_label_map(class_names)
 
 
 def _list_sources(options: ConvertOptions) -> list:
@@ -223,7 +228,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             | "ClassNames" >> beam.FlatMap(lambda r: set(r.class_texts))
             | "UniqueNames" >> beam.Distinct()
             | "NamesToList" >> beam.combiners.ToList()
-            | "LabelMap" >> beam.Map(_label_map_of, options.label_map)
+            | "LabelMap" >> beam.Map(_label_map_of, options.label_map, options.base_label_map)
         )
         _ = label_map | "WriteLabelMap" >> beam.Map(
             lambda m: write_json(FileSystems.join(output, "_label_map.json"), m))
@@ -359,7 +364,7 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         "shards": shards,
         "anomalies": anomalies,
         "anomalies_allowed": bool(anomalies) and options.allow_anomalies,
-        "options": {k: v for k, v in asdict(options).items() if k not in ("beam_args", "label_map")},
+        "options": {k: v for k, v in asdict(options).items() if k not in ("beam_args", "label_map", "base_label_map")},
         "seconds": round(time.monotonic() - started, 1),
     }
     if manifest["written_total"] + manifest["rejected"] != manifest["records_in"]:

@@ -5,14 +5,22 @@ fraction, and drift against a previous run's statistics. One line per problem.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tensorflow_data_validation as tfdv
 from apache_beam.io.filesystems import FileSystems
 
 from beam.output_files import write_text
 from beam.split import TRAIN, VAL
-from beam.tfdv_checks import add_drift_checks, anomaly_lines, find_anomalies, statistics_html, task_schema
+from beam import feature_keys as K
+from beam.tfdv_checks import (
+    add_drift_checks,
+    anomaly_lines,
+    class_domain,
+    find_anomalies,
+    statistics_html,
+    task_schema,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +31,36 @@ class GateOptions:
     max_reject_fraction: float = 0.1
     previous_stats: str | None = None  # stats-train.pb of an earlier run
     drift_threshold: float = 0.1
+    # With a pinned (champion's) schema: accept classes it does not list. Their arrival
+    # shifts the class distribution, so that drift check is left out too (box sizes stay).
+    allow_new_classes: bool = False
+    pinned_by: str = ""  # who pinned the schema, for the messages (e.g. "champion v3")
+
+
+def with_champion(options: GateOptions, files: dict[str, str], version: str) -> GateOptions:
+    """Validate against a champion's files (`schema.pbtxt`, `stats-train.pb`, as the
+    registry keeps them) instead of inferring from this data alone."""
+    return replace(options, schema_file=files.get("schema.pbtxt") or options.schema_file,
+                   previous_stats=files.get("stats-train.pb") or options.previous_stats,
+                   pinned_by=f"champion {version}")
+
+
+def _new_class_problems(pinned, label_map: dict[str, int], options: GateOptions) -> list[str]:
+    """Classes the pinned schema does not list: one problem naming them (unless allowed);
+    either way the schema copy learns them, so TFDV does not report them a second time."""
+    domain = class_domain(pinned)
+    if domain is None:
+        return []
+    new = sorted(set(label_map) - set(domain.value))
+    if not new:
+        return []
+    domain.value.extend(new)
+    source = options.pinned_by or options.schema_file
+    if options.allow_new_classes:
+        logger.warning("new class(es) %s not in %s: allowed", ", ".join(new), source)
+        return []
+    return [f"{K.CLASS_TEXT} | new class | {', '.join(new)}: not among the classes of {source}; "
+            "pass allow_new_classes (--allow-new-classes) to train on them"]
 
 
 def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int], rejected: int,
@@ -39,15 +77,17 @@ def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int
              if written.get(s)}
     if TRAIN in stats:
         pinned = tfdv.load_schema_text(options.schema_file) if options.schema_file else None
+        if pinned is not None:
+            problems += _new_class_problems(pinned, label_map, options)
         schema = task_schema(stats[TRAIN], num_labels=max(label_map.values()), pinned=pinned)
         tfdv.write_schema_text(schema, FileSystems.join(out, "schema.pbtxt"))
         for split, split_stats in stats.items():
             problems += [f"[{split}] {line}" for line in anomaly_lines(find_anomalies(split_stats, schema))]
         if options.previous_stats:
             previous = tfdv.load_stats_binary(options.previous_stats)
-            add_drift_checks(schema, options.drift_threshold)
+            add_drift_checks(schema, options.drift_threshold, classes=not options.allow_new_classes)
             drift = find_anomalies(stats[TRAIN], schema, previous=previous)
-            problems += [f"[drift vs {options.previous_stats}] {line}" for line in anomaly_lines(drift)]
+            problems += [f"[drift vs {options.pinned_by or options.previous_stats}] {line}" for line in anomaly_lines(drift)]
         if VAL in stats:
             write_text(FileSystems.join(out, "stats.html"), statistics_html(stats[TRAIN], stats[VAL]))
     write_text(FileSystems.join(out, "anomalies.txt"),

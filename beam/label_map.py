@@ -19,6 +19,19 @@ def derive_label_map(class_names: Iterable[str]) -> dict[str, int]:
     return {name: index for index, name in enumerate(sorted(set(class_names)), start=1)}
 
 
+def extend_label_map(base: dict[str, int], class_names: Iterable[str]) -> dict[str, int]:
+    """`base` restricted to the classes present, plus the new names (sorted) after its
+    largest id: a class keeps its id from one dataset version to the next.
+
+    >>> extend_label_map({"cat": 1, "dog": 2}, ["dog", "bird"])
+    {'dog': 2, 'bird': 3}
+    """
+    names = set(class_names)
+    kept = {name: index for name, index in base.items() if name in names}
+    start = max(base.values(), default=0) + 1
+    return {**kept, **{name: start + i for i, name in enumerate(sorted(names - set(base)))}}
+
+
 def write_label_map(label_map: dict[str, int], path: Path) -> None:
     path.write_text(json.dumps(label_map, indent=2, sort_keys=True) + "\n")
 

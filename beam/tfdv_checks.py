@@ -106,10 +106,23 @@ def task_schema(train_stats: statistics_pb2.DatasetFeatureStatisticsList, num_la
     return schema
 
 
-def add_drift_checks(schema: schema_pb2.Schema, threshold: float) -> None:
-    """Compare with previous statistics: the class distribution (L-infinity distance)
-    and box sizes (Jensen-Shannon divergence), each against `threshold`."""
-    tfdv.get_feature(schema, K.CLASS_TEXT).drift_comparator.infinity_norm.threshold = threshold
+def class_domain(schema: schema_pb2.Schema) -> schema_pb2.StringDomain | None:
+    """The class names a schema lists (inline or as a named domain), if it lists them."""
+    if not any(f.name == K.CLASS_TEXT for f in schema.feature):
+        return None
+    try:
+        domain = tfdv.get_domain(schema, K.CLASS_TEXT)
+    except ValueError:  # no domain: any class name passes
+        return None
+    return domain if isinstance(domain, schema_pb2.StringDomain) else None
+
+
+def add_drift_checks(schema: schema_pb2.Schema, threshold: float, classes: bool = True) -> None:
+    """Compare with previous statistics: the class distribution (L-infinity distance;
+    unless `classes` is False) and box sizes (Jensen-Shannon divergence), each against
+    `threshold`."""
+    if classes:
+        tfdv.get_feature(schema, K.CLASS_TEXT).drift_comparator.infinity_norm.threshold = threshold
     for key in (BOX_WIDTH, BOX_HEIGHT):
         if any(f.name == key for f in schema.feature):
             tfdv.get_feature(schema, key).drift_comparator.jensen_shannon_divergence.threshold = threshold

@@ -13,14 +13,42 @@ from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 
+def fingerprint_source(images: str, annotations: str, registry: str, model_name: str, pipeline_root: str,
+                       source: Output[Artifact]) -> NamedTuple(
+        "SourceOutputs", [("fingerprint", str), ("registry", str), ("champion", str)]):
+    """List the dataset's files (never cached): their fingerprint is in the data step's
+    cache key, so new images retrain. Also resolves the registry and its champion now."""
+    import json
+    import logging
+    from collections import namedtuple
+
+    from components.registry.fingerprint import fingerprint_source as fingerprint
+    from components.registry.registry import Registry, resolve_registry
+
+    logging.basicConfig(level=logging.INFO)
+    found = fingerprint(images, annotations)
+    registry = resolve_registry(registry, pipeline_root)
+    champion = Registry.open(registry, model_name).champion_version()
+    with open(source.path, "w") as handle:
+        json.dump({**found.to_dict(), "images_path": images, "annotations_path": annotations}, handle, indent=2)
+    source.metadata.update({**found.to_dict(), "registry": registry, "champion": champion or "none"})
+    return namedtuple("SourceOutputs", ["fingerprint", "registry", "champion"])(found.sha256, registry, champion)
+
+
 def validate_and_convert(
     images: str,
     annotations: str,
+    source_fingerprint: str,
+    registry: str,
+    model_name: str,
+    champion: str,
     data_format: str,
     val_fraction: float,
     seed: int,
     max_reject_fraction: float,
     allow_anomalies: bool,
+    allow_new_classes: bool,
+    drift_threshold: float,
     exif: str,
     runner: str,
     beam_options: str,
@@ -28,26 +56,37 @@ def validate_and_convert(
     dataset: Output[Dataset],
     stats_html: Output[HTML],
 ) -> NamedTuple("ConvertOutputs", [("records_in", int), ("written", int), ("rejected", int)]):
-    """Check every record, write rejects, TFDV stats/schema/anomalies and sharded TFRecords."""
+    """Check every record, write rejects, TFDV stats/schema/anomalies and sharded TFRecords;
+    with a champion, validate against its schema and check drift against its statistics."""
+    import json
     import logging
     import shlex
     import shutil
+    import tempfile
     from collections import namedtuple
 
     from beam.convert_job import ConvertOptions, build_dataset
-    from beam.dataset_gates import GateOptions
+    from beam.dataset_gates import GateOptions, with_champion
+    from components.registry.registry import Registry
 
     logging.basicConfig(level=logging.INFO)
     beam_args = shlex.split(beam_options)
     if runner == "DataflowRunner":  # Dataflow workers run the same image as this step
         beam_args.append(f"--sdk_container_image={sdk_container_image}")
-    result = build_dataset(ConvertOptions(
-        images=images, annotations=annotations, output=dataset.path, format=data_format,
-        val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies, exif=exif,
-        gates=GateOptions(max_reject_fraction=max_reject_fraction), runner=runner, beam_args=tuple(beam_args)))
+    gates = GateOptions(max_reject_fraction=max_reject_fraction, drift_threshold=drift_threshold,
+                        allow_new_classes=allow_new_classes)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = Registry.open(registry, model_name).fetch_data_files(champion, tmp) if champion else {}
+        base = json.load(open(files["label_map.json"])) if "label_map.json" in files else None
+        result = build_dataset(ConvertOptions(
+            images=images, annotations=annotations, output=dataset.path, format=data_format,
+            val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies, exif=exif,
+            base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
+            runner=runner, beam_args=tuple(beam_args)))
     m = result.manifest
     dataset.metadata.update({"records_in": m["records_in"], "written": m["written_total"],
-                             "rejected": m["rejected"], "num_classes": m["num_classes"]})
+                             "rejected": m["rejected"], "num_classes": m["num_classes"],
+                             "source_fingerprint": source_fingerprint, "checked_against": champion or "none"})
     if not result.ok:
         raise RuntimeError("dataset anomalies (feature | problem | detail):\n" + "\n".join(result.anomalies))
     shutil.copyfile(f"{dataset.path}/stats.html", stats_html.path)
@@ -56,13 +95,11 @@ def validate_and_convert(
 
 
 def probe(data: Input[Dataset], require_gpu: bool, image_size: int, model_size: str, batch_size: str,
-          report: Output[Markdown], probe_json: Output[Artifact]) -> NamedTuple(
-        "ProbeOutputs", [("verdict", str), ("largest_safe_batch", int), ("mixed_precision", str),
-                         ("input_parallelism", int)]):
+          report: Output[Markdown], probe_json: Output[Artifact]) -> str:
     """Check the training machine (and read speed of the shards); fails the run on FAIL.
-    Its outputs tell the train step a starting batch, the precision and the parallelism."""
+    `probe_json` tells tune and train a starting batch, the precision and the parallelism.
+    Returns the verdict."""
     import logging
-    from collections import namedtuple
     from pathlib import Path
 
     from components.probe.checks import Expectations
@@ -76,13 +113,10 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: int, model_size: 
     if result.verdict == "FAIL":
         raise RuntimeError("probe FAIL: " + "; ".join(f"{c.reason} -> {c.fix}" for c in result.checks
                                                        if c.status == "FAIL"))
-    rec = result.recommendations
-    return namedtuple("ProbeOutputs", ["verdict", "largest_safe_batch", "mixed_precision", "input_parallelism"])(
-        result.verdict, rec["largest_safe_batch"] or 0, rec["mixed_precision"], rec["input_parallelism"])
+    return result.verdict
 
 
-def tune_hyperparameters(data: Input[Dataset], probe_safe_batch: int, probe_precision: str, probe_parallelism: int,
-                         trials: int, trial_steps: int, batch_size: str, image_size: int, model_size: str, seed: int,
+def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: int, model_size: str, seed: int,
                          hparams: Output[Artifact], report: Output[Markdown]) -> float:
     """Search learning rate, weight decay and augmentation strength on short trials
     (`trials` 0: no search, the defaults). Returns the best val mAP (-1 without a search:
@@ -95,8 +129,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_safe_batch: int, probe_prec
     from components.train.tuning import REPORT_FILE, TuneConfig, tune
 
     logging.basicConfig(level=logging.INFO)
-    advice = ProbeAdvice(safe_batch=probe_safe_batch or None, precision=probe_precision,
-                         input_parallelism=probe_parallelism)
+    advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=trials, trial_steps=trial_steps,
                              seed=seed, train={"batch_size": batch_size, "image_size": image_size,
                                                "model_size": model_size, "probe": advice}))
@@ -106,8 +139,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_safe_batch: int, probe_prec
     return best_map
 
 
-def train(data: Input[Dataset], hparams: Input[Artifact], probe_verdict: str, probe_safe_batch: int,
-          probe_precision: str, probe_parallelism: int, epochs: int, batch_size: str, image_size: int,
+def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: int,
           model_size: str, seed: int, model: Output[Model], report: Output[Markdown]) -> float:
     """Train the detector with the tune step's hyperparameters; returns training images per second."""
     import logging
@@ -117,9 +149,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_verdict: str, pr
     from components.train.tuning import BEST_FILE, load_hparams
 
     logging.basicConfig(level=logging.INFO)
-    logging.info("probe verdict before training: %s", probe_verdict)
-    advice = ProbeAdvice(safe_batch=probe_safe_batch or None, precision=probe_precision,
-                         input_parallelism=probe_parallelism)
+    advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
                                         batch_size=batch_size, image_size=image_size, model_size=model_size,
                                         seed=seed, probe=advice, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
@@ -130,22 +160,34 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_verdict: str, pr
     return result.images_per_second
 
 
-def evaluate(model: Input[Model], data: Input[Dataset], min_map: float, metrics: Output[Metrics],
-             report: Output[Markdown], metrics_json: Output[Artifact]) -> float:
-    """COCO metrics on the val split; fails below `min_map`. Returns mAP@[.5:.95]."""
+def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_name: str, champion: str,
+             promote_if: str, max_regression: float, min_map: float, seed: int, metrics: Output[Metrics],
+             report: Output[Markdown], metrics_json: Output[Artifact], decision: Output[Artifact]) -> float:
+    """COCO metrics on the val split; the champion's SavedModel re-scored on the same images,
+    a bootstrap interval of the difference and the promotion decision. Returns mAP@[.5:.95]."""
     import logging
     import os
     import shutil
 
-    from components.evaluate.evaluator import METRICS_FILE, REPORT_FILE, evaluate_detector
+    from components.evaluate.champion import evaluate_against_champion
+    from components.evaluate.evaluator import METRICS_FILE, REPORT_FILE
+    from components.registry.decision import PromotionRule
 
     logging.basicConfig(level=logging.INFO)
     out = os.path.dirname(metrics_json.path) + "/evaluation"
-    result = evaluate_detector(model.path, data.path, out, min_map=min_map)
+    result, record = evaluate_against_champion(
+        model.path, data.path, out, PromotionRule(promote_if, max_regression, min_map), registry=registry,
+        model_name=model_name, champion=champion, seed=seed)
     for key, value in result.metrics.items():
         metrics.log_metric(key, value)
+    for key, value in record.get("delta", {}).get("mAP", {}).items():
+        metrics.log_metric(f"vs_champion/mAP_{key}", value)
+    metrics.log_metric("blessed", 1.0 if record["blessed"] else 0.0)
+    decision.metadata.update({"verdict": record["verdict"], "reason": record["reason"],
+                              "champion": (record["champion"] or {}).get("version", "none")})
     shutil.copyfile(f"{out}/{REPORT_FILE}", report.path)
     shutil.copyfile(f"{out}/{METRICS_FILE}", metrics_json.path)
+    shutil.copyfile(f"{out}/decision.json", decision.path)
     return result.metrics["mAP"]
 
 
@@ -166,14 +208,42 @@ def export(model: Input[Model], metrics_json: Input[Artifact], saved_model: Outp
     return config.score_threshold
 
 
+def register(saved_model: Input[Model], metrics_json: Input[Artifact], decision: Input[Artifact],
+             data: Input[Dataset], source: Input[Artifact], registry: str, model_name: str, vertex_model: str,
+             vertex_region: str, serving_image: str, run_id: str) -> NamedTuple(
+        "RegisterOutputs", [("version", str), ("status", str), ("champion", str)]):
+    """Record the version in the registry; the champion moves only when blessed. With
+    `vertex_model`, also a Vertex AI Model Registry version. Fails the run (after
+    recording) when the challenger is below min_map."""
+    import json
+    import logging
+    from collections import namedtuple
+
+    from components.registry.register import register_and_upload
+
+    logging.basicConfig(level=logging.INFO)
+    with open(decision.path) as handle:
+        verdict = json.load(handle)
+    with open(source.path) as handle:
+        fingerprint = json.load(handle)
+    done = register_and_upload(registry, model_name, saved_model.path, data.path, metrics_json.path, verdict,
+                               fingerprint, run_id, vertex_model=vertex_model, vertex_region=vertex_region,
+                               serving_image=serving_image)
+    if verdict.get("below_min_map"):
+        raise RuntimeError(f"gate failed: {verdict['reason']} (recorded as {done.version}, rejected)")
+    return namedtuple("RegisterOutputs", ["version", "status", "champion"])(done.version, done.status, done.champion)
+
+
 @dataclass(frozen=True)
 class Steps:
+    fingerprint_source: object
     validate_and_convert: object
     probe: object
     tune_hyperparameters: object
     train: object
     evaluate: object
     export: object
+    register: object
 
 
 def make_steps(image: str) -> Steps:
@@ -181,5 +251,5 @@ def make_steps(image: str) -> Steps:
     def component(func):
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
-    return Steps(*(component(f) for f in (validate_and_convert, probe, tune_hyperparameters, train, evaluate,
-                                          export)))
+    return Steps(*(component(f) for f in (fingerprint_source, validate_and_convert, probe, tune_hyperparameters,
+                                          train, evaluate, export, register)))

@@ -18,6 +18,8 @@ from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.model_cli import add_model_commands, export_after_train
+from pipeline.params import add_run_options
+from pipeline.registry_cli import add_registry_commands
 from pipeline.vertex_cli import add_vertex_commands, cloud_error_line
 
 logger = logging.getLogger("detpipe")
@@ -168,16 +170,12 @@ def cmd_compile(args) -> int:
 
 def cmd_run(args) -> int:
     from pipeline.local_run import run_local
+    from pipeline.params import DEFAULT_REGISTRY_DIR, params_from_args
 
     if not args.local:
         raise _fail_lines(["only --local runs are built; use `detpipe submit` for Vertex AI"])
-    params = {"images": str(Path(args.images).resolve()), "annotations": str(Path(args.annotations).resolve()),
-              "data_format": args.format, "val_fraction": args.val_fraction, "seed": args.seed,
-              "max_reject_fraction": args.max_reject_fraction, "allow_anomalies": args.allow_anomalies,
-              "exif": args.exif,
-              "epochs": args.epochs, "batch_size": args.batch_size, "image_size": args.image_size,
-              "model_size": args.model_size, "min_map": args.min_map, "tune_trials": args.tune_trials,
-              "tune_trial_steps": args.tune_trial_steps}
+    params = params_from_args(args)
+    params["registry"] = params["registry"] or str(Path(args.pipeline_root, DEFAULT_REGISTRY_DIR).resolve())
     summary = run_local(params, Path(args.pipeline_root))
     print("\n".join(["", "detpipe run summary", *("  " + line for line in summary.lines())]))
     if args.summary_json:
@@ -336,26 +334,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="retries of the train step after preemption (default 2)")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("run", help="run the whole DAG")
+    p = sub.add_parser("run", help="run the whole DAG",
+                       description="Every pipeline parameter as an option. Each run records a version in the "
+                                   "registry (default PIPELINE_ROOT/registry) and compares it with the champion.")
     p.add_argument("--local", action="store_true", help="run with the KFP local runner (SubprocessRunner)")
-    p.add_argument("--images", default="demo-data/images", help="image folder (default demo-data/images)")
-    p.add_argument("--annotations", default="demo-data/annotations", help="annotations (default demo-data/annotations)")
-    p.add_argument("--format", choices=("voc", "coco", "csv"), default="voc", help="annotation format (default voc)")
-    p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
-    p.add_argument("--max-reject-fraction", type=float, default=0.1,
-                   help="fail the data step when more than this share of records is rejected (default 0.1)")
-    p.add_argument("--allow-anomalies", action="store_true", help="let the data step pass despite anomalies")
-    _add_exif_option(p)
-    _add_train_options(p)
-    p.add_argument("--min-map", type=float, default=0.0, help="fail the run below this mAP@[.5:.95] (default 0)")
-    p.add_argument("--tune-trials", type=int, default=0,
-                   help="hyperparameter search before training: candidates, or 0 for none (default 0)")
-    p.add_argument("--tune-trial-steps", type=_positive_int, default=100,
-                   help="training steps of a first-round tuning trial (default 100)")
+    add_run_options(p)
     p.add_argument("--pipeline-root", default="local_outputs", help="where artifacts go (default local_outputs)")
     p.add_argument("--summary-json", help="also write the run summary to this JSON file")
     p.set_defaults(func=cmd_run)
 
+    add_registry_commands(sub)
     add_model_commands(sub)
     add_vertex_commands(sub)
     return parser

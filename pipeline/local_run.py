@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kfp import local
 
+from components.evaluate.champion import comparison_line
 from pipeline.dag import make_pipeline
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,8 @@ class RunSummary:
     images_per_second: float
     metrics: dict
     saved_model: Path
+    version: str
+    comparison: str  # the champion comparison and the decision, one line
 
     def lines(self) -> list[str]:
         return [
@@ -32,6 +35,7 @@ class RunSummary:
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
             f"AP75 {self.metrics['AP75']:.3f}",
             f"model to serve: detpipe serve --model {self.saved_model}",
+            f"registry: {self.version}: {self.comparison}",
             f"artifacts: {self.run_dir}",
         ]
 
@@ -49,12 +53,21 @@ def summarise(run_dir: Path) -> RunSummary:
     probe = json.loads((_task_dir(run_dir, "probe") / "probe_json").read_text())
     train_config = json.loads((_task_dir(run_dir, "train") / "model" / "train_config.json").read_text())
     metrics = json.loads((_task_dir(run_dir, "evaluate") / "metrics_json").read_text())
+    decision = json.loads((_task_dir(run_dir, "evaluate") / "decision").read_text())
     return RunSummary(
         run_dir=run_dir, records_in=manifest["records_in"], written=manifest["written_total"],
         rejected=manifest["rejected"], probe_verdict=probe["verdict"],
         images_per_second=train_config["result"]["images_per_second"], metrics=metrics["metrics"],
         saved_model=_task_dir(run_dir, "export") / "saved_model",
+        version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
     )
+
+
+def _register_output(run_dir: Path, name: str) -> str:
+    """An output parameter of the register step (kfp's local runner keeps them in
+    `executor_output.json` of the task folder)."""
+    path = _task_dir(run_dir, "register") / "executor_output.json"
+    return json.loads(path.read_text())["parameterValues"][name] if path.exists() else "?"
 
 
 def run_local(params: dict, pipeline_root: Path) -> RunSummary:
@@ -62,6 +75,7 @@ def run_local(params: dict, pipeline_root: Path) -> RunSummary:
     environment, so nothing is installed at run time."""
     pipeline_root = Path(pipeline_root).resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
+    Path(params["registry"]).mkdir(parents=True, exist_ok=True)  # may live under the root: not a run folder
     before = set(pipeline_root.iterdir())
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root))
     with warnings.catch_warnings():

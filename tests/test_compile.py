@@ -25,7 +25,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-GOLDEN_SHA256 = "bb6c621ccfeaed16a0f89be3c13f3a1226e0e65f173e9a76701d27333908df80"
+GOLDEN_SHA256 = "11e2894a1b8095c04c1d5fc12a7a74a389e7e06e5aa457b1895654c0d3511239"
 
 
 def test_golden_compile(tmp_path):
@@ -71,11 +71,50 @@ def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
     # No run-time pip installs: the image holds everything.
     assert not any("pip install" in " ".join(e["container"]["command"]) for e in executors.values())
     tasks = spec["root"]["dag"]["tasks"]
-    assert set(tasks) == {"validate-and-convert", "probe", "tune-hyperparameters", "train", "evaluate", "export"}
+    assert set(tasks) == {"fingerprint-source", "validate-and-convert", "probe", "tune-hyperparameters", "train",
+                          "evaluate", "export", "register"}
     assert tasks["export"]["dependentTasks"] == ["evaluate", "train"]
+    assert tasks["register"]["dependentTasks"] == ["evaluate", "export", "fingerprint-source", "validate-and-convert"]
+    assert tasks["register"]["cachingOptions"] == {}
     assert tasks["probe"]["cachingOptions"] == {}
     assert tasks["tune-hyperparameters"]["dependentTasks"] == ["probe", "validate-and-convert"]
     assert tasks["train"]["dependentTasks"] == ["probe", "tune-hyperparameters", "validate-and-convert"]
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert params["batch_size"]["defaultValue"] == "auto" and "images" in params
     assert params["tune_trials"]["defaultValue"] == 0  # the search is off unless asked for
+
+
+def test_source_fingerprint_is_uncached_and_in_the_data_steps_cache_key(tmp_path):
+    """Vertex caches a step on its inputs: the data step takes the fingerprint of the files
+    as an input, and the step that computes it never comes from the cache."""
+    compile_pipeline(tmp_path / "p.yaml")
+    tasks = yaml.safe_load((tmp_path / "p.yaml").read_text())["root"]["dag"]["tasks"]
+    assert tasks["fingerprint-source"]["cachingOptions"] == {}
+    assert "dependentTasks" not in tasks["fingerprint-source"]  # the first step
+    inputs = tasks["validate-and-convert"]["inputs"]["parameters"]
+    for name, output in (("source_fingerprint", "fingerprint"), ("champion", "champion"), ("registry", "registry")):
+        assert inputs[name]["taskOutputParameter"] == {"outputParameterKey": output,
+                                                       "producerTask": "fingerprint-source"}
+    evaluate = tasks["evaluate"]["inputs"]["parameters"]
+    assert evaluate["champion"]["taskOutputParameter"]["producerTask"] == "fingerprint-source"
+    assert tasks["fingerprint-source"]["inputs"]["parameters"]["pipeline_root"]["runtimeValue"]["constant"] \
+        == "{{$.pipeline_root}}"
+    assert tasks["register"]["inputs"]["parameters"]["run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_name}}"
+
+
+def test_one_declaration_of_the_parameters(tmp_path):
+    """The DAG's parameters, their descriptions and `detpipe run`'s options come from PARAMS."""
+    from pipeline.cli import build_parser
+    from pipeline.params import PARAMS, REQUIRED
+
+    compile_pipeline(tmp_path / "p.yaml")
+    params = yaml.safe_load((tmp_path / "p.yaml").read_text())["root"]["inputDefinitions"]["parameters"]
+    assert set(params) == {p.name for p in PARAMS}
+    for p in PARAMS:
+        assert params[p.name]["description"].split()[0] == p.help.split()[0]
+        if p.default is not REQUIRED:
+            assert params[p.name]["defaultValue"] == p.default
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    options = {a.dest for a in run._actions}
+    assert {p.name for p in PARAMS if p.local} <= options
+    assert not ({p.name for p in PARAMS if not p.local} & options)

@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import keras
@@ -36,6 +36,9 @@ class EvalResult:
     num_images: int
     passed: bool
     gate: str
+    label_map: dict[str, int] = field(default_factory=dict)
+    truths: list[ImageTruth] = field(default_factory=list, repr=False)
+    detections: list[ImageDetections] = field(default_factory=list, repr=False)
 
 
 class GateFailed(RuntimeError):
@@ -83,8 +86,10 @@ def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size
     return truths, detections
 
 
-def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: float = 0.0) -> EvalResult:
-    """COCO metrics on the val split; raises `GateFailed` (after writing the files) below `min_map`."""
+def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: float = 0.0,
+                      raise_on_gate: bool = True) -> EvalResult:
+    """COCO metrics on the val split; raises `GateFailed` (after writing the files) below
+    `min_map` unless `raise_on_gate` is False (the pipeline decides later, after recording)."""
     started = time.monotonic()
     model, config = load_trained(model_dir)
     label_map = config["label_map"]
@@ -103,8 +108,8 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
          "threshold": threshold.to_dict(),
          "seconds": round(time.monotonic() - started, 1)}, indent=2, sort_keys=True) + "\n")
     (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate, threshold))
-    result = EvalResult(metrics, len(truths), passed, gate)
-    if not passed:
+    result = EvalResult(metrics, len(truths), passed, gate, label_map, truths, detections)
+    if not passed and raise_on_gate:
         raise GateFailed(gate)
     return result
 

@@ -149,7 +149,7 @@ def compression_type(files: list[str]) -> str:
     return "GZIP" if kinds.pop() else ""
 
 
-def _records(files: list[str], deterministic: bool, shuffle_seed: int | None = None) -> tf.data.Dataset:
+def read_records(files: list[str], deterministic: bool, shuffle_seed: int | None = None) -> tf.data.Dataset:
     """Interleaved parallel reads of shard files, in a seeded random file order if asked."""
     compression = compression_type(files)
     names = tf.data.Dataset.from_tensor_slices(files)
@@ -162,7 +162,7 @@ def _records(files: list[str], deterministic: bool, shuffle_seed: int | None = N
 
 def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     """Endless shuffled, augmented, batched training data."""
-    ds = _records(shard_files(data_dir, "train"), config.deterministic, shuffle_seed=config.seed)
+    ds = read_records(shard_files(data_dir, "train"), config.deterministic, shuffle_seed=config.seed)
     if config.cache:
         # The encoded records, kept after the first pass: later epochs read no files.
         ds = ds.cache("" if config.cache == "memory" else config.cache)
@@ -180,7 +180,7 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
 
 def eval_examples(data_dir: str, split: str = "val") -> tf.data.Dataset:
     """Parsed examples in shard order (no augmentation), for evaluation."""
-    return _records(shard_files(data_dir, split), deterministic=True).map(parse_example, num_parallel_calls=AUTOTUNE)
+    return read_records(shard_files(data_dir, split), deterministic=True).map(parse_example, num_parallel_calls=AUTOTUNE)
 
 
 def count_records(data_dir: str, split: str) -> int:

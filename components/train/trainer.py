@@ -77,6 +77,14 @@ class ProbeAdvice:
     precision: str | None = None  # "mixed_bfloat16" | "mixed_float16" | "float32"
     input_parallelism: int | None = None
 
+    @classmethod
+    def from_probe_file(cls, path: str) -> "ProbeAdvice":
+        """The recommendations of a probe.json (`detpipe probe --json`, the probe step's artifact)."""
+        with open(path) as handle:
+            rec = json.load(handle)["recommendations"]
+        return cls(safe_batch=rec.get("largest_safe_batch") or None, precision=rec.get("mixed_precision"),
+                   input_parallelism=rec.get("input_parallelism"))
+
 
 @dataclass(frozen=True)
 class TrainConfig:

@@ -1,0 +1,173 @@
+"""Champion against challenger on the same val images.
+
+The champion is re-scored here, through its exported SavedModel (what is being served),
+on the current val split, so both scores come from the same images: a score recorded
+when the champion was trained was measured on other data and compares nothing. Classes
+are matched by name, so a champion with a different label map is compared on the classes
+both know (and the decision says which those are).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import tensorflow as tf
+
+from beam import feature_keys as K
+from components.evaluate.bootstrap import match_table, paired_bootstrap
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
+from components.registry.decision import DeltaInterval, PromotionRule, Verdict, decide
+from components.registry.registry import SAVED_MODEL_DIR, Registry
+from components.train.input_pipeline import read_records, shard_files
+
+logger = logging.getLogger(__name__)
+
+RESAMPLES = 1000
+
+
+def val_images(data_dir: str, split: str = "val") -> tuple[list[bytes], str]:
+    """The split's encoded images in the order evaluation reads them, and a fingerprint of
+    the split (sha256 over the sorted sha256 of each record: independent of sharding)."""
+    images, digests = [], []
+    for serialized in read_records(shard_files(data_dir, split), deterministic=True):
+        raw = serialized.numpy()
+        digests.append(hashlib.sha256(raw).hexdigest())
+        parsed = tf.io.parse_single_example(serialized, {K.ENCODED: tf.io.FixedLenFeature([], tf.string)})
+        images.append(parsed[K.ENCODED].numpy())
+    return images, hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()
+
+
+def saved_model_detections(saved_model_dir: str, images: list[bytes], label_map: dict[str, int],
+                           batch_size: int = 16) -> list[ImageDetections]:
+    """Every detection (score threshold 0, as COCO evaluation wants) of an exported model,
+    with its class names mapped to `label_map`'s ids; classes `label_map` lacks are dropped.
+    Image ids are 1..N in the order of `images`."""
+    from components.serve.predictor import Predictor
+
+    predictor = Predictor.load(saved_model_dir)
+    out = []
+    for start in range(0, len(images), batch_size):
+        for offset, p in enumerate(predictor.predict(images[start:start + batch_size], score_threshold=0.0)):
+            rows = [(tuple(b), s, label_map[n]) for b, s, n in zip(p["detection_boxes"], p["detection_scores"],
+                                                                   p["detection_class_names"]) if n in label_map]
+            out.append(ImageDetections(start + offset + 1, [r[0] for r in rows], [r[1] for r in rows],
+                                       [r[2] for r in rows]))
+    return out
+
+
+def compare_and_decide(truths: list[ImageTruth], challenger: list[ImageDetections], label_map: dict[str, int],
+                       challenger_map: float, rule: PromotionRule, champion: dict | None = None,
+                       val_fingerprint: str = "", seed: int = 0, resamples: int = RESAMPLES) -> dict:
+    """The decision record (decision.json). `champion`: {"version", "detections" (on the same
+    images, ids from `label_map`), "label_map"} or None when there is none yet."""
+    record = {"rule": {**rule.to_dict(), "resamples": resamples, "seed": seed, "level": 0.95},
+              "val": {"images": len(truths), "fingerprint": val_fingerprint},
+              "challenger": {"mAP": challenger_map}, "champion": None}
+    if champion is None:
+        verdict = decide(rule, challenger_map, None)
+        return {**record, **_verdict(verdict)}
+    shared = sorted(set(label_map) & set(champion["label_map"]))
+    record["classes"] = {"shared": shared, "challenger_only": sorted(set(label_map) - set(champion["label_map"])),
+                         "champion_only": sorted(set(champion["label_map"]) - set(label_map))}
+    record["champion"] = {"version": champion["version"]}
+    if not shared:
+        verdict = Verdict(False, f"no class in common with champion {champion['version']}: nothing to compare; "
+                                 "promote by hand (detpipe registry promote) if the new classes are intended")
+        return {**record, **_verdict(verdict)}
+    names = {label_map[name]: name for name in shared}
+    result = paired_bootstrap(match_table(truths, challenger, names), match_table(truths, champion["detections"], names),
+                              resamples=resamples, seed=seed)
+    a, b = result.challenger, result.champion
+    record["challenger"].update({"mAP_shared": float(a.map[0]), "AP50_shared": float(a.ap50[0])})
+    record["champion"].update({"mAP_shared": float(b.map[0]), "AP50_shared": float(b.ap50[0])})
+    record["delta"] = {
+        "mAP": result.delta_map.to_dict(), "AP50": result.delta_ap50.to_dict(),
+        "per_class": {names[k]: (round(float(a.per_class[0][i] - b.per_class[0][i]), 6)
+                                 if a.per_class[0][i] > -1 and b.per_class[0][i] > -1 else None)
+                      for i, k in enumerate(sorted(names))},
+    }
+    d = result.delta_map
+    verdict = decide(rule, challenger_map, DeltaInterval(d.point, d.low, d.high))
+    return {**record, **_verdict(verdict)}
+
+
+def _verdict(verdict: Verdict) -> dict:
+    return {"blessed": verdict.blessed, "verdict": verdict.word, "reason": verdict.reason,
+            "below_min_map": verdict.below_min_map}
+
+
+DECISION_FILE = "decision.json"
+
+
+def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, rule: PromotionRule,
+                              registry: str = "", model_name: str = "detpipe", champion: str = "",
+                              seed: int = 0, resamples: int = RESAMPLES) -> tuple[EvalResult, dict]:
+    """Evaluate the challenger (metrics.json, eval_report.md), re-score `champion` (a
+    version of the registry; "" for none) on the same val images, and decide
+    (decision.json, and a section of the report)."""
+    result = evaluate_detector(model_dir, data_dir, output_dir, min_map=rule.min_map, raise_on_gate=False)
+    images, val_fingerprint = val_images(data_dir)
+    if len(images) != len(result.truths):
+        raise RuntimeError(f"read {len(images)} val images for the champion but evaluated {len(result.truths)}")
+    scored = None
+    if champion:
+        with tempfile.TemporaryDirectory() as tmp:
+            Registry.open(registry, model_name).fetch(champion, SAVED_MODEL_DIR, tmp)
+            with open(os.path.join(tmp, "label_map.json")) as handle:
+                champion_labels = json.load(handle)
+            logger.info("re-scoring champion %s on %d val images", champion, len(images))
+            scored = {"version": champion, "label_map": champion_labels,
+                      "detections": saved_model_detections(tmp, images, result.label_map)}
+    record = compare_and_decide(result.truths, result.detections, result.label_map, result.metrics["mAP"], rule,
+                                scored, val_fingerprint=val_fingerprint, seed=seed, resamples=resamples)
+    out = Path(output_dir)
+    (out / DECISION_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    with open(out / REPORT_FILE, "a") as handle:
+        handle.write(decision_markdown(record))
+    logger.info("promotion: %s", comparison_line(record))
+    return result, record
+
+
+def decision_markdown(record: dict) -> str:
+    """The report's section on the champion comparison."""
+    lines = ["", "## Champion comparison", "", comparison_line(record) + ".", ""]
+    if record.get("delta"):
+        d = record["delta"]
+        lines += ["| | champion | challenger | Δ (95% CI) |", "|---|---|---|---|"]
+        for key, name in (("mAP", "mAP@[.5:.95]"), ("AP50", "AP50")):
+            lines.append(f"| {name} | {record['champion'][key + '_shared']:.3f} | "
+                         f"{record['challenger'][key + '_shared']:.3f} | {d[key]['delta']:+.3f} "
+                         f"({d[key]['low']:+.3f} .. {d[key]['high']:+.3f}) |")
+        lines += ["", "| class | ΔAP@[.5:.95] |", "|---|---|"]
+        lines += [f"| {name} | {'n/a' if v is None else f'{v:+.3f}'} |" for name, v in d["per_class"].items()]
+        classes = record["classes"]
+        if classes["challenger_only"] or classes["champion_only"]:
+            lines += ["", f"Compared on the shared classes only; new: {', '.join(classes['challenger_only']) or 'none'}"
+                          f"; no longer present: {', '.join(classes['champion_only']) or 'none'}."]
+        rule = record["rule"]
+        lines += ["", f"Rule: promote_if={rule['promote_if']}, max_regression={rule['max_regression']}, "
+                      f"min_map={rule['min_map']}; paired bootstrap over val images, {rule['resamples']} "
+                      f"resamples, seed {rule['seed']}. Val set fingerprint {record['val']['fingerprint'][:16]}."]
+    return "\n".join(lines) + "\n"
+
+
+def comparison_line(decision: dict) -> str:
+    """One line for people: the summary of a run ends with it."""
+    rule = decision["rule"]["promote_if"]
+    champion = decision.get("champion")
+    if not champion or "mAP_shared" not in champion:
+        return f"{decision['verdict']} ({rule}): {decision['reason']}"
+    delta = decision["delta"]["mAP"]
+    shared = decision["classes"]["shared"]
+    scope = "" if not (decision["classes"]["challenger_only"] or decision["classes"]["champion_only"]) else \
+        f" on the {len(shared)} shared class(es)"
+    return (f"champion {champion['version']} mAP {champion['mAP_shared']:.3f} vs challenger "
+            f"{decision['challenger']['mAP_shared']:.3f} on the same {decision['val']['images']} val images{scope}: "
+            f"Δ {delta['delta']:+.3f} (95% CI {delta['low']:+.3f} .. {delta['high']:+.3f}): "
+            f"{decision['verdict']} ({rule})")

@@ -1,0 +1,1 @@
+"""The model registry: versions, the champion, and what decides a promotion."""

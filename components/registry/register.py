@@ -1,0 +1,81 @@
+"""The register step: record this run's model as a version; move the champion only when
+the evaluation blessed it (and the champion is still the one it was compared with)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+
+from components.registry.registry import DATA_FILES, Registry
+from components.registry.store import Conflict
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Registered:
+    version: str
+    status: str  # "blessed" (now the champion) or "rejected"
+    reason: str
+    champion: str  # the champion after this step
+    record: dict
+
+
+def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metrics_file: str, decision: dict,
+                 fingerprint: dict, run_id: str) -> Registered:
+    """Write the version (SavedModel, data files, metrics, decision), then `champion.json`."""
+    compared_with = (decision.get("champion") or {}).get("version")
+    blessed, reason = decision["blessed"], decision["reason"]
+    current = registry.champion_version() or None
+    if blessed and current != compared_with:
+        blessed, reason = False, (f"the champion moved from {compared_with or 'none'} to {current} during this run; "
+                                  "not promoted (the next run compares with the new champion)")
+    name = registry.claim_version(run_id)
+    with open(metrics_file) as handle:
+        metrics = json.load(handle)
+    record = {
+        "run_id": run_id, "status": "blessed" if blessed else "rejected", "reason": reason,
+        "compared_with": compared_with, "fingerprint": fingerprint,
+        "val_fingerprint": decision.get("val", {}).get("fingerprint", ""),
+        "metrics": {k: metrics["metrics"][k] for k in ("mAP", "AP50", "AP75")},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        decision_file = os.path.join(tmp, "decision.json")
+        with open(decision_file, "w") as handle:
+            json.dump({**decision, "version": name, "blessed": blessed, "reason": reason,
+                       "verdict": "blessed" if blessed else "rejected"}, handle, indent=2, sort_keys=True)
+        files = {n: os.path.join(data_dir, n) for n in DATA_FILES if os.path.exists(os.path.join(data_dir, n))}
+        files.update({"metrics.json": metrics_file, "decision.json": decision_file})
+        record = registry.write_version(name, saved_model_dir, files, record)
+    champion = current or ""
+    if blessed:
+        try:
+            registry.set_champion(name, reason, by=f"pipeline run {run_id}", expected=current)
+            champion = name
+        except Conflict as err:  # lost a race with another writer after the check above
+            logger.error("version %s not promoted: %s", name, err)
+            return Registered(name, "rejected", str(err), registry.champion_version(), record)
+    logger.info("registered %s as %s: %s", name, record["status"], reason)
+    return Registered(name, record["status"], reason, champion, record)
+
+
+def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str, data_dir: str, metrics_file: str,
+                        decision: dict, fingerprint: dict, run_id: str, vertex_model: str = "",
+                        vertex_region: str = "", serving_image: str = "") -> Registered:
+    """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version."""
+    from components.registry.vertex_model import ModelVersion, find_parent_model, upload_version
+
+    done = register_run(Registry.open(registry_uri, model_name), saved_model_dir, data_dir, metrics_file,
+                        decision, fingerprint, run_id)
+    if vertex_model:
+        version = ModelVersion(
+            display_name=vertex_model, artifact_uri=done.record["saved_model"], serving_image=serving_image,
+            blessed=done.status == "blessed", run_id=run_id, data_fingerprint=fingerprint.get("sha256", ""),
+            map=done.record["metrics"]["mAP"], registry_version=done.version, description=done.reason)
+        parent = find_parent_model(vertex_model, project=None, location=vertex_region or None)
+        model = upload_version(version, location=vertex_region or None, parent_model=parent)
+        logger.info("Vertex AI model version %s (%s)", getattr(model, "version_id", "?"), model.resource_name)
+    return done

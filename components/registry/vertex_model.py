@@ -1,0 +1,73 @@
+"""Vertex AI Model Registry: one model version per pipeline run, served by the project image.
+
+A blessed version becomes the default version and carries the `champion` alias (Vertex
+moves an alias to the newest version that claims it); a rejected one is uploaded too, for
+audit, without either. The container is the project image running `detpipe serve` on
+Vertex's custom-container contract (components/serve/app.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CHAMPION_ALIAS = "champion"
+SERVING_PORT = 8080
+PREDICT_ROUTE = "/predict"
+HEALTH_ROUTE = "/health"
+
+
+def label_value(text: str) -> str:
+    """A Google Cloud label value: lowercase letters, digits, '_' and '-', at most 63.
+
+    >>> label_value("detpipe-20261121.Run_7")
+    'detpipe-20261121-run_7'
+    """
+    return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    display_name: str
+    artifact_uri: str  # gs:// folder of the SavedModel
+    serving_image: str
+    blessed: bool
+    run_id: str
+    data_fingerprint: str
+    map: float
+    registry_version: str
+    description: str = ""
+
+    def labels(self) -> dict[str, str]:
+        return {"app": "detpipe", "run_id": label_value(self.run_id),
+                "data_fingerprint": self.data_fingerprint[:32],
+                "map": label_value(f"{self.map:.4f}"), "registry_version": label_value(self.registry_version),
+                "verdict": "blessed" if self.blessed else "rejected"}
+
+
+def find_parent_model(display_name: str, project: str | None, location: str | None, credentials=None) -> str | None:
+    """The resource name of the newest model with this display name, or None."""
+    from google.cloud import aiplatform
+
+    models = aiplatform.Model.list(filter=f'display_name="{display_name}"', order_by="create_time desc",
+                                   project=project, location=location, credentials=credentials)
+    return models[0].resource_name if models else None
+
+
+def upload_version(version: ModelVersion, project: str | None = None, location: str | None = None,
+                   credentials=None, parent_model: str | None = None):
+    """Upload one version (`aiplatform.Model.upload`); `parent_model` None: a new model."""
+    from google.cloud import aiplatform
+
+    if not version.artifact_uri.startswith("gs://"):
+        raise ValueError(f"Vertex AI serves models from gs:// only; the registry version is at "
+                         f"{version.artifact_uri} (give the pipeline a gs:// registry)")
+    return aiplatform.Model.upload(
+        display_name=version.display_name, parent_model=parent_model, is_default_version=version.blessed,
+        version_aliases=[CHAMPION_ALIAS] if version.blessed else None,
+        version_description=version.description[:1000] or None, description=version.description[:1000] or None,
+        artifact_uri=version.artifact_uri, serving_container_image_uri=version.serving_image,
+        serving_container_command=["detpipe"], serving_container_args=["serve"],
+        serving_container_ports=[SERVING_PORT], serving_container_predict_route=PREDICT_ROUTE,
+        serving_container_health_route=HEALTH_ROUTE, labels=version.labels(),
+        project=project, location=location, credentials=credentials, sync=True)

@@ -1,0 +1,140 @@
+"""The pipeline's parameters, declared once.
+
+The DAG's signature and its docstring (which kfp turns into the parameter descriptions of
+the compiled YAML), and the options of `detpipe run --local`, all come from `PARAMS`.
+A parameter the local run cannot use (Dataflow, Vertex AI Model Registry) has `local=False`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam.exif import EXIF_MODES
+from pipeline import cli_types
+
+REQUIRED = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: type
+    default: object
+    help: str
+    flag: str = ""  # the `run` option, default --name-with-dashes
+    choices: tuple = ()
+    cli_type: object = None  # argparse type that checks the value (default: `type`)
+    cli_default: object = REQUIRED  # the `run` default when it differs (e.g. the demo data)
+    local: bool = True  # offered by `detpipe run --local`
+    path: bool = False  # a local path `run` makes absolute
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def option(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+PARAMS: tuple[Param, ...] = (
+    Param("images", str, REQUIRED, "Folder of images, local path or gs:// URI.",
+          cli_default="demo-data/images", path=True),
+    Param("annotations", str, REQUIRED, "VOC folder of *.xml, COCO instances JSON, or CSV "
+          "(filename,width,height,class,xmin,ymin,xmax,ymax).", cli_default="demo-data/annotations", path=True),
+    Param("data_format", str, "voc", "Annotation format: voc, coco or csv.", flag="--format",
+          choices=("voc", "coco", "csv")),
+    Param("val_fraction", float, 0.2, "Share of images for validation (hash of the image id).",
+          cli_type=cli_types.fraction_arg),
+    Param("seed", int, 0, "Seed of the split, of training and of the bootstrap."),
+    Param("max_reject_fraction", float, 0.1, "Fail the data step when more records than this share are rejected."),
+    Param("allow_anomalies", bool, False, "Let the data step pass despite dataset anomalies (still reported)."),
+    Param("allow_new_classes", bool, False, "Let the data step pass when it finds classes the champion never saw; "
+          "the comparison then uses the shared classes."),
+    Param("drift_threshold", float, 0.1, "Drift against the champion's training statistics that fails the data "
+          "step: L-infinity distance of the class distribution, Jensen-Shannon divergence of box sizes.",
+          cli_type=cli_types.unit_float),
+    Param("exif", str, "auto", "Photos with an EXIF orientation: auto (the annotated size decides), apply (as "
+          "displayed) or ignore (as stored).", choices=EXIF_MODES),
+    Param("data_runner", str, "DirectRunner", "DirectRunner (inside the step) or DataflowRunner (the step "
+          "launches a Dataflow job).", local=False),
+    Param("beam_options", str, "", 'Extra Beam options for Dataflow, e.g. "--project=P --region=R '
+          '--temp_location=gs://b/tmp".', local=False),
+    Param("epochs", int, 10, "Passes over the training split.", cli_type=cli_types.positive_int),
+    Param("batch_size", str, "auto", "Images per step, or auto to size it to the machine.",
+          cli_type=cli_types.batch_size_arg),
+    Param("image_size", int, 128, "Square model input in pixels.", cli_type=cli_types.positive_int),
+    Param("model_size", str, "tiny", "Backbone and head size: tiny, small or resnet18.",
+          choices=("tiny", "small", "resnet18")),
+    Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),
+    Param("tune_trials", int, 0, "Hyperparameter search before training: 0 (off) or the number of candidates "
+          "(e.g. 6)."),
+    Param("tune_trial_steps", int, 100, "Training steps of a first-round tuning trial; about 2 x trials x steps "
+          "in all.", cli_type=cli_types.positive_int),
+    Param("registry", str, "", "Model registry folder (local or gs://); empty: the folder registry under the "
+          "pipeline root. Each run records a version there and compares with the champion.",
+          cli_default="", path=True),
+    Param("model_name", str, "detpipe", "Name of the model in the registry (its folder)."),
+    Param("promote_if", str, "not_worse", "Promotion rule: not_worse (blessed unless the 95% interval of the "
+          "mAP difference lies entirely below -max_regression) or better (the interval must lie above 0).",
+          choices=("not_worse", "better")),
+    Param("max_regression", float, 0.01, "How far below the champion's mAP the whole interval of the "
+          "difference must lie for a challenger to lose under not_worse.",
+          cli_type=cli_types.non_negative_float),
+    Param("min_map", float, 0.0, "A challenger below this mAP@[.5:.95] is never promoted, and the run fails "
+          "(after recording the version)."),
+    Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
+          "(alias champion when blessed); empty: no upload.", local=False),
+    Param("vertex_region", str, "us-central1", "Region of the Vertex AI Model Registry.", local=False),
+)
+
+BY_NAME = {p.name: p for p in PARAMS}
+DEFAULT_REGISTRY_DIR = "registry"  # under the pipeline root
+
+
+def pipeline_signature() -> inspect.Signature:
+    return inspect.Signature([
+        inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default, annotation=p.type)
+        for p in sorted(PARAMS, key=lambda p: p.default is not REQUIRED)])
+
+
+def pipeline_docstring(summary: str) -> str:
+    """Google-style docstring: kfp reads the descriptions of the parameters from `Args:`."""
+    lines = [summary, "", "Args:"]
+    lines += [f"    {p.name}: {p.help}" for p in sorted(PARAMS, key=lambda p: p.default is not REQUIRED)]
+    return "\n".join(lines) + "\n"
+
+
+def _bool_arg(value: str) -> bool:
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    if value.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"must be true or false, got {value!r}")
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The `detpipe run` options, one per local parameter: a flag for a bool that is
+    false by default, an option with the parameter's type and default otherwise."""
+    for p in PARAMS:
+        if not p.local:
+            continue
+        default = p.default if p.cli_default is REQUIRED else p.cli_default
+        if p.type is bool and default is False:
+            parser.add_argument(p.option, dest=p.name, action="store_true", help=p.help)
+            continue
+        kwargs = {"dest": p.name, "default": default, "type": p.cli_type or (_bool_arg if p.type is bool else p.type)}
+        if p.choices:
+            kwargs["choices"] = p.choices
+        shown = f" (default {default})" if default not in ("", None) else ""
+        parser.add_argument(p.option, help=p.help + shown, **kwargs)
+
+
+def params_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """The local run's parameter values; local paths made absolute."""
+    values = {}
+    for p in PARAMS:
+        if p.local:
+            value = getattr(args, p.name)
+            values[p.name] = str(Path(value).resolve()) if p.path and value and "://" not in value else value
+    return values

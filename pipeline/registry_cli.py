@@ -1,0 +1,96 @@
+"""`detpipe registry list | show VERSION | promote VERSION --reason TEXT`: look into the
+model registry, and pin or roll back the champion by hand (the reason is recorded).
+
+Reads only JSON files: no TensorFlow is imported, so these answer at once.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+
+EXIT_OK = 0
+DEFAULT_REGISTRY = "local_outputs/registry"  # where `detpipe run --local` puts it by default
+
+
+def _registry(args):
+    from components.registry.registry import Registry
+
+    return Registry.open(args.registry, args.model_name)
+
+
+def _fmt(value) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) else "-"
+
+
+def cmd_list(args) -> int:
+    registry = _registry(args)
+    versions = registry.versions()
+    champion = registry.champion_version()
+    if not versions:
+        print(f"no versions in {registry.uri} yet (a pipeline run records one)")
+        return EXIT_OK
+    print(f"{registry.uri} (champion: {champion or 'none'})")
+    print(f"  {'version':<9} {'status':<10} {'mAP':>6} {'AP50':>6}  {'created':<25} {'data':<12} run")
+    for v in versions:
+        mark = "*" if v["version"] == champion else " "
+        metrics = v.get("metrics", {})
+        print(f"{mark} {v['version']:<9} {v.get('status', '?'):<10} {_fmt(metrics.get('mAP')):>6} "
+              f"{_fmt(metrics.get('AP50')):>6}  {v.get('created', v.get('claimed', '')):<25} "
+              f"{v.get('fingerprint', {}).get('sha256', '')[:12]:<12} {v.get('run_id', '')}")
+    return EXIT_OK
+
+
+def cmd_show(args) -> int:
+    from components.evaluate.champion import comparison_line
+
+    registry = _registry(args)
+    version = registry.version(args.version)
+    champion = registry.champion()
+    print(json.dumps(version, indent=2, sort_keys=True))
+    text = registry.read_file(args.version, "decision.json")
+    if text:
+        print(f"decision: {comparison_line(json.loads(text))}")
+    if champion and champion["version"] == args.version:
+        print(f"{args.version} is the champion since {champion['since']} ({champion['by']}: {champion['reason']})")
+    return EXIT_OK
+
+
+def cmd_promote(args) -> int:
+    registry = _registry(args)
+    current = registry.champion_version() or None
+    if current == args.version:
+        print(f"{args.version} is already the champion")
+        return EXIT_OK
+    by = f"detpipe registry promote ({getpass.getuser()}@{socket.gethostname()})"
+    registry.set_champion(args.version, args.reason, by=by, expected=current)
+    print(f"champion: {current or 'none'} -> {args.version} ({args.reason}); the next run compares with it")
+    return EXIT_OK
+
+
+def add_registry_commands(sub) -> None:
+    parser = sub.add_parser("registry", help="list model versions, show one, promote one by hand",
+                            description="The registry a pipeline run records each model version in: "
+                                        "REGISTRY/MODEL_NAME/versions/vN and champion.json.")
+    commands = parser.add_subparsers(dest="registry_command", required=True, metavar="REGISTRY_COMMAND",
+                                     help="list, show or promote")
+
+    def common(p):
+        p.add_argument("--registry", default=DEFAULT_REGISTRY,
+                       help=f"registry folder, local or gs:// (default {DEFAULT_REGISTRY}, that of `detpipe run "
+                            "--local`)")
+        p.add_argument("--model-name", default="detpipe", help="model in the registry (default detpipe)")
+
+    p = commands.add_parser("list", help="every version with its status and scores; * marks the champion")
+    common(p)
+    p.set_defaults(func=cmd_list)
+    p = commands.add_parser("show", help="one version's record and decision")
+    p.add_argument("version", help="e.g. v3")
+    common(p)
+    p.set_defaults(func=cmd_show)
+    p = commands.add_parser("promote", help="make a version the champion by hand (pin or roll back)")
+    p.add_argument("version", help="e.g. v3")
+    p.add_argument("--reason", required=True, help="why, recorded in champion.json")
+    common(p)
+    p.set_defaults(func=cmd_promote)
