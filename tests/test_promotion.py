@@ -1,0 +1,169 @@
+"""Champion against challenger: the re-weighted COCO accumulation, the paired bootstrap,
+the promotion rule, and comparing models whose label maps differ."""
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from components.evaluate.bootstrap import match_table, paired_bootstrap, resample_weights, weighted_scores
+from components.evaluate.champion import compare_and_decide, comparison_line, decision_markdown
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth, to_coco
+from components.registry.decision import DeltaInterval, PromotionRule, decide
+
+NAMES = {1: "circle", 2: "square", 3: "triangle"}
+
+
+def _scene(seed: int, images: int = 60, noise: float = 0.02, miss: float = 0.2):
+    """Realistic predictions: most boxes found with jitter, some wrong labels, low-score clutter,
+    a few difficult boxes, some images without objects."""
+    rng = np.random.default_rng(seed)
+    truths, found = [], []
+    for i in range(1, images + 1):
+        boxes, labels, hard = [], [], []
+        for _ in range(rng.integers(0, 5)):
+            y, x = rng.uniform(0, 0.7, 2)
+            h, w = rng.uniform(0.05, 0.3, 2)
+            boxes.append((y, x, y + h, x + w))
+            labels.append(int(rng.integers(1, 4)))
+            hard.append(int(rng.random() < 0.05))
+        truths.append(ImageTruth(i, 300, 400, boxes, labels, hard))
+        det_boxes, scores, det_labels = [], [], []
+        for box, label in zip(boxes, labels):
+            if rng.random() > miss:
+                det_boxes.append(tuple(np.clip(np.array(box) + rng.normal(0, noise, 4), 0, 1)))
+                scores.append(float(rng.uniform(0.3, 1)))
+                det_labels.append(label if rng.random() < 0.9 else int(rng.integers(1, 4)))
+        for _ in range(rng.integers(0, 20)):
+            y, x = rng.uniform(0, 0.7, 2)
+            det_boxes.append((y, x, y + 0.1, x + 0.1))
+            scores.append(float(rng.uniform(0, 0.6)))
+            det_labels.append(int(rng.integers(1, 4)))
+        found.append(ImageDetections(i, det_boxes, scores, det_labels))
+    return truths, found
+
+
+def _without_class(d: ImageDetections, class_id: int) -> ImageDetections:
+    keep = [i for i, c in enumerate(d.labels) if c != class_id]
+    return ImageDetections(d.image_id, [d.boxes[i] for i in keep], [d.scores[i] for i in keep],
+                           [d.labels[i] for i in keep])
+
+
+def _pycocotools(truths, detections, names):
+    gt, results = to_coco(truths, detections, names)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = gt
+        coco.createIndex()
+        evaluator = COCOeval(coco, coco.loadRes(results), "bbox")
+        evaluator.evaluate(), evaluator.accumulate(), evaluator.summarize()
+    return evaluator
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_unit_weights_give_pycocotools_map_and_ap50(seed):
+    truths, found = _scene(seed)
+    reference = _pycocotools(truths, found, NAMES)
+    scores = weighted_scores(match_table(truths, found, NAMES), np.ones((1, len(truths))))
+    assert scores.map[0] == pytest.approx(reference.stats[0], abs=1e-12)
+    assert scores.ap50[0] == pytest.approx(reference.stats[1], abs=1e-12)
+    precision = reference.eval["precision"][:, :, :, 0, -1]
+    for k in range(3):
+        values = precision[:, :, k]
+        assert scores.per_class[0][k] == pytest.approx(values[values > -1].mean(), abs=1e-12)
+
+
+def test_weights_are_resampling():
+    """Weight 2 on an image is the same as the image twice; weight 0 as leaving it out."""
+    truths, found = _scene(3, images=20)
+    table = match_table(truths, found, NAMES)
+    weights = np.ones((1, 20))
+    weights[0, 4], weights[0, 7] = 0, 2
+    kept = [i for i in range(20) if i != 4] + [7]
+    twice_t, twice_d = [], []
+    for n, i in enumerate(kept, start=1):
+        t, d = truths[i], found[i]
+        twice_t.append(ImageTruth(n, t.height, t.width, t.boxes, t.labels, t.difficult))
+        twice_d.append(ImageDetections(n, d.boxes, d.scores, d.labels))
+    reference = _pycocotools(twice_t, twice_d, NAMES)
+    assert weighted_scores(table, weights).map[0] == pytest.approx(reference.stats[0], abs=1e-3)
+
+
+def test_perfect_and_empty_predictions():
+    truths, _ = _scene(4, images=15)
+    perfect = [ImageDetections(t.image_id, t.boxes, [0.9] * len(t.boxes), t.labels) for t in truths]
+    nothing = [ImageDetections(t.image_id, [], [], []) for t in truths]
+    assert weighted_scores(match_table(truths, perfect, NAMES), np.ones((1, 15))).map[0] == pytest.approx(1.0)
+    assert weighted_scores(match_table(truths, nothing, NAMES), np.ones((1, 15))).map[0] == 0.0
+
+
+def test_paired_bootstrap_identical_better_and_seeded():
+    truths, found = _scene(5)
+    perfect = [ImageDetections(t.image_id, t.boxes, [0.9] * len(t.boxes), t.labels) for t in truths]
+    same = paired_bootstrap(match_table(truths, found, NAMES), match_table(truths, found, NAMES), resamples=200)
+    assert (same.delta_map.point, same.delta_map.low, same.delta_map.high) == (0.0, 0.0, 0.0)
+    better = paired_bootstrap(match_table(truths, perfect, NAMES), match_table(truths, found, NAMES), resamples=200)
+    assert better.delta_map.low > 0 and better.delta_map.low <= better.delta_map.point <= better.delta_map.high
+    again = paired_bootstrap(match_table(truths, perfect, NAMES), match_table(truths, found, NAMES), resamples=200)
+    assert again.delta_map == better.delta_map  # seeded
+    weights = resample_weights(10, 1000, seed=0)
+    assert weights.shape == (1001, 10) and (weights.sum(axis=1) == 10).all() and (weights[0] == 1).all()
+
+
+@pytest.mark.parametrize("rule,delta,blessed,words", [
+    (PromotionRule(), DeltaInterval(0.011, -0.004, 0.027), True, "not worse"),
+    (PromotionRule(), DeltaInterval(-0.005, -0.02, 0.004), True, "not worse"),  # indistinguishable: newer data wins
+    (PromotionRule(), DeltaInterval(-0.05, -0.08, -0.02), False, "entirely below -0.010"),
+    (PromotionRule(max_regression=0.1), DeltaInterval(-0.05, -0.08, -0.02), True, "not worse"),
+    (PromotionRule("better"), DeltaInterval(0.011, -0.004, 0.027), False, "not shown to be better"),
+    (PromotionRule("better"), DeltaInterval(0.03, 0.01, 0.05), True, "better than the champion"),
+])
+def test_promotion_rule(rule, delta, blessed, words):
+    verdict = decide(rule, 0.3, delta)
+    assert verdict.blessed is blessed and words in verdict.reason
+
+
+def test_min_map_and_first_version():
+    assert decide(PromotionRule(min_map=0.5), 0.3, None).below_min_map
+    assert not decide(PromotionRule(min_map=0.5), 0.3, DeltaInterval(0.2, 0.1, 0.3)).blessed
+    assert decide(PromotionRule(), 0.0, None).reason.startswith("no champion yet")
+    with pytest.raises(ValueError, match="promote_if"):
+        PromotionRule("sometimes")
+
+
+def test_a_clearly_worse_challenger_is_rejected_and_the_record_says_why():
+    truths, found = _scene(6, images=80)
+    perfect = [ImageDetections(t.image_id, t.boxes, [0.9] * len(t.boxes), t.labels) for t in truths]
+    label_map = {v: k for k, v in NAMES.items()}
+    record = compare_and_decide(truths, found, label_map, 0.3, PromotionRule(),
+                                {"version": "v3", "detections": perfect, "label_map": label_map},
+                                val_fingerprint="ab" * 32, resamples=300)
+    assert record["blessed"] is False and record["verdict"] == "rejected"
+    assert record["delta"]["mAP"]["high"] < -0.01 and record["champion"]["mAP_shared"] == pytest.approx(1.0)
+    assert set(record["delta"]["per_class"]) == set(label_map)
+    assert record["rule"]["resamples"] == 300 and record["val"] == {"images": 80, "fingerprint": "ab" * 32}
+    line = comparison_line(record)
+    assert line.startswith("champion v3 mAP 1.000 vs challenger") and "on the same 80 val images" in line
+    assert line.endswith("rejected (not_worse)")
+    assert "| square |" in decision_markdown(record)
+
+
+def test_different_label_maps_are_compared_on_the_shared_classes():
+    truths, found = _scene(7)
+    challenger_map = {"circle": 1, "square": 2, "triangle": 3}
+    champion_map = {"circle": 1, "square": 2, "hexagon": 3}  # never saw triangles
+    champion_found = [_without_class(d, 3) for d in found]  # id 3 is its hexagon: no triangles found
+    record = compare_and_decide(truths, found, challenger_map, 0.3, PromotionRule(),
+                                {"version": "v1", "detections": champion_found, "label_map": champion_map},
+                                resamples=100)
+    assert record["classes"] == {"shared": ["circle", "square"], "challenger_only": ["triangle"],
+                                 "champion_only": ["hexagon"]}
+    assert set(record["delta"]["per_class"]) == {"circle", "square"}
+    assert record["delta"]["mAP"]["delta"] == 0.0  # the same detections on the shared classes
+    assert "on the 2 shared class(es)" in comparison_line(record)
+    nothing_shared = compare_and_decide(truths, found, challenger_map, 0.3, PromotionRule(),
+                                        {"version": "v1", "detections": found, "label_map": {"car": 1}})
+    assert not nothing_shared["blessed"] and "no class in common" in nothing_shared["reason"]

@@ -1,0 +1,189 @@
+"""The model registry: source fingerprints, versions, the champion, `detpipe registry`."""
+
+import json
+import os
+
+import pytest
+
+from components.registry.fingerprint import fingerprint_source
+from components.registry.register import register_run
+from components.registry.registry import Registry, RegistryError
+from components.registry.store import Conflict, GcsStore, LocalStore
+from pipeline.cli import main
+from tests.fake_gcs import FakeClient
+
+
+# ------------------------------------------------------------ fingerprint
+
+def _source(tmp_path):
+    images, annotations = tmp_path / "images", tmp_path / "annotations"
+    images.mkdir(), annotations.mkdir()
+    for i in range(3):
+        (images / f"{i}.jpg").write_bytes(b"jpeg" * (i + 1))
+        (annotations / f"{i}.xml").write_text(f"<annotation>{i}</annotation>")
+    return str(images), str(annotations)
+
+
+def test_local_fingerprint_changes_exactly_when_the_source_does(tmp_path):
+    images, annotations = _source(tmp_path)
+    first = fingerprint_source(images, annotations)
+    assert fingerprint_source(images, annotations) == first  # unchanged: same
+    assert (first.images, first.annotations) == (3, 3)
+    (tmp_path / "images" / ".DS_Store").write_bytes(b"finder")  # not data
+    assert fingerprint_source(images, annotations).sha256 == first.sha256
+
+    (tmp_path / "images" / "3.jpg").write_bytes(b"new photo")  # one image added
+    added = fingerprint_source(images, annotations)
+    assert added.sha256 != first.sha256 and added.images == 4
+
+    xml = tmp_path / "annotations" / "0.xml"  # one annotation edited, same size, later mtime
+    xml.write_text("<annotation>9</annotation>")
+    os.utime(xml, ns=(xml.stat().st_atime_ns, xml.stat().st_mtime_ns + 10**9))
+    assert fingerprint_source(images, annotations).sha256 != added.sha256
+
+
+def test_fingerprint_of_a_single_annotations_file_and_a_missing_path(tmp_path):
+    images, _ = _source(tmp_path)
+    coco = tmp_path / "instances.json"
+    coco.write_text("{}")
+    assert fingerprint_source(images, str(coco)).annotations == 1
+    with pytest.raises(FileNotFoundError, match="nope"):
+        fingerprint_source(str(tmp_path / "nope"), str(coco))
+
+
+def test_gcs_fingerprint_from_the_listing():
+    client = FakeClient()
+    bucket = client.bucket("data")
+    for name in ("photos/a.jpg", "photos/b.jpg", "photos/sub/c.png", "photos-old/x.jpg", "coco.json"):
+        bucket.blob(name).upload_from_string(b"bytes of " + name.encode())
+    first = fingerprint_source("gs://data/photos", "gs://data/coco.json", client=client)
+    assert (first.images, first.annotations) == (3, 1)  # photos-old/ is another folder
+    assert ("data", "photos") in client.listings
+    assert fingerprint_source("gs://data/photos/", "gs://data/coco.json", client=client) == first
+
+    bucket.blob("photos/d.jpg").upload_from_string(b"new")  # one image added
+    added = fingerprint_source("gs://data/photos", "gs://data/coco.json", client=client)
+    assert added.sha256 != first.sha256
+    bucket.blob("coco.json").upload_from_string(b"bytes of coco.json")  # rewritten: new generation
+    assert fingerprint_source("gs://data/photos", "gs://data/coco.json", client=client).sha256 != added.sha256
+    with pytest.raises(FileNotFoundError, match="gs://data/none"):
+        fingerprint_source("gs://data/none", "gs://data/coco.json", client=client)
+
+
+# ------------------------------------------------------------ stores
+
+@pytest.fixture(params=["local", "gcs"])
+def store(request, tmp_path):
+    return LocalStore(str(tmp_path / "reg")) if request.param == "local" else GcsStore("gs://b/reg", FakeClient())
+
+
+def test_store_create_is_exclusive_and_replace_checks_what_was_read(store, tmp_path):
+    store.create("m/versions/v1/claim.json", "mine")
+    with pytest.raises(Conflict):
+        store.create("m/versions/v1/claim.json", "theirs")
+    assert store.read_text("m/versions/v1/claim.json") == "mine"
+    assert store.read_text("m/none.json") is None
+    store.replace("m/champion.json", "v1", expected=None)
+    with pytest.raises(Conflict):
+        store.replace("m/champion.json", "v2", expected=None)  # someone wrote it since
+    store.replace("m/champion.json", "v2", expected="v1")
+    assert store.read_text("m/champion.json") == "v2"
+    assert store.list_dirs("m/versions") == ["v1"]
+    folder = tmp_path / "model"
+    (folder / "variables").mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"\x00pb")
+    (folder / "variables" / "v.index").write_bytes(b"idx")
+    store.upload_dir(str(folder), "m/versions/v1/saved_model")
+    store.download_dir("m/versions/v1/saved_model", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "variables" / "v.index").read_bytes() == b"idx"
+    assert store.download_file("m/versions/v1/saved_model/saved_model.pb", str(tmp_path / "pb"))
+    assert not store.download_file("m/versions/v1/none", str(tmp_path / "none"))
+
+
+# ------------------------------------------------------------ registry and register step
+
+def _run_files(tmp_path, name="run"):
+    folder = tmp_path / name
+    (folder / "saved_model").mkdir(parents=True)
+    (folder / "saved_model" / "saved_model.pb").write_bytes(b"pb")
+    (folder / "data").mkdir()
+    for file in ("label_map.json", "schema.pbtxt", "stats-train.pb"):
+        (folder / "data" / file).write_text("{}" if file.endswith(".json") else "x")
+    (folder / "metrics.json").write_text(json.dumps({"metrics": {"mAP": 0.3, "AP50": 0.6, "AP75": 0.2}}))
+    return folder
+
+
+def _decision(blessed: bool, champion: str | None, reason: str = "because") -> dict:
+    return {"blessed": blessed, "reason": reason, "verdict": "blessed" if blessed else "rejected",
+            "champion": {"version": champion} if champion else None, "val": {"fingerprint": "f" * 64},
+            "rule": {"promote_if": "not_worse"}}
+
+
+@pytest.mark.parametrize("kind", ["local", "gcs"])
+def test_register_moves_the_champion_only_when_blessed(tmp_path, kind):
+    registry = (Registry.open(str(tmp_path / "reg")) if kind == "local"
+                else Registry.open("gs://b/reg", client=FakeClient()))
+    files = _run_files(tmp_path)
+    register = lambda decision, run: register_run(  # noqa: E731
+        registry, str(files / "saved_model"), str(files / "data"), str(files / "metrics.json"), decision,
+        {"sha256": "a" * 64}, run)
+    first = register(_decision(True, None, "no champion yet"), "run-1")
+    assert (first.version, first.status, first.champion) == ("v1", "blessed", "v1")
+    assert registry.champion_version() == "v1"
+
+    second = register(_decision(False, "v1", "worse than the champion"), "run-2")
+    assert (second.version, second.status, second.champion) == ("v2", "rejected", "v1")
+    assert registry.champion_version() == "v1"  # unchanged
+    v2 = registry.version("v2")
+    assert v2["status"] == "rejected" and v2["reason"] == "worse than the champion" and v2["run_id"] == "run-2"
+    assert v2["fingerprint"]["sha256"] == "a" * 64 and v2["metrics"]["mAP"] == 0.3
+    assert json.loads(registry.read_file("v2", "decision.json"))["version"] == "v2"
+    assert registry.read_file("v2", "schema.pbtxt") == "x"
+
+    # A run compared with v1 while someone promoted v2 by hand is not promoted.
+    registry.set_champion("v2", "pinned by hand", by="test", expected="v1")
+    third = register(_decision(True, "v1"), "run-3")
+    assert third.status == "rejected" and "moved from v1 to v2" in third.reason
+    assert registry.champion_version() == "v2"
+    champion = registry.champion()
+    assert [h["version"] for h in champion["history"]] == ["v1"] and champion["reason"] == "pinned by hand"
+    assert [v["version"] for v in registry.versions()] == ["v1", "v2", "v3"]
+
+
+def test_claims_skip_numbers_another_run_took(tmp_path):
+    registry = Registry.open(str(tmp_path))
+    assert registry.claim_version("a") == "v1"
+    registry.store.create("detpipe/versions/v2/claim.json", "{}")  # another run, not finished
+    assert registry.claim_version("b") == "v3"
+    assert registry.version("v2")["status"] == "incomplete"
+    with pytest.raises(RegistryError, match="incomplete"):
+        registry.set_champion("v2", "try", by="test", expected=None)
+    with pytest.raises(RegistryError, match="no version v9"):
+        registry.version("v9")
+    with pytest.raises(RegistryError, match="model name"):
+        Registry.open(str(tmp_path), "bad/name")
+
+
+def test_registry_cli_list_show_promote(tmp_path, capsys):
+    registry = Registry.open(str(tmp_path / "reg"))
+    files = _run_files(tmp_path)
+    for i, blessed in enumerate((True, False), start=1):
+        register_run(registry, str(files / "saved_model"), str(files / "data"), str(files / "metrics.json"),
+                     _decision(blessed, "v1" if i > 1 else None), {"sha256": f"{i}" * 64}, f"run-{i}")
+    where = ["--registry", str(tmp_path / "reg")]
+    assert main(["registry", "list", *where]) == 0
+    out = capsys.readouterr().out
+    assert "* v1" in out and "  v2        rejected" in out
+    assert main(["registry", "promote", "v2", "--reason", "roll forward: v1 misses night photos", *where]) == 0
+    assert "champion: v1 -> v2" in capsys.readouterr().out
+    champion = json.loads((tmp_path / "reg" / "detpipe" / "champion.json").read_text())
+    assert champion["version"] == "v2" and champion["reason"] == "roll forward: v1 misses night photos"
+    assert champion["by"].startswith("detpipe registry promote")
+    assert main(["registry", "show", "v2", *where]) == 0
+    assert "is the champion" in capsys.readouterr().out
+    assert main(["registry", "promote", "v7", "--reason", "x", *where]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no version v7" in err[0]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["registry", "promote", "v1", *where])  # --reason is required
+    assert exit_info.value.code == 2
