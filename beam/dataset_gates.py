@@ -31,8 +31,9 @@ class GateOptions:
     max_reject_fraction: float = 0.1
     previous_stats: str | None = None  # stats-train.pb of an earlier run
     drift_threshold: float = 0.1
-    # With a pinned (champion's) schema: accept classes it does not list. Their arrival
-    # shifts the class distribution, so that drift check is left out too (box sizes stay).
+    # With a pinned (champion's) schema: accept classes it does not list. New classes shift
+    # the class distribution, so that drift check is left out when there are any (it would
+    # only repeat them); box sizes are still compared.
     allow_new_classes: bool = False
     pinned_by: str = ""  # who pinned the schema, for the messages (e.g. "champion v3")
 
@@ -45,17 +46,22 @@ def with_champion(options: GateOptions, files: dict[str, str], version: str) -> 
                    pinned_by=f"champion {version}")
 
 
-def _new_class_problems(pinned, label_map: dict[str, int], options: GateOptions) -> list[str]:
-    """Classes the pinned schema does not list: one problem naming them (unless allowed);
-    either way the schema copy learns them, so TFDV does not report them a second time."""
+def _new_classes(pinned, label_map: dict[str, int]) -> list[str]:
+    """Classes the pinned schema does not list; the schema copy learns them, so TFDV does
+    not report them a second time."""
     domain = class_domain(pinned)
     if domain is None:
         return []
     new = sorted(set(label_map) - set(domain.value))
+    domain.value.extend(new)
+    return new
+
+
+def _new_class_problems(new: list[str], options: GateOptions) -> list[str]:
+    """One problem naming the new classes, unless they are allowed."""
+    source = options.pinned_by or options.schema_file
     if not new:
         return []
-    domain.value.extend(new)
-    source = options.pinned_by or options.schema_file
     if options.allow_new_classes:
         logger.warning("new class(es) %s not in %s: allowed", ", ".join(new), source)
         return []
@@ -77,15 +83,15 @@ def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int
              if written.get(s)}
     if TRAIN in stats:
         pinned = tfdv.load_schema_text(options.schema_file) if options.schema_file else None
-        if pinned is not None:
-            problems += _new_class_problems(pinned, label_map, options)
+        new = _new_classes(pinned, label_map) if pinned is not None else []
+        problems += _new_class_problems(new, options)
         schema = task_schema(stats[TRAIN], num_labels=max(label_map.values()), pinned=pinned)
         tfdv.write_schema_text(schema, FileSystems.join(out, "schema.pbtxt"))
         for split, split_stats in stats.items():
             problems += [f"[{split}] {line}" for line in anomaly_lines(find_anomalies(split_stats, schema))]
         if options.previous_stats:
             previous = tfdv.load_stats_binary(options.previous_stats)
-            add_drift_checks(schema, options.drift_threshold, classes=not options.allow_new_classes)
+            add_drift_checks(schema, options.drift_threshold, classes=not new)
             drift = find_anomalies(stats[TRAIN], schema, previous=previous)
             problems += [f"[drift vs {options.pinned_by or options.previous_stats}] {line}" for line in anomaly_lines(drift)]
         if VAL in stats:

@@ -58,7 +58,8 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
         gzip=args.gzip, exif=args.exif, allow_anomalies=args.allow_anomalies,
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
-                          previous_stats=args.previous_stats, drift_threshold=args.drift_threshold),
+                          previous_stats=args.previous_stats, drift_threshold=args.drift_threshold,
+                          allow_new_classes=args.allow_new_classes),
         runner=args.runner, beam_args=tuple(beam_args),
     )
     result = build_dataset(options)
@@ -255,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "distribution or box sizes beyond --drift-threshold")
     p.add_argument("--drift-threshold", type=float, default=0.1,
                    help="L-infinity distance for classes, Jensen-Shannon divergence for box sizes (default 0.1)")
+    p.add_argument("--allow-new-classes", action="store_true",
+                   help="with --schema: accept classes the schema does not list (and skip the class drift check)")
     p.add_argument("--allow-anomalies", action="store_true",
                    help="write the dataset and exit 0 despite anomalies (they are still reported)")
     p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default="DirectRunner",

@@ -52,6 +52,34 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     serving = json.loads((saved_model / "serving_config.json").read_text())
     assert serving["score_threshold"] == metrics["threshold"]["score"] and serving["input_name"] == "image_bytes"
 
+    # The registry under the pipeline root: the first version is blessed with no champion.
+    registry = tmp_path / "root" / "registry" / "detpipe"
+    assert json.loads((registry / "champion.json").read_text())["version"] == "v1" == summary["version"]
+    assert "no champion yet" in summary["comparison"]
+    v1 = json.loads((registry / "versions" / "v1" / "version.json").read_text())
+    assert v1["run_id"] == run_dir.name and len(v1["fingerprint"]["sha256"]) == 64
+    assert (registry / "versions" / "v1" / "saved_model" / "saved_model.pb").exists()
+
+    # A second run re-scores v1 on the same val images; under `better` a tie is not enough.
+    code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
+                 str(demo_dir / "annotations"), "--epochs", "1", "--batch-size", "8", "--image-size", "96",
+                 "--promote-if", "better", "--pipeline-root", str(tmp_path / "root"),
+                 "--summary-json", str(summary_file)])
+    assert code == 0
+    second = json.loads(summary_file.read_text())
+    assert second["version"] == "v2" and "rejected (better)" in second["comparison"]
+    assert second["comparison"].startswith(f"champion v1 mAP") and f"same {metrics['num_images']} val images" \
+        in second["comparison"]
+    assert "registry: v2: champion v1" in capsys.readouterr().out
+    decision = json.loads((registry / "versions" / "v2" / "decision.json").read_text())
+    assert decision["champion"]["version"] == "v1" and decision["rule"]["promote_if"] == "better"
+    assert decision["rule"]["resamples"] >= 1000 and len(decision["val"]["fingerprint"]) == 64
+    assert json.loads((registry / "champion.json").read_text())["version"] == "v1"  # unchanged
+    assert json.loads((registry / "versions" / "v2" / "version.json").read_text())["status"] == "rejected"
+    # Same source files: same fingerprint.
+    v2 = json.loads((registry / "versions" / "v2" / "version.json").read_text())
+    assert v2["fingerprint"]["sha256"] == v1["fingerprint"]["sha256"]
+
 
 @pytest.mark.slow
 def test_run_local_on_real_photos_with_tuning(raccoon, tmp_path):
