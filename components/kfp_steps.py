@@ -41,7 +41,6 @@ def validate_and_convert(
     source_fingerprint: str,
     registry: str,
     model_name: str,
-    champion: str,
     data_format: str,
     val_fraction: float,
     seed: int,
@@ -57,7 +56,10 @@ def validate_and_convert(
     stats_html: Output[HTML],
 ) -> NamedTuple("ConvertOutputs", [("records_in", int), ("written", int), ("rejected", int)]):
     """Check every record, write rejects, TFDV stats/schema/anomalies and sharded TFRecords;
-    with a champion, validate against its schema and check drift against its statistics."""
+    with a champion, validate against its schema and check drift against its statistics.
+    The champion is looked up here, not passed in: the cache key is the source fingerprint
+    and the options, so unchanged data is not converted (and retrained) again only because
+    the champion moved."""
     import json
     import logging
     import shlex
@@ -75,8 +77,10 @@ def validate_and_convert(
         beam_args.append(f"--sdk_container_image={sdk_container_image}")
     gates = GateOptions(max_reject_fraction=max_reject_fraction, drift_threshold=drift_threshold,
                         allow_new_classes=allow_new_classes)
+    champions = Registry.open(registry, model_name)
+    champion = champions.champion_version()
     with tempfile.TemporaryDirectory() as tmp:
-        files = Registry.open(registry, model_name).fetch_data_files(champion, tmp) if champion else {}
+        files = champions.fetch_data_files(champion, tmp) if champion else {}
         base = json.load(open(files["label_map.json"])) if "label_map.json" in files else None
         result = build_dataset(ConvertOptions(
             images=images, annotations=annotations, output=dataset.path, format=data_format,

@@ -55,7 +55,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         registry, champion = source.outputs["registry"], source.outputs["champion"]
         data = steps.validate_and_convert(
             images=p.images, annotations=p.annotations, source_fingerprint=source.outputs["fingerprint"],
-            registry=registry, model_name=p.model_name, champion=champion, data_format=p.data_format,
+            registry=registry, model_name=p.model_name, data_format=p.data_format,
             val_fraction=p.val_fraction, seed=p.seed, max_reject_fraction=p.max_reject_fraction,
             allow_anomalies=p.allow_anomalies, allow_new_classes=p.allow_new_classes,
             drift_threshold=p.drift_threshold, exif=p.exif, runner=p.data_runner, beam_options=p.beam_options,

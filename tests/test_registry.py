@@ -131,6 +131,7 @@ def test_register_moves_the_champion_only_when_blessed(tmp_path, kind):
     assert (first.version, first.status, first.champion) == ("v1", "blessed", "v1")
     assert registry.champion_version() == "v1"
 
+    (files / "saved_model" / "saved_model.pb").write_bytes(b"a worse model")
     second = register(_decision(False, "v1", "worse than the champion"), "run-2")
     assert (second.version, second.status, second.champion) == ("v2", "rejected", "v1")
     assert registry.champion_version() == "v1"  # unchanged
@@ -142,6 +143,12 @@ def test_register_moves_the_champion_only_when_blessed(tmp_path, kind):
 
     # A run compared with v1 while someone promoted v2 by hand is not promoted.
     registry.set_champion("v2", "pinned by hand", by="test", expected="v1")
+    # The same model again (a cached scheduled run): nothing new is recorded.
+    again = register(_decision(True, "v1"), "run-2b")  # v2's model, blessed this time: still not recorded
+    assert (again.version, again.status, again.champion) == ("v2", "unchanged", "v2")
+    assert registry.version_names() == ["v1", "v2"]
+
+    (files / "saved_model" / "saved_model.pb").write_bytes(b"another model")
     third = register(_decision(True, "v1"), "run-3")
     assert third.status == "rejected" and "moved from v1 to v2" in third.reason
     assert registry.champion_version() == "v2"
@@ -168,6 +175,7 @@ def test_registry_cli_list_show_promote(tmp_path, capsys):
     registry = Registry.open(str(tmp_path / "reg"))
     files = _run_files(tmp_path)
     for i, blessed in enumerate((True, False), start=1):
+        (files / "saved_model" / "saved_model.pb").write_bytes(b"model %d" % i)
         register_run(registry, str(files / "saved_model"), str(files / "data"), str(files / "metrics.json"),
                      _decision(blessed, "v1" if i > 1 else None), {"sha256": f"{i}" * 64}, f"run-{i}")
     where = ["--registry", str(tmp_path / "reg")]

@@ -3,11 +3,13 @@ the evaluation blessed it (and the champion is still the one it was compared wit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from components.registry.registry import DATA_FILES, Registry
 from components.registry.store import Conflict
@@ -18,15 +20,37 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Registered:
     version: str
-    status: str  # "blessed" (now the champion) or "rejected"
+    status: str  # "blessed" (now the champion), "rejected", or "unchanged" (already a version)
     reason: str
     champion: str  # the champion after this step
     record: dict
 
 
+def model_sha256(saved_model_dir: str) -> str:
+    """sha256 over the SavedModel's files (names and bytes): the identity of a trained model."""
+    digest = hashlib.sha256()
+    root = Path(saved_model_dir)
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metrics_file: str, decision: dict,
                  fingerprint: dict, run_id: str) -> Registered:
-    """Write the version (SavedModel, data files, metrics, decision), then `champion.json`."""
+    """Write the version (SavedModel, data files, metrics, decision), then `champion.json`.
+
+    A model that is already a version (a scheduled run over unchanged data, where Vertex AI
+    took every step from its cache) is not recorded again: the step names that version."""
+    model_hash = model_sha256(saved_model_dir)
+    for known in registry.versions():
+        if known.get("model_sha256") == model_hash:
+            logger.info("this model is already version %s: nothing new to register", known["version"])
+            return Registered(known["version"], "unchanged", f"the same model as {known['version']} "
+                              "(unchanged data: every step came from the cache)", registry.champion_version(),
+                              known)
     compared_with = (decision.get("champion") or {}).get("version")
     blessed, reason = decision["blessed"], decision["reason"]
     current = registry.champion_version() or None
@@ -38,6 +62,7 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
         metrics = json.load(handle)
     record = {
         "run_id": run_id, "status": "blessed" if blessed else "rejected", "reason": reason,
+        "model_sha256": model_hash,
         "compared_with": compared_with, "fingerprint": fingerprint,
         "val_fingerprint": decision.get("val", {}).get("fingerprint", ""),
         "metrics": {k: metrics["metrics"][k] for k in ("mAP", "AP50", "AP75")},
@@ -70,7 +95,7 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
 
     done = register_run(Registry.open(registry_uri, model_name), saved_model_dir, data_dir, metrics_file,
                         decision, fingerprint, run_id)
-    if vertex_model:
+    if vertex_model and done.status != "unchanged":
         version = ModelVersion(
             display_name=vertex_model, artifact_uri=done.record["saved_model"], serving_image=serving_image,
             blessed=done.status == "blessed", run_id=run_id, data_fingerprint=fingerprint.get("sha256", ""),
