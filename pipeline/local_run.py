@@ -35,8 +35,8 @@ class RunSummary:
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
             f"AP75 {self.metrics['AP75']:.3f}",
             f"model to serve: detpipe serve --model {self.saved_model}",
-            f"registry: {self.version}: {self.comparison}",
             f"artifacts: {self.run_dir}",
+            f"registry: {self.version}: {self.comparison}",
         ]
 
 
