@@ -121,13 +121,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
             continue
         default = p.default if p.cli_default is REQUIRED else p.cli_default
         if p.type is bool and default is False:
-            parser.add_argument(p.option, dest=p.name, action="store_true", help=p.help)
+            parser.add_argument(p.option, dest=p.name, action="store_true", help=p.help.replace("%", "%%"))
             continue
         kwargs = {"dest": p.name, "default": default, "type": p.cli_type or (_bool_arg if p.type is bool else p.type)}
         if p.choices:
             kwargs["choices"] = p.choices
         shown = f" (default {default})" if default not in ("", None) else ""
-        parser.add_argument(p.option, help=p.help + shown, **kwargs)
+        parser.add_argument(p.option, help=(p.help + shown).replace("%", "%%"), **kwargs)  # argparse formats help
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, object]:

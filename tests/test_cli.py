@@ -25,8 +25,10 @@ def _subparsers(parser):
 
 def test_help_documents_every_option():
     parsers = dict(_subparsers(build_parser()))
-    assert {"demo-data", "data build", "probe", "train", "evaluate", "compile", "run"} <= set(parsers)
+    assert {"demo-data", "data build", "probe", "train", "evaluate", "compile", "run", "registry promote"} \
+        <= set(parsers)
     for name, parser in parsers.items():
+        assert parser.format_help()  # renders (a bare % in a help text would raise here)
         for action in parser._actions:
             if action.option_strings or action.dest not in ("help",):
                 assert action.help, f"`detpipe {name}`: {action.option_strings or action.dest} has no help"
