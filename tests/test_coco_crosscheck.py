@@ -1,0 +1,61 @@
+"""Evaluation you can believe: known answers, and faster-coco-eval (what detpipe reports)
+against pycocotools (the reference implementation) on the same realistic predictions."""
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from components.evaluate.coco_metrics import SUMMARY_KEYS, ImageDetections, coco_box_metrics, to_coco
+from tests.scenes import NAMES, scene
+
+
+def pycocotools_summary(truths, detections, names) -> dict[str, float]:
+    gt, results = to_coco(truths, detections, names)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = gt
+        coco.createIndex()
+        evaluator = COCOeval(coco, coco.loadRes(results), "bbox")
+        evaluator.evaluate(), evaluator.accumulate(), evaluator.summarize()
+    return dict(zip(SUMMARY_KEYS, map(float, evaluator.stats)))
+
+
+def _same_boxes(truths, move=lambda box: box, relabel=lambda label: label):
+    return [ImageDetections(t.image_id, [move(b) for b in t.boxes], [0.9] * len(t.boxes),
+                            [relabel(label) for label in t.labels]) for t in truths]
+
+
+def test_a_predictor_returning_the_truth_scores_one():
+    truths, _ = scene(11, images=40)
+    metrics = coco_box_metrics(truths, _same_boxes(truths), NAMES)
+    assert metrics["mAP"] == pytest.approx(1.0) and metrics["AP50"] == pytest.approx(1.0)
+    assert all(metrics[f"AP/{name}"] == pytest.approx(1.0) for name in NAMES.values())
+
+
+def test_labels_shifted_by_one_score_zero():
+    truths, _ = scene(12, images=40)
+    metrics = coco_box_metrics(truths, _same_boxes(truths, relabel=lambda label: label % 3 + 1), NAMES)
+    assert metrics["mAP"] == 0.0 and metrics["AP50"] == 0.0
+
+
+def test_boxes_shifted_by_half_a_box_score_what_pycocotools_says():
+    truths, _ = scene(13, images=40)
+    half = _same_boxes(truths, move=lambda b: (b[0], b[1] + (b[3] - b[1]) / 2, b[2], b[3] + (b[3] - b[1]) / 2))
+    ours, reference = coco_box_metrics(truths, half, NAMES), pycocotools_summary(truths, half, NAMES)
+    for key in SUMMARY_KEYS:
+        assert ours[key] == pytest.approx(reference[key], abs=1e-6), key
+    assert ours["AP50"] == 0.0  # IoU 1/3: below every threshold
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_faster_coco_eval_and_pycocotools_agree_on_all_twelve_numbers(seed):
+    truths, found = scene(seed, images=120)
+    ours, reference = coco_box_metrics(truths, found, NAMES), pycocotools_summary(truths, found, NAMES)
+    assert 0.05 < reference["mAP"] < 0.95  # a realistic set, not a degenerate one
+    for key in SUMMARY_KEYS:
+        assert ours[key] == pytest.approx(reference[key], abs=1e-6), key
+    assert np.isfinite([ours[k] for k in SUMMARY_KEYS]).all()
