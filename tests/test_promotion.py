@@ -132,7 +132,7 @@ def test_different_label_maps_are_compared_on_the_shared_classes():
                                  "champion_only": ["hexagon"]}
     assert set(record["delta"]["per_class"]) == {"circle", "square"}
     assert record["delta"]["mAP"]["delta"] == 0.0  # the same detections on the shared classes
-    assert "on the 2 shared class(es)" in comparison_line(record)
+    assert "on the same 60 val images (2 shared classes)" in comparison_line(record)
     nothing_shared = compare_and_decide(truths, found, challenger_map, 0.3, PromotionRule(),
                                         {"version": "v1", "detections": found, "label_map": {"car": 1}})
     assert not nothing_shared["blessed"] and "no class in common" in nothing_shared["reason"]

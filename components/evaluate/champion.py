@@ -166,7 +166,7 @@ def comparison_line(decision: dict) -> str:
     delta = decision["delta"]["mAP"]
     shared = decision["classes"]["shared"]
     scope = "" if not (decision["classes"]["challenger_only"] or decision["classes"]["champion_only"]) else \
-        f" on the {len(shared)} shared class(es)"
+        f" ({len(shared)} shared class{'es' if len(shared) != 1 else ''})"
     return (f"champion {champion['version']} mAP {champion['mAP_shared']:.3f} vs challenger "
             f"{decision['challenger']['mAP_shared']:.3f} on the same {decision['val']['images']} val images{scope}: "
             f"Δ {delta['delta']:+.3f} (95% CI {delta['low']:+.3f} .. {delta['high']:+.3f}): "
