@@ -77,6 +77,9 @@ def test_evaluate_writes_finite_metrics_and_gates(trained_model, demo_shards, tm
     assert saved["num_images"] == count_records(str(demo_shards), "val") == result.num_images
     assert all(math.isfinite(v) for v in saved["metrics"].values())
     assert "AP/circle" in saved["metrics"]
+    report = (tmp_path / "eval_report.md").read_text()
+    for picture in ("pr_curves.png", "f1_threshold.png", "confusion.png", "ap_by_size.png", "gallery.png"):
+        assert f"]({picture})" in report and (tmp_path / picture).stat().st_size > 1000
     with pytest.raises(GateFailed, match="minimum 1.1"):
         evaluate_detector(str(trained_model), str(demo_shards), str(tmp_path / "gate"), min_map=1.1)
     assert json.loads((tmp_path / "gate" / "metrics.json").read_text())["gate"]["passed"] is False

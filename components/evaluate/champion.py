@@ -9,38 +9,21 @@ both know (and the decision says which those are).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import tempfile
 from pathlib import Path
 
-import tensorflow as tf
-
-from beam import feature_keys as K
 from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
 from components.registry.decision import DeltaInterval, PromotionRule, Verdict, decide
 from components.registry.registry import SAVED_MODEL_DIR, Registry
-from components.train.input_pipeline import read_records, shard_files
 
 logger = logging.getLogger(__name__)
 
 RESAMPLES = 1000
-
-
-def val_images(data_dir: str, split: str = "val") -> tuple[list[bytes], str]:
-    """The split's encoded images in the order evaluation reads them, and a fingerprint of
-    the split (sha256 over the sorted sha256 of each record: independent of sharding)."""
-    images, digests = [], []
-    for serialized in read_records(shard_files(data_dir, split), deterministic=True):
-        raw = serialized.numpy()
-        digests.append(hashlib.sha256(raw).hexdigest())
-        parsed = tf.io.parse_single_example(serialized, {K.ENCODED: tf.io.FixedLenFeature([], tf.string)})
-        images.append(parsed[K.ENCODED].numpy())
-    return images, hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()
 
 
 def saved_model_detections(saved_model_dir: str, images: list[bytes], label_map: dict[str, int],
@@ -112,7 +95,7 @@ def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, ru
     version of the registry; "" for none) on the same val images, and decide
     (decision.json, and a section of the report)."""
     result = evaluate_detector(model_dir, data_dir, output_dir, min_map=rule.min_map, raise_on_gate=False)
-    images, val_fingerprint = val_images(data_dir)
+    images, val_fingerprint = result.images, result.val_fingerprint
     if len(images) != len(result.truths):
         raise RuntimeError(f"read {len(images)} val images for the champion but evaluated {len(result.truths)}")
     scored = None

@@ -6,6 +6,7 @@ Plain function used by the CLI and the KFP component. Writes `metrics.json` and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -18,10 +19,12 @@ import keras_hub  # noqa: F401  (registers the KerasHub classes for model loadin
 import numpy as np
 import tensorflow as tf
 
+from beam import feature_keys as K
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 from components.evaluate.detect import BatchDetector
+from components.evaluate.pictures import draw_evaluation
 from components.evaluate.threshold import ThresholdChoice, best_f1_threshold
-from components.train.input_pipeline import eval_examples, to_model_image
+from components.train.input_pipeline import eval_examples, read_records, shard_files, to_model_image
 from components.train.trainer import CONFIG_FILE, MODEL_FILE
 
 logger = logging.getLogger(__name__)
@@ -39,6 +42,8 @@ class EvalResult:
     label_map: dict[str, int] = field(default_factory=dict)
     truths: list[ImageTruth] = field(default_factory=list, repr=False)
     detections: list[ImageDetections] = field(default_factory=list, repr=False)
+    images: list[bytes] = field(default_factory=list, repr=False)  # encoded, in the order of `truths`
+    val_fingerprint: str = ""
 
 
 class GateFailed(RuntimeError):
@@ -86,6 +91,18 @@ def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size
     return truths, detections
 
 
+def val_images(data_dir: str, split: str = "val") -> tuple[list[bytes], str]:
+    """The split's encoded images in the order evaluation reads them, and a fingerprint of
+    the split (sha256 over the sorted sha256 of each record: independent of sharding)."""
+    images, digests = [], []
+    for serialized in read_records(shard_files(data_dir, split), deterministic=True):
+        raw = serialized.numpy()
+        digests.append(hashlib.sha256(raw).hexdigest())
+        parsed = tf.io.parse_single_example(serialized, {K.ENCODED: tf.io.FixedLenFeature([], tf.string)})
+        images.append(parsed[K.ENCODED].numpy())
+    return images, hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()
+
+
 def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: float = 0.0,
                       raise_on_gate: bool = True) -> EvalResult:
     """COCO metrics on the val split; raises `GateFailed` (after writing the files) below
@@ -107,8 +124,11 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
         {"metrics": metrics, "num_images": len(truths), "gate": {"min_map": min_map, "passed": passed},
          "threshold": threshold.to_dict(),
          "seconds": round(time.monotonic() - started, 1)}, indent=2, sort_keys=True) + "\n")
-    (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate, threshold))
-    result = EvalResult(metrics, len(truths), passed, gate, label_map, truths, detections)
+    images, val_fingerprint = val_images(data_dir)
+    pictures = draw_evaluation(out, truths, detections, names, metrics, threshold.score,
+                               images if len(images) == len(truths) else None)
+    (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate, threshold, pictures))
+    result = EvalResult(metrics, len(truths), passed, gate, label_map, truths, detections, images, val_fingerprint)
     if not passed and raise_on_gate:
         raise GateFailed(gate)
     return result
@@ -118,7 +138,8 @@ def _fmt(value: float) -> str:
     return "n/a" if value < 0 or not math.isfinite(value) else f"{value:.3f}"
 
 
-def _report(metrics: dict[str, float], num_images: int, gate: str, threshold: ThresholdChoice) -> str:
+def _report(metrics: dict[str, float], num_images: int, gate: str, threshold: ThresholdChoice,
+            pictures: dict[str, str]) -> str:
     lines = ["# Evaluation report", "", f"{num_images} val images. Gate: {gate}.", "",
              "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in metrics.items() if not k.startswith("AP/")]
@@ -127,4 +148,6 @@ def _report(metrics: dict[str, float], num_images: int, gate: str, threshold: Th
     lines += ["", f"Default score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "
                   f"{threshold.iou}: F1 {threshold.f1:.3f}, precision {threshold.precision:.3f}, "
                   f"recall {threshold.recall:.3f})."]
+    for title, name in pictures.items():
+        lines += ["", f"## {title}", "", f"![{title}]({name})"]
     return "\n".join(lines) + "\n"

@@ -39,7 +39,7 @@ class ThresholdChoice:
         return asdict(self)
 
 
-def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+def iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """IoU of one yxyx box with each of `boxes` (normalised coordinates: IoU does not change
     when both axes are scaled)."""
     top_left = np.maximum(box[:2], boxes[:, :2])
@@ -63,7 +63,7 @@ def _hits(truth: ImageTruth, found: ImageDetections, iou_threshold: float) -> li
     for j in np.argsort(-np.asarray(found.scores), kind="stable"):
         candidates = (labels == found.labels[j]) & ~taken
         if candidates.any():
-            overlaps = np.where(candidates, _iou(np.asarray(found.boxes[j]), boxes), -1.0)
+            overlaps = np.where(candidates, iou(np.asarray(found.boxes[j]), boxes), -1.0)
             best = int(np.argmax(overlaps))
             if overlaps[best] >= iou_threshold:
                 taken[best] = True
@@ -74,21 +74,39 @@ def _hits(truth: ImageTruth, found: ImageDetections, iou_threshold: float) -> li
     return out
 
 
-def best_f1_threshold(truths: list[ImageTruth], detections: list[ImageDetections],
-                      iou_threshold: float = 0.5) -> ThresholdChoice:
-    """The score threshold (keep detections with score >= it) with the highest F1."""
+@dataclass
+class F1Curve:
+    """Precision, recall and F1 when keeping detections with score >= `scores[i]`."""
+    scores: np.ndarray
+    precision: np.ndarray
+    recall: np.ndarray
+    f1: np.ndarray
+
+
+def f1_curve(truths: list[ImageTruth], detections: list[ImageDetections], iou_threshold: float = 0.5) -> F1Curve | None:
+    """None when there is nothing to draw (no detections or no truth boxes)."""
     positives = sum(int((~_difficult(t)).sum()) for t in truths)
     hits = sorted((h for t, d in zip(truths, detections) for h in _hits(t, d, iou_threshold)),
                   key=lambda h: -h[0])
     if not hits or positives == 0:
-        return ThresholdChoice(FALLBACK_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
+        return None
     scores = np.array([h[0] for h in hits])
     tp = np.cumsum([h[1] for h in hits])
     precision, recall = tp / np.arange(1, len(hits) + 1), tp / positives
     f1 = np.where(tp > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+    return F1Curve(scores, precision, recall, f1)
+
+
+def best_f1_threshold(truths: list[ImageTruth], detections: list[ImageDetections],
+                      iou_threshold: float = 0.5) -> ThresholdChoice:
+    """The score threshold (keep detections with score >= it) with the highest F1."""
+    curve = f1_curve(truths, detections, iou_threshold)
+    if curve is None:
+        return ThresholdChoice(FALLBACK_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
+    scores, f1 = curve.scores, curve.f1
     last_of_tie = np.append(scores[1:] != scores[:-1], True)  # a threshold keeps every equal score
     best = int(np.argmax(np.where(last_of_tie, f1, -1.0)))
     if f1[best] == 0:  # nothing found is right: no threshold is better than another
         return ThresholdChoice(FALLBACK_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
-    return ThresholdChoice(float(scores[best]), float(f1[best]), float(precision[best]),
-                           float(recall[best]), iou_threshold)
+    return ThresholdChoice(float(scores[best]), float(f1[best]), float(curve.precision[best]),
+                           float(curve.recall[best]), iou_threshold)

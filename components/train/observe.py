@@ -107,44 +107,27 @@ class TrainingMonitor(keras.callbacks.Callback):
 
 def draw_loss_curve(step_losses: list[tuple[int, float]], path: Path, size: tuple[int, int] = (640, 320)) -> bool:
     """A PNG line chart of per-step loss (faint) and its moving average (bold), on a log
-    scale so the late steps are not flattened by the first ones.
+    scale so the late steps are not flattened by the first ones (matplotlib, Agg backend).
+    Returns False (and writes nothing) when there is no positive finite loss to draw."""
+    import matplotlib
 
-    Drawn with Pillow: matplotlib is not a dependency, and a line chart is a few lines.
-    Returns False (and writes nothing) when there is no positive finite loss to draw.
-    """
-    from PIL import Image, ImageDraw
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
 
-    points = [(s, math.log10(v)) for s, v in step_losses if math.isfinite(v) and v > 0]
+    points = [(s, v) for s, v in step_losses if math.isfinite(v) and v > 0]
     if not points:
         return False
-    width, height = size
-    left, right, top, bottom = 56, 16, 22, 36
-    image = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(image)
-    steps = [s for s, _ in points]
-    low, high = math.floor(min(v for _, v in points)), math.ceil(max(v for _, v in points))
-    high = max(high, low + 1)
-    first, last = min(steps), max(max(steps), min(steps) + 1)
-
-    def xy(step, value):
-        x = left + (step - first) / (last - first) * (width - left - right)
-        y = top + (1 - (value - low) / (high - low)) * (height - top - bottom)
-        return x, y
-
-    draw.rectangle((left, top, width - right, height - bottom), outline="#888888")
-    for power in range(low, high + 1):  # a grid line and label at every power of ten
-        _, y = xy(first, power)
-        draw.line((left, y, width - right, y), fill="#e4e4e4")
-        draw.text((4, y - 6), f"{10.0 ** power:g}", fill="#444444")
-    draw.text((left, height - bottom + 6), f"step {first}", fill="#444444")
-    draw.text((width - right - 70, height - bottom + 6), f"step {last}", fill="#444444")
-    draw.text((left, 4), "training loss per step, log scale (bold: moving average)", fill="#444444")
-    draw.line([xy(s, v) for s, v in points], fill="#b8c8e8", width=1)
+    steps, losses = np.array([s for s, _ in points]), np.array([v for _, v in points])
     window = max(1, len(points) // 25)
-    smooth, total = [], 0.0
-    for i, (s, v) in enumerate(points):
-        total += v - (points[i - window][1] if i >= window else 0.0)
-        smooth.append(xy(s, total / min(i + 1, window)))
-    draw.line(smooth, fill="#1f4e9e", width=3)
-    image.save(path)
+    smooth = np.convolve(np.log10(losses), np.ones(window) / window, mode="valid")
+    fig, ax = plt.subplots(figsize=(size[0] / 100, size[1] / 100))
+    ax.plot(steps, losses, color="#b8c8e8", linewidth=1, label="per step")
+    ax.plot(steps[window - 1:], 10 ** smooth, color="#1f4e9e", linewidth=2.5, label=f"moving average ({window})")
+    ax.set(yscale="log", xlabel="step", ylabel="loss", title="Training loss")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
     return True

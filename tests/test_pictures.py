@@ -1,0 +1,48 @@
+"""Evaluation pictures: the confusion counts, the choice of the worst images, and that every
+picture is written and linked."""
+
+import io
+
+import numpy as np
+from PIL import Image
+
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.evaluate.pictures import confusion, draw_evaluation, worst_images
+from tests.scenes import NAMES, scene
+
+TRUTH = [ImageTruth(1, 100, 100, [(0.1, 0.1, 0.4, 0.4), (0.5, 0.5, 0.9, 0.9), (0.0, 0.6, 0.2, 0.8)], [1, 2, 3],
+                    [0, 0, 1]),
+         ImageTruth(2, 100, 100, [(0.2, 0.2, 0.6, 0.6)], [2])]
+FOUND = [ImageDetections(1, [(0.1, 0.1, 0.4, 0.4), (0.5, 0.5, 0.9, 0.9), (0.0, 0.6, 0.2, 0.8), (0.7, 0.0, 0.9, 0.2)],
+                         [0.9, 0.8, 0.9, 0.7], [1, 3, 3, 2]),
+         ImageDetections(2, [(0.2, 0.2, 0.6, 0.6)], [0.1], [2])]
+
+
+def test_confusion_counts_with_background_row_and_column():
+    matrix, errors = confusion(TRUTH, FOUND, NAMES, threshold=0.5)
+    expected = np.zeros((4, 4), dtype=int)
+    expected[0, 0] = 1  # circle found
+    expected[1, 2] = 1  # square called a triangle
+    expected[3, 1] = 1  # a square where there is nothing
+    expected[1, 3] = 1  # image 2's square: its only detection is below the threshold
+    # image 1's triangle box is difficult: the detection on it counts nowhere
+    assert (matrix == expected).all()
+    assert [(e.image_id, e.missed, e.false) for e in errors] == [(1, 0, 2), (2, 1, 0)]
+    assert [e.image_id for e in worst_images(errors, 1)] == [1]
+
+
+def test_every_picture_is_written(tmp_path):
+    truths, found = scene(21, images=12)
+    images = []
+    for t in truths:
+        buffer = io.BytesIO()
+        Image.new("RGB", (t.width, t.height), "gray").save(buffer, "JPEG")
+        images.append(buffer.getvalue())
+    metrics = {"AP_small": -1.0, "AP_medium": 0.4, "AP_large": 0.6}
+    files = draw_evaluation(tmp_path, truths, found, NAMES, metrics, 0.5, images, gallery_size=4)
+    assert len(files) == 5
+    for name in files.values():
+        with Image.open(tmp_path / name) as picture:
+            assert picture.format == "PNG" and picture.size[0] > 200
+    (tmp_path / "x").mkdir()
+    assert "Worst val images" not in draw_evaluation(tmp_path / "x", truths, found, NAMES, metrics, 0.5, None)
