@@ -65,6 +65,7 @@ class ConvertOptions:
     max_pixels: int = rc.CheckOptions.max_pixels
     split_file: str | None = None  # JSON {"train": [ids], "val": [ids]} instead of the hash split
     gzip: bool = False
+    overwrite: bool = False  # empty a non-empty output folder first (else refuse it)
     exif: str = "auto"  # auto | apply | ignore: the frame of the annotations (beam/exif.py)
     gates: GateOptions = field(default_factory=GateOptions)
     allow_anomalies: bool = False
@@ -82,6 +83,43 @@ class ConvertResult:
     @property
     def ok(self) -> bool:
         return not self.anomalies or self.allowed
+
+
+# What the Beam job hands back to `build_dataset` (label map, shard list and counts, record
+# facts): small files in OUTPUT/_job/, read once and removed, also when the build fails.
+JOB_DIR = "_job"
+
+
+def _job_file(output: str, name: str) -> str:
+    return FileSystems.join(output, JOB_DIR, name)
+
+
+def _remove_job_files(output: str) -> None:
+    job = FileSystems.join(output, JOB_DIR)
+    found = [m.path for r in FileSystems.match([FileSystems.join(job, "*")]) for m in r.metadata_list]
+    if found:
+        FileSystems.delete(found)
+    if tf.io.gfile.isdir(job):
+        tf.io.gfile.rmtree(job)
+
+
+class OutputNotEmpty(ValueError):
+    """`--output` holds files (an earlier build): readers would mix them in."""
+
+
+def prepare_output(output: str, overwrite: bool) -> None:
+    """An empty output folder: refuse one with files in it unless `overwrite`, which empties it."""
+    if tf.io.gfile.isdir(output) and tf.io.gfile.listdir(output):
+        if not overwrite:
+            raise OutputNotEmpty(f"--output {output} is not empty (an earlier build?): choose an empty folder, "
+                                 "or pass --overwrite to replace what is there")
+        for name in tf.io.gfile.listdir(output):
+            path = FileSystems.join(output, name.rstrip("/"))
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
+    tf.io.gfile.makedirs(output)
 
 
 class DataBuildError(RuntimeError):
@@ -231,7 +269,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             | "LabelMap" >> beam.Map(_label_map_of, options.label_map, options.base_label_map)
         )
         _ = label_map | "WriteLabelMap" >> beam.Map(
-            lambda m: write_json(FileSystems.join(output, "_label_map.json"), m))
+            lambda m: write_json(_job_file(output, "label_map.json"), m))
         assigned = good | "AssignSplit" >> beam.Map(_assign_split, options, split_of)
         rejects = (
             (rejects, assigned | "NotInSplit" >> beam.Filter(lambda r: isinstance(r, Reject)))
@@ -248,7 +286,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             | "One" >> beam.Create([None])
             | "ShardCounts" >> beam.Map(lambda _, t: _shard_counts(t, options), beam.pvalue.AsDict(totals))
         )
-        _ = counts | "WriteCounts" >> beam.Map(lambda c: write_json(FileSystems.join(output, "_shard_counts.json"), c))
+        _ = counts | "WriteCounts" >> beam.Map(lambda c: write_json(_job_file(output, "shard_counts.json"), c))
         counts_view = beam.pvalue.AsSingleton(counts)
         written = (
             placed
@@ -263,7 +301,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             shard_infos
             | "ShardsToList" >> beam.combiners.ToList()
             | "WriteShardList" >> beam.Map(
-                lambda infos: write_json(FileSystems.join(output, "_shards.json"),
+                lambda infos: write_json(_job_file(output, "shards.json"),
                                           sorted((i.to_dict() for i in infos), key=lambda d: d["name"])))
         )
         _ = (
@@ -276,7 +314,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             | "RecordFacts" >> beam.FlatMap(lambda sr: _record_facts(sr[1]))
             | "CountFacts" >> beam.combiners.Count.PerElement()
             | "FactsToList" >> beam.combiners.ToList()
-            | "WriteFacts" >> beam.Map(lambda m: write_json(FileSystems.join(output, "_record_facts.json"),
+            | "WriteFacts" >> beam.Map(lambda m: write_json(_job_file(output, "record_facts.json"),
                                                             dict(sorted(m))))
         )
         for split in (TRAIN, VAL):
@@ -326,22 +364,29 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         raise DataBuildError(f"--val-fraction must be in [0, 1), got {options.val_fraction}")
     started = time.monotonic()
     sources = _list_sources(options)
-    tf.io.gfile.makedirs(options.output)
+    prepare_output(options.output, options.overwrite)
     logger.info("validate-and-convert: %d %s sources, runner %s", len(sources), options.format, options.runner)
     try:
         split_of = read_split_file(options.split_file) if options.split_file else None
     except (ValueError, OSError) as err:
         raise DataBuildError(f"--split-file: {err}") from err
-    _run_beam(options, sources, split_of)
+    try:
+        _run_beam(options, sources, split_of)
+        return _finish(options, sources, started)
+    finally:
+        _remove_job_files(options.output)
 
+
+def _finish(options: ConvertOptions, sources: list, started: float) -> ConvertResult:
+    """Read back what the job handed over, run the dataset gates, write the manifest."""
     out = options.output
-    label_map = pop_json(FileSystems.join(out, "_label_map.json"), {})
+    label_map = pop_json(_job_file(out, "label_map.json"), {})
     if not label_map:
         raise DataBuildError("no record with a box passed the checks: no classes to train on "
                              f"(see {FileSystems.join(out, 'rejects.jsonl')})")
-    shards = pop_json(FileSystems.join(out, "_shards.json"), [])
-    facts = _facts_by_kind(pop_json(FileSystems.join(out, "_record_facts.json"), {}))
-    counts = pop_json(FileSystems.join(out, "_shard_counts.json"), {TRAIN: 1, VAL: 1})
+    shards = pop_json(_job_file(out, "shards.json"), [])
+    facts = _facts_by_kind(pop_json(_job_file(out, "record_facts.json"), {}))
+    counts = pop_json(_job_file(out, "shard_counts.json"), {TRAIN: 1, VAL: 1})
     written = Counter()
     for shard in shards:
         written[shard["split"]] += shard["records"]
@@ -364,7 +409,8 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         "shards": shards,
         "anomalies": anomalies,
         "anomalies_allowed": bool(anomalies) and options.allow_anomalies,
-        "options": {k: v for k, v in asdict(options).items() if k not in ("beam_args", "label_map", "base_label_map")},
+        "options": {k: v for k, v in asdict(options).items()
+                    if k not in ("beam_args", "label_map", "base_label_map", "overwrite")},
         "seconds": round(time.monotonic() - started, 1),
     }
     if manifest["written_total"] + manifest["rejected"] != manifest["records_in"]:

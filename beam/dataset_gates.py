@@ -65,7 +65,7 @@ def _new_class_problems(new: list[str], options: GateOptions) -> list[str]:
     if options.allow_new_classes:
         logger.warning("new class(es) %s not in %s: allowed", ", ".join(new), source)
         return []
-    return [f"{K.CLASS_TEXT} | new class | {', '.join(new)}: not among the classes of {source}; "
+    return [f"[vs {source}] {K.CLASS_TEXT} | new class | {', '.join(new)}: not among the classes of {source}; "
             "pass allow_new_classes (--allow-new-classes) to train on them"]
 
 

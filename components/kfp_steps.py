@@ -85,6 +85,7 @@ def validate_and_convert(
         result = build_dataset(ConvertOptions(
             images=images, annotations=annotations, output=dataset.path, format=data_format,
             val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies, exif=exif,
+            overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
             runner=runner, beam_args=tuple(beam_args)))
     m = result.manifest

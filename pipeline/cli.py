@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 a failed check (reason on stderr, one line a problem),
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from pipeline.cli_types import non_negative_float as _non_negative_float
 from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
+from pipeline.cli_types import UsageError
 from pipeline.model_cli import add_model_commands, export_after_train
 from pipeline.params import add_run_options
 from pipeline.registry_cli import add_registry_commands
@@ -47,6 +49,9 @@ def cmd_demo_data(args) -> int:
 
 
 def cmd_data_build(args, beam_args: list[str]) -> int:
+    if not args.overwrite and "://" not in args.output and os.path.isdir(args.output) and os.listdir(args.output):
+        raise UsageError(f"--output {args.output} is not empty (an earlier build?): choose an empty folder, "
+                         "or pass --overwrite to replace what is there")
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
     from beam.label_map import read_label_map
@@ -56,7 +61,7 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
         val_fraction=args.val_fraction, seed=args.seed,
         label_map=read_label_map(Path(args.label_map)) if args.label_map else None,
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
-        gzip=args.gzip, exif=args.exif, allow_anomalies=args.allow_anomalies,
+        gzip=args.gzip, overwrite=args.overwrite, exif=args.exif, allow_anomalies=args.allow_anomalies,
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
                           previous_stats=args.previous_stats, drift_threshold=args.drift_threshold,
                           allow_new_classes=args.allow_new_classes),
@@ -238,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--annotations", required=True,
                    help="VOC: folder of *.xml; COCO: instances JSON file; CSV: file with columns "
                         "filename,width,height,class,xmin,ymin,xmax,ymax")
-    p.add_argument("--output", required=True, help="output folder for shards, manifest, stats")
+    p.add_argument("--output", required=True, help="output folder for shards, manifest, stats (empty or new)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="empty a non-empty --output first (default: refuse it, so no earlier shards mix in)")
     p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/val split hash (default 0)")
     p.add_argument("--label-map", help="JSON file {class name: id}; classes not in it are rejected")
@@ -372,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args, extra) if getattr(args, "takes_beam_args", False) else args.func(args)
+    except UsageError as err:
+        print(f"detpipe: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     except CheckFailed as err:
         for line in str(err).splitlines():
             print(f"detpipe: {line}", file=sys.stderr)

@@ -3,6 +3,10 @@ message argparse prints as a usage error (exit 2)."""
 
 import argparse
 
+
+class UsageError(Exception):
+    """The command line asks for something that cannot be done as asked (exit 2, one line)."""
+
 from beam.exif import EXIF_MODES
 
 

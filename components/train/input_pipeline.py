@@ -62,9 +62,41 @@ def _calls(config: InputConfig) -> int:
 SHARD_PATTERNS = ("{split}-*.tfrecord*", "{split}.tfrecord*", "{split}.record*")
 
 
+class ShardsChanged(FileNotFoundError):
+    """A shard the manifest lists is missing or not the size it was written with."""
+
+
+def _manifest_shards(root: str) -> list[dict] | None:
+    path = f"{root}/manifest.json"
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as handle:
+        return json.load(handle).get("shards")
+
+
 def shard_files(data_dir: str, split: str) -> list[str]:
-    """The split's shard files, sorted; raises if there are none."""
+    """The split's shard files, sorted; raises if there are none.
+
+    With a `manifest.json` (`detpipe data build`) the manifest's list is the truth: a listed
+    shard that is missing or has another size fails here, in one line, and files it does not
+    list (an earlier build in the same folder) are never read. Without one (shards from
+    other converters), the files matching the usual shard names."""
     root = data_dir.rstrip("/")
+    listed = _manifest_shards(root)
+    if listed is not None:
+        files = []
+        for shard in sorted((s for s in listed if s["split"] == split), key=lambda s: s["name"]):
+            path = f"{root}/{shard['name']}"
+            if not tf.io.gfile.exists(path):
+                raise ShardsChanged(f"{path} is listed in {root}/manifest.json but missing: rebuild the dataset")
+            size = tf.io.gfile.stat(path).length
+            if "bytes" in shard and size != shard["bytes"]:
+                raise ShardsChanged(f"{path} has {size} bytes, manifest.json says {shard['bytes']}: the shards "
+                                    "changed after the build; rebuild the dataset")
+            files.append(path)
+        if files:
+            return files
+        raise FileNotFoundError(f"{root}/manifest.json lists no {split} shards")
     files = sorted({f for pattern in SHARD_PATTERNS for f in tf.io.gfile.glob(f"{root}/{pattern.format(split=split)}")})
     if not files:
         names = ", ".join(p.format(split=split) for p in SHARD_PATTERNS)
