@@ -18,7 +18,20 @@ from pipeline.cli_types import non_negative_float as _non_negative_float
 from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.cli_types import UsageError
+from pipeline.cli_types import (
+    DetpipeParser,
+    error_line,
+    tensorflow_error_line,
+    UsageError,
+    cpu_arg,
+    existing_dir,
+    existing_file,
+    existing_path,
+    memory_arg,
+    non_negative_int,
+    output_dir,
+    output_file,
+)
 from pipeline.model_cli import add_model_commands, export_after_train
 from pipeline.params import add_run_options
 from pipeline.registry_cli import add_registry_commands
@@ -48,7 +61,26 @@ def cmd_demo_data(args) -> int:
     return EXIT_OK
 
 
+def _check_data_build_usage(args, beam_args: list[str]) -> None:
+    """What the command line alone can tell, before Beam and TensorFlow load."""
+    local = "://" not in args.annotations
+    if local and args.format == "voc" and not os.path.isdir(args.annotations):
+        raise UsageError(f"--format voc takes a folder of *.xml as --annotations; {args.annotations} is a file "
+                         "(a COCO JSON? then --format coco)")
+    if local and args.format in ("coco", "csv") and not os.path.isfile(args.annotations):
+        raise UsageError(f"--format {args.format} takes a file as --annotations; {args.annotations} is a folder "
+                         "(Pascal VOC XML files? then --format voc)")
+    if beam_args:
+        from pipeline.beam_options import unknown_beam_options
+
+        unknown = unknown_beam_options(beam_args)
+        if unknown:
+            raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither a `detpipe data build` "
+                             "nor an Apache Beam option)")
+
+
 def cmd_data_build(args, beam_args: list[str]) -> int:
+    _check_data_build_usage(args, beam_args)
     if not args.overwrite and "://" not in args.output and os.path.isdir(args.output) and os.listdir(args.output):
         raise UsageError(f"--output {args.output} is not empty (an earlier build?): choose an empty folder, "
                          "or pass --overwrite to replace what is there")
@@ -179,7 +211,7 @@ def cmd_run(args) -> int:
     from pipeline.params import DEFAULT_REGISTRY_DIR, params_from_args
 
     if not args.local:
-        raise _fail_lines(["only --local runs are built; use `detpipe submit` for Vertex AI"])
+        raise UsageError("`detpipe run` needs --local (the KFP local runner); use `detpipe submit` for Vertex AI")
     params = params_from_args(args)
     params["registry"] = params["registry"] or str(Path(args.pipeline_root, DEFAULT_REGISTRY_DIR).resolve())
     summary = run_local(params, Path(args.pipeline_root))
@@ -217,7 +249,7 @@ def _add_local_train_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = DetpipeParser(
         prog="detpipe",
         description="Train object detectors on GPUs without the usual cloud failures: "
                     "validate data, probe the machine, train, evaluate.")
@@ -225,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
     p = sub.add_parser("demo-data", help="write the synthetic demo dataset (Pascal VOC layout)")
-    p.add_argument("out", help="output folder; gets images/ and annotations/")
+    p.add_argument("out", type=output_dir, help="output folder; gets images/ and annotations/")
     p.add_argument("--train", type=_positive_int, default=1024, help="number of training-sized images (default 1024)")
     p.add_argument("--val", type=_positive_int, default=128, help="number of extra images (default 128)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -239,27 +271,27 @@ def build_parser() -> argparse.ArgumentParser:
                     "sharded TFRecords. Unknown options are passed to Beam (e.g. --project, --region, "
                     "--temp_location, --sdk_container_image for DataflowRunner).")
     p.add_argument("--format", choices=("voc", "coco", "csv"), required=True, help="annotation format")
-    p.add_argument("--images", required=True, help="folder of images (local or gs://)")
-    p.add_argument("--annotations", required=True,
+    p.add_argument("--images", required=True, type=existing_dir, help="folder of images (local or gs://)")
+    p.add_argument("--annotations", required=True, type=existing_path,
                    help="VOC: folder of *.xml; COCO: instances JSON file; CSV: file with columns "
                         "filename,width,height,class,xmin,ymin,xmax,ymax")
-    p.add_argument("--output", required=True, help="output folder for shards, manifest, stats (empty or new)")
+    p.add_argument("--output", required=True, type=output_dir, help="output folder for shards, manifest, stats (empty or new)")
     p.add_argument("--overwrite", action="store_true",
                    help="empty a non-empty --output first (default: refuse it, so no earlier shards mix in)")
     p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/val split hash (default 0)")
-    p.add_argument("--label-map", help="JSON file {class name: id}; classes not in it are rejected")
+    p.add_argument("--label-map", type=existing_file, help="JSON file {class name: id}; classes not in it are rejected")
     p.add_argument("--reject-empty", action="store_true", help="reject images with no boxes (default: keep as negatives)")
     p.add_argument("--max-pixels", type=_positive_int, default=50_000_000,
                    help="reject images with more pixels than this (default 50,000,000)")
-    p.add_argument("--split-file", help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
+    p.add_argument("--split-file", type=existing_file, help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
                                         "split; images in neither list are rejected")
     p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
     _add_exif_option(p)
-    p.add_argument("--schema", help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
+    p.add_argument("--schema", type=existing_file, help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
     p.add_argument("--max-reject-fraction", type=float, default=0.1,
                    help="fail when more than this share of records is rejected (default 0.1)")
-    p.add_argument("--previous-stats", help="stats-train.pb of an earlier run: fail on drift of the class "
+    p.add_argument("--previous-stats", type=existing_file, help="stats-train.pb of an earlier run: fail on drift of the class "
                                             "distribution or box sizes beyond --drift-threshold")
     p.add_argument("--drift-threshold", type=float, default=0.1,
                    help="L-infinity distance for classes, Jensen-Shannon divergence for box sizes (default 0.1)")
@@ -276,9 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Collect facts about this machine and check them: PASS/WARN/FAIL, each with a fix. "
                     "Exits 1 on FAIL.")
     p.add_argument("--require-gpu", action="store_true", help="FAIL (exit 1) when no GPU is visible")
-    p.add_argument("--data", help="folder of shards (output of `data build`) to measure storage read speed on")
-    p.add_argument("--baseline", help="probe.json written on another machine (e.g. your laptop) to compare with")
-    p.add_argument("--json", help="write the full probe result (facts, checks, recommendations) to this file")
+    p.add_argument("--data", type=existing_dir, help="folder of shards (output of `data build`) to measure storage read speed on")
+    p.add_argument("--baseline", type=existing_file, help="probe.json written on another machine (e.g. your laptop) to compare with")
+    p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
     p.add_argument("--image-size", type=_positive_int, default=128, help="model input the memory check assumes (default 128)")
     p.add_argument("--model-size", choices=("tiny", "small", "resnet18"), default="tiny",
                    help="model the memory check assumes (default tiny)")
@@ -286,8 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("train", help="train a RetinaNet on the shards of `data build`")
-    p.add_argument("--data", required=True, help="output folder of `detpipe data build`")
-    p.add_argument("--output", required=True, help="folder for model.keras, history, report")
+    p.add_argument("--data", required=True, type=existing_dir, help="output folder of `detpipe data build`")
+    p.add_argument("--output", required=True, type=output_dir, help="folder for model.keras, history, report")
     _add_train_options(p)
     _add_local_train_options(p)
     p.add_argument("--deterministic", action="store_true", help="deterministic ops and input order (slower)")
@@ -295,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-lr", type=_positive_float,
                    help="peak learning rate per 64 images, scaled linearly with the batch (default 0.008)")
     p.add_argument("--weight-decay", type=_non_negative_float, help="AdamW weight decay (default 0.0001)")
-    p.add_argument("--hparams", metavar="JSON",
+    p.add_argument("--hparams", metavar="JSON", type=existing_file,
                    help="best_hparams.json of `detpipe tune`: its learning rate, weight decay and augmentation "
                         "strength, unless given on the command line")
     p.add_argument("--checkpoint-every", type=_positive_int,
@@ -313,8 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "TRIAL_STEPS steps each and are scored by mAP on the val split; the best third "
                                    "trains 3x longer and the best of those wins. About 2 x TRIALS x TRIAL_STEPS "
                                    "steps in all. Writes OUTPUT/best_hparams.json for `detpipe train --hparams`.")
-    p.add_argument("--data", required=True, help="output folder of `detpipe data build`")
-    p.add_argument("--output", required=True, help="folder for best_hparams.json, trials.jsonl, tune_report.md")
+    p.add_argument("--data", required=True, type=existing_dir, help="output folder of `detpipe data build`")
+    p.add_argument("--output", required=True, type=output_dir,
+                   help="folder for best_hparams.json, trials.jsonl, tune_report.md")
     p.add_argument("--trials", type=_positive_int, default=6, help="candidates in the first round (default 6)")
     p.add_argument("--trial-steps", type=_positive_int, default=100,
                    help="training steps of a first-round trial (default 100)")
@@ -323,24 +356,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")
-    p.add_argument("--model", required=True, help="output folder of `detpipe train`")
-    p.add_argument("--data", required=True, help="output folder of `detpipe data build`")
-    p.add_argument("--output", required=True, help="folder for metrics.json and eval_report.md")
+    p.add_argument("--model", required=True, type=existing_dir, help="output folder of `detpipe train`")
+    p.add_argument("--data", required=True, type=existing_dir, help="output folder of `detpipe data build`")
+    p.add_argument("--output", required=True, type=output_dir, help="folder for metrics.json and eval_report.md")
     p.add_argument("--min-map", type=float, default=0.0, help="exit 1 when mAP@[.5:.95] is below this (default 0)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("compile", help="compile the pipeline YAML and print its sha256")
-    p.add_argument("--output", default="detpipe.yaml", help="YAML file to write (default detpipe.yaml)")
+    p.add_argument("--output", default="detpipe.yaml", type=output_file, help="YAML file to write (default detpipe.yaml)")
     p.add_argument("--image", default=None, help="container image of every step (default detpipe:latest)")
-    p.add_argument("--data-cpu", default="4", help="CPU limit of the data step (default 4)")
-    p.add_argument("--data-memory", default="16G", help="memory limit of the data step (default 16G)")
+    p.add_argument("--data-cpu", default="4", type=cpu_arg, help="CPU limit of the data step (default 4)")
+    p.add_argument("--data-memory", default="16G", type=memory_arg, help="memory limit of the data step (default 16G)")
     p.add_argument("--accelerator-type", default="NVIDIA_TESLA_T4",
                    help="GPU of the probe and train steps, a Vertex accelerator name (default NVIDIA_TESLA_T4)")
     p.add_argument("--accelerator-count", type=_positive_int, default=1, help="GPUs per probe/train step (default 1)")
-    p.add_argument("--train-cpu", default="8", help="CPU limit of the probe and train steps (default 8)")
-    p.add_argument("--train-memory", default="32G", help="memory limit of the probe and train steps (default 32G)")
+    p.add_argument("--train-cpu", default="8", type=cpu_arg, help="CPU limit of the probe and train steps (default 8)")
+    p.add_argument("--train-memory", default="32G", type=memory_arg, help="memory limit of the probe and train steps (default 32G)")
     p.add_argument("--evaluate-on-gpu", action="store_true", help="run evaluation on the accelerator too")
-    p.add_argument("--train-retries", type=int, default=2,
+    p.add_argument("--train-retries", type=non_negative_int, default=2,
                    help="retries of the train step after preemption (default 2)")
     p.set_defaults(func=cmd_compile)
 
@@ -386,11 +419,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in str(err).splitlines():
             print(f"detpipe: {line}", file=sys.stderr)
         return EXIT_FAILED
-    except (FileNotFoundError, ValueError, RuntimeError, NotImplementedError) as err:
-        print(f"detpipe: error: {err}", file=sys.stderr)
+    except (OSError, ValueError, RuntimeError, NotImplementedError) as err:
+        print(f"detpipe: error: {error_line(err)}", file=sys.stderr)
         return EXIT_FAILED
-    except Exception as err:  # Google Cloud errors: one line, not a traceback
-        line = cloud_error_line(err)
+    except Exception as err:  # TensorFlow's and Google Cloud's errors: one line, not a traceback
+        line = cloud_error_line(err) or tensorflow_error_line(err)
         if line is None:
             raise
         print(f"detpipe: error: {line}", file=sys.stderr)

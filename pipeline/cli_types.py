@@ -1,7 +1,10 @@
 """Argument types shared by the `detpipe` subcommands: each rejects bad values with a
-message argparse prints as a usage error (exit 2)."""
+message argparse prints as a usage error (exit 2). They only look at strings and the local
+file system, so the cheap checks run before TensorFlow or Beam are imported."""
 
 import argparse
+import os
+import re
 
 
 class UsageError(Exception):
@@ -30,11 +33,132 @@ def batch_size_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
 
 
+class DetpipeParser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (the command, the problem, where help is)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def fraction_arg(value: str) -> float:
-    number = float(value)
+    """A number in [0, 1)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {value!r}") from None
     if not 0.0 <= number < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {value}")
     return number
+
+
+def non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {number}")
+    return number
+
+
+_CPU = re.compile(r"^(\d+(\.\d+)?|\d+m)$")
+_MEMORY = re.compile(r"^\d+(\.\d+)?(K|M|G|T|Ki|Mi|Gi|Ti)?$")
+
+
+def cpu_arg(value: str) -> str:
+    """A Kubernetes CPU quantity: 4, 0.5 or 500m."""
+    if not _CPU.match(value) or float(value.rstrip("m") or 0) <= 0:
+        raise argparse.ArgumentTypeError(f"must be a CPU count such as 4, 0.5 or 500m, got {value!r}")
+    return value
+
+
+def memory_arg(value: str) -> str:
+    """A Kubernetes memory quantity: 16G, 512M, 32Gi."""
+    if not _MEMORY.match(value):
+        raise argparse.ArgumentTypeError(f"must be a memory size such as 16G, 512M or 32Gi, got {value!r}")
+    return value
+
+
+def _local(value: str) -> bool:
+    return "://" not in value
+
+
+def existing_path(value: str) -> str:
+    """A local path that exists (a file or a folder), or a URI (gs://...), checked later."""
+    if _local(value) and not os.path.exists(value):
+        raise argparse.ArgumentTypeError(f"{value} does not exist")
+    return value
+
+
+def existing_file(value: str) -> str:
+    if _local(value):
+        if not os.path.exists(value):
+            raise argparse.ArgumentTypeError(f"{value} does not exist")
+        if not os.path.isfile(value):
+            raise argparse.ArgumentTypeError(f"{value} is a folder, not a file")
+    return value
+
+
+def existing_dir(value: str) -> str:
+    if _local(value):
+        if not os.path.exists(value):
+            raise argparse.ArgumentTypeError(f"{value} does not exist")
+        if not os.path.isdir(value):
+            raise argparse.ArgumentTypeError(f"{value} is a file, not a folder")
+    return value
+
+
+def output_dir(value: str) -> str:
+    """A folder to write into: new, or an existing folder (not a file, not under a file)."""
+    if _local(value):
+        path = os.path.abspath(value)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise argparse.ArgumentTypeError(f"{value} is a file, not a folder")
+        parent = os.path.dirname(path)
+        while parent and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.path.isdir(parent):
+            raise argparse.ArgumentTypeError(f"cannot make {value}: {parent} is a file")
+    return value
+
+
+def output_file(value: str) -> str:
+    """A file to write: not a folder, and its folder is (or can be made) a folder."""
+    if _local(value):
+        if os.path.isdir(value):
+            raise argparse.ArgumentTypeError(f"{value} is a folder, not a file")
+        output_dir(os.path.dirname(os.path.abspath(value)))
+    return value
+
+
+def gs_uri(value: str) -> str:
+    if not re.match(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$", value):
+        raise argparse.ArgumentTypeError(f"must be a gs://BUCKET/PATH URI, got {value!r}")
+    return value
+
+
+def key_value(value: str) -> str:
+    key, sep, _ = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"takes KEY=VALUE, got {value!r}")
+    return value
+
+
+def kfp_repo(value: str) -> str:
+    from pipeline.template_registry import REPO_PATTERN
+
+    if not REPO_PATTERN.match(value):
+        raise argparse.ArgumentTypeError(f"must look like https://REGION-kfp.pkg.dev/PROJECT/REPO, got {value!r}")
+    return value
+
+
+def cron_arg(value: str) -> str:
+    from pipeline.vertex_jobs import validate_cron
+
+    try:
+        return validate_cron(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _float_in(value: str, low: float, high: float, low_open: bool, what: str) -> float:
@@ -68,3 +192,20 @@ def add_exif_option(p) -> None:
                         "displayed when the sizes cannot tell (180-degree turns, flips, square images); "
                         "'apply' always as displayed (CVAT, Label Studio, Roboflow); 'ignore' always as "
                         "stored (LabelImg)")
+
+
+def error_line(err: Exception) -> str:
+    """One line for an error: an OS error names its file; other messages keep their first
+    line (multi-line messages of detpipe's own errors are printed line by line elsewhere)."""
+    if isinstance(err, OSError) and err.strerror and err.filename:
+        return f"{err.filename}: {err.strerror}"
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def tensorflow_error_line(err: Exception) -> str | None:
+    """tf.errors.* (a missing gs:// object, a corrupt record): their message, first line."""
+    if not type(err).__module__.startswith("tensorflow"):
+        return None
+    text = getattr(err, "message", None) or str(err)
+    return f"{type(err).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"

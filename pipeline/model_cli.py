@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from pipeline.cli_types import existing_dir, existing_path, output_dir
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import unit_float as _unit_float
 
@@ -109,16 +110,16 @@ def cmd_serve(args) -> int:
 
 def add_model_commands(sub) -> None:
     p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving)")
-    p.add_argument("--model", required=True, help="output folder of `detpipe train`")
-    p.add_argument("--output", required=True, help="folder for the SavedModel, label_map.json, serving_config.json")
+    p.add_argument("--model", required=True, type=existing_dir, help="output folder of `detpipe train`")
+    p.add_argument("--output", required=True, type=output_dir, help="folder for the SavedModel, label_map.json, serving_config.json")
     p.add_argument("--evaluation", help="output folder of `detpipe evaluate`: its F1-best threshold becomes the default")
     p.add_argument("--score-threshold", type=_unit_float, help="default score threshold (overrides --evaluation)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("predict", help="detections for image files, drawn on copies with --output")
-    p.add_argument("--model", required=True, help="output folder of `detpipe export`")
+    p.add_argument("--model", required=True, type=existing_path, help="output folder of `detpipe export`")
     p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG or PNG files")
-    p.add_argument("--output", help="folder for copies of the images with the boxes drawn, and predictions.json")
+    p.add_argument("--output", type=output_dir, help="folder for copies of the images with the boxes drawn, and predictions.json")
     p.add_argument("--score-threshold", type=_unit_float, help="keep detections scoring at least this "
                                                                "(default: the export's)")
     p.set_defaults(func=cmd_predict)

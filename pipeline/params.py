@@ -39,9 +39,10 @@ class Param:
 
 PARAMS: tuple[Param, ...] = (
     Param("images", str, REQUIRED, "Folder of images, local path or gs:// URI.",
-          cli_default="demo-data/images", path=True),
+          cli_default="demo-data/images", path=True, cli_type=cli_types.existing_dir),
     Param("annotations", str, REQUIRED, "VOC folder of *.xml, COCO instances JSON, or CSV "
-          "(filename,width,height,class,xmin,ymin,xmax,ymax).", cli_default="demo-data/annotations", path=True),
+          "(filename,width,height,class,xmin,ymin,xmax,ymax).", cli_default="demo-data/annotations", path=True,
+          cli_type=cli_types.existing_path),
     Param("data_format", str, "voc", "Annotation format: voc, coco or csv.", flag="--format",
           choices=("voc", "coco", "csv")),
     Param("val_fraction", float, 0.2, "Share of images for validation (hash of the image id).",
@@ -73,7 +74,7 @@ PARAMS: tuple[Param, ...] = (
           "in all.", cli_type=cli_types.positive_int),
     Param("registry", str, "", "Model registry folder (local or gs://); empty: the folder registry under the "
           "pipeline root. Each run records a version there and compares with the champion.",
-          cli_default="", path=True),
+          cli_default="", path=True, cli_type=cli_types.output_dir),
     Param("model_name", str, "detpipe", "Name of the model in the registry (its folder)."),
     Param("promote_if", str, "not_worse", "Promotion rule: not_worse (blessed unless the 95% interval of the "
           "mAP difference lies entirely below -max_regression) or better (the interval must lie above 0).",

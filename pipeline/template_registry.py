@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-_REPO = re.compile(r"^https://[a-z0-9-]+-kfp\.pkg\.dev/[^/]+/[^/]+/?$")
+REPO_PATTERN = re.compile(r"^https://[a-z0-9-]+-kfp\.pkg\.dev/[^/]+/[^/]+/?$")
 
 
 def upload_template(repo: str, template_yaml: str, tags: list[str], auth=None) -> tuple[str, str]:
@@ -16,7 +16,7 @@ def upload_template(repo: str, template_yaml: str, tags: list[str], auth=None) -
     """
     from kfp.registry import RegistryClient
 
-    if not _REPO.match(repo):
+    if not REPO_PATTERN.match(repo):
         raise ValueError(f"--repo must look like https://REGION-kfp.pkg.dev/PROJECT/REPO, got {repo!r}")
     if not tags:
         raise ValueError("give at least one --tag (e.g. v1, latest)")

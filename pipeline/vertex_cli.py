@@ -5,6 +5,7 @@ Thin adapters over pipeline/vertex_jobs.py and pipeline/template_registry.py.
 
 from pathlib import Path
 
+from pipeline.cli_types import cron_arg, gs_uri, key_value, kfp_repo
 from pipeline.cli_types import positive_int as _positive_int
 
 EXIT_OK = 0
@@ -71,13 +72,13 @@ def add_vertex_options(p, root: bool, template: bool = True) -> None:
     p.add_argument("--project", required=True, help="Google Cloud project ID")
     p.add_argument("--region", required=True, help="Vertex AI region, e.g. us-central1")
     if root:
-        p.add_argument("--pipeline-root", required=True, help="gs:// folder where runs write their artifacts")
+        p.add_argument("--pipeline-root", required=True, type=gs_uri, help="gs:// folder where runs write their artifacts")
         p.add_argument("--service-account", help="service account the run executes as (default: Compute default)")
     if template:
         p.add_argument("--template", help="compiled YAML or https://REGION-kfp.pkg.dev/PROJECT/REPO/detpipe/TAG "
                                           "(default: compile this checkout now)")
         p.add_argument("--image", help="container image for every step when compiling (default detpipe:latest)")
-        p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+        p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", type=key_value,
                        help="pipeline parameter, repeatable (e.g. --param images=gs://b/imgs --param epochs=20)")
 
 
@@ -92,7 +93,7 @@ def add_vertex_commands(sub) -> None:
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="create|list|pause|resume|delete")
     q = actions.add_parser("create", help="run the pipeline on a cron schedule")
     add_vertex_options(q, root=True)
-    q.add_argument("--cron", required=True, help="five cron fields with an optional TZ= prefix, "
+    q.add_argument("--cron", required=True, type=cron_arg, help="five cron fields with an optional TZ= prefix, "
                                                  "e.g. 'TZ=Europe/Berlin 0 3 * * 1'")
     q.add_argument("--display-name", default="detpipe-schedule", help="name of the schedule (default detpipe-schedule)")
     q.add_argument("--max-concurrent", type=_positive_int, default=1, help="runs at once at most (default 1)")
@@ -107,7 +108,7 @@ def add_vertex_commands(sub) -> None:
         q.set_defaults(func=cmd_schedule)
 
     p = sub.add_parser("upload", help="upload the pipeline template to Artifact Registry (a KFP repository)")
-    p.add_argument("--repo", required=True, help="https://REGION-kfp.pkg.dev/PROJECT/REPO")
+    p.add_argument("--repo", required=True, type=kfp_repo, help="https://REGION-kfp.pkg.dev/PROJECT/REPO")
     p.add_argument("--tag", action="append", required=True, help="tag of this version, repeatable (e.g. v3, latest)")
     p.add_argument("--template", help="compiled YAML to upload (default: compile this checkout now)")
     p.add_argument("--image", help="container image for every step when compiling (default detpipe:latest)")

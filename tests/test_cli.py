@@ -12,7 +12,8 @@ def test_bad_usage_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == EXIT_USAGE
-    assert "usage:" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ": error: " in err[0] and "--help" in err[0]
 
 
 def _subparsers(parser):
@@ -43,11 +44,13 @@ def test_probe_exit_codes(capsys, tmp_path):
     assert "no GPU" in err[0] and "fix:" in err[0]
 
 
-def test_data_build_on_missing_folder_fails_in_one_line(tmp_path, capsys):
+def test_data_build_on_a_folder_without_annotations_fails_in_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
     code = main(["data", "build", "--format", "voc", "--images", str(tmp_path), "--annotations",
-                 str(tmp_path / "nope"), "--output", str(tmp_path / "out")])
+                 str(tmp_path / "empty"), "--output", str(tmp_path / "out")])
     assert code == EXIT_FAILED
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no *.xml" in err[0]
 
 
 def test_demo_data_and_data_build_commands(tmp_path, capsys):
@@ -56,3 +59,63 @@ def test_demo_data_and_data_build_commands(tmp_path, capsys):
                  "--annotations", str(tmp_path / "d" / "annotations"), "--output", str(tmp_path / "o"),
                  "--val-fraction", "0.3"]) == EXIT_OK
     assert "8 records in" in capsys.readouterr().out
+
+
+# Each row: a mistake a new user makes, and what must be on the single stderr line.
+def _usage_table(tmp_path):
+    voc = tmp_path / "voc"
+    voc.mkdir()
+    (voc / "a.xml").write_text("<annotation/>")
+    images = tmp_path / "images"
+    images.mkdir()
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    only_model = tmp_path / "only_model"
+    only_model.mkdir()
+    (only_model / "model.keras").write_bytes(b"not a model")
+    not_json = tmp_path / "probe.json"
+    not_json.write_text("not json")
+    build = ["data", "build", "--images", str(images), "--output", str(tmp_path / "out")]
+    return [
+        (build + ["--format", "coco", "--annotations", str(voc)], 2, "takes a file"),
+        (build + ["--format", "voc", "--annotations", str(voc), "--schema", "/nope"], 2, "/nope does not exist"),
+        (build + ["--format", "voc", "--annotations", str(voc), "--previous-stats", "/nope"], 2, "does not exist"),
+        (["data", "build", "--format", "voc", "--images", "/nope", "--annotations", str(voc), "--output",
+          str(tmp_path / "o")], 2, "/nope does not exist"),
+        (build + ["--format", "voc", "--annotations", str(voc), "--val-fracton", "0.5", "--gzipp"], 2,
+         "--val-fracton 0.5 --gzipp"),
+        (build + ["--format", "voc", "--annotations", str(voc), "--val-fraction", "abc"], 2, "in [0, 1)"),
+        (["train", "--data", str(images), "--output", str(tmp_path / "m"), "--hparams", "/nope.json"], 2,
+         "/nope.json does not exist"),
+        (["train", "--data", str(images), "--output", str(a_file)], 2, "is a file"),
+        (["evaluate", "--model", str(only_model), "--data", str(images), "--output", str(tmp_path / "e")], 1,
+         "no train_config.json"),
+        (["compile", "--output", str(a_file / "p.yaml")], 2, "is a file"),
+        (["compile", "--train-retries", "-5"], 2, ">= 0"),
+        (["compile", "--data-cpu", "abc"], 2, "CPU count"),
+        (["run", "--images", str(images), "--annotations", str(voc)], 2, "needs --local"),
+        (["submit", "--project", "p", "--region", "r", "--pipeline-root", "/tmp/x"], 2, "gs://"),
+        (["submit", "--project", "p", "--region", "r", "--pipeline-root", "gs://bucket/root", "--param", "epochs"], 2,
+         "KEY=VALUE"),
+        (["upload", "--repo", "https://example.com/x", "--tag", "v1"], 2, "kfp.pkg.dev"),
+        (["run", "--local", "--images", "/nope", "--annotations", str(voc)], 2, "/nope does not exist"),
+        (["schedule", "create", "--project", "p", "--region", "r", "--pipeline-root", "gs://bucket/root", "--cron",
+          "every monday"], 2, "five fields"),
+        (["probe", "--baseline", str(not_json)], 1, "not a probe.json"),
+        (["probe", "--data", "/nope"], 2, "/nope does not exist"),
+        (["demo-data", str(a_file / "x")], 2, "is a file"),
+        (["registry", "show", "v1", "--registry", str(tmp_path / "no-registry")], 1, "no version v1"),
+    ]
+
+
+def test_mistakes_end_in_one_line_with_the_right_exit_code(tmp_path, capsys):
+    for argv, code, words in _usage_table(tmp_path):
+        try:
+            got = main(argv)
+        except SystemExit as exit_:
+            got = exit_.code
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert got == code, (argv, got, err)
+        assert len(lines) == 1 and words in lines[0], (argv, err)
+        assert "Traceback" not in err

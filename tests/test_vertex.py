@@ -146,8 +146,8 @@ def test_upload_rejects_a_non_registry_url(template):
 
 
 @pytest.mark.parametrize("argv", [
-    ["submit", "--project", "p", "--region", "r", "--pipeline-root", "gs://b/r"],
-    ["schedule", "create", "--project", "p", "--region", "r", "--pipeline-root", "gs://b/r", "--cron", "0 3 * * *"],
+    ["submit", "--project", "p", "--region", "r", "--pipeline-root", "gs://bucket/r"],
+    ["schedule", "create", "--project", "p", "--region", "r", "--pipeline-root", "gs://bucket/r", "--cron", "0 3 * * *"],
     ["schedule", "list", "--project", "p", "--region", "r"],
     ["upload", "--repo", "https://us-kfp.pkg.dev/p/r", "--tag", "v1"],
 ])

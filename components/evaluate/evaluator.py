@@ -55,6 +55,9 @@ def load_trained(model_dir: str) -> tuple[keras.Model, dict]:
     path = model_dir_path / MODEL_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: is {model_dir} the output of `detpipe train`?")
+    if not (model_dir_path / CONFIG_FILE).exists():
+        raise FileNotFoundError(f"{model_dir} has {MODEL_FILE} but no {CONFIG_FILE} (the label map and input size "
+                                "training used): pass the whole output folder of `detpipe train`")
     config = json.loads((model_dir_path / CONFIG_FILE).read_text())
     return keras.saving.load_model(path), config
 

@@ -99,8 +99,11 @@ def write_probe(result: ProbeResult, json_path: Path | None, markdown_path: Path
 
 
 def load_baseline(path: Path) -> dict:
-    data = json.loads(Path(path).read_text())
-    if "facts" not in data:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not a probe.json (not JSON: {err})") from None
+    if not isinstance(data, dict) or "facts" not in data:
         raise ValueError(f"{path} is not a probe.json (no 'facts')")
     return data
 

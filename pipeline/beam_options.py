@@ -1,0 +1,31 @@
+"""Which of the extra `data build` arguments Apache Beam does not know.
+
+`detpipe data build` passes the arguments it does not define on to Beam (--project,
+--region, --temp_location, ...). Beam itself drops unknown ones with a log warning, so a
+typo such as `--val-fracton` would pass silently; this asks Beam's own option classes.
+"""
+
+from __future__ import annotations
+
+
+def _option_classes():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    seen, stack = [], list(PipelineOptions.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls not in seen:
+            seen.append(cls)
+            stack.extend(cls.__subclasses__())
+    return seen
+
+
+def unknown_beam_options(args: list[str]) -> list[str]:
+    """The arguments (flags and stray values) no Beam option class accepts."""
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in _option_classes():
+        cls._add_argparse_args(parser)
+    _, unknown = parser.parse_known_args(args)
+    return unknown
