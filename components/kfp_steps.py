@@ -63,13 +63,13 @@ def validate_and_convert(
     import json
     import logging
     import shlex
-    import shutil
     import tempfile
     from collections import namedtuple
 
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions, with_champion
     from components.registry.registry import Registry
+    from components.report.run_report import write_dataset_page
 
     logging.basicConfig(level=logging.INFO)
     beam_args = shlex.split(beam_options)
@@ -94,7 +94,7 @@ def validate_and_convert(
                              "source_fingerprint": source_fingerprint, "checked_against": champion or "none"})
     if not result.ok:
         raise RuntimeError("dataset anomalies (feature | problem | detail):\n" + "\n".join(result.anomalies))
-    shutil.copyfile(f"{dataset.path}/stats.html", stats_html.path)
+    write_dataset_page(dataset.path, stats_html.path)  # self-contained; TFDV's page stays in the dataset folder
     return namedtuple("ConvertOutputs", ["records_in", "written", "rejected"])(
         m["records_in"], m["written_total"], m["rejected"])
 
@@ -167,11 +167,11 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
 
 def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_name: str, champion: str,
              promote_if: str, max_regression: float, min_map: float, seed: int, metrics: Output[Metrics],
-             report: Output[Markdown], metrics_json: Output[Artifact], decision: Output[Artifact]) -> float:
+             report: Output[Markdown], metrics_json: Output[Artifact], decision: Output[Artifact],
+             evaluation: Output[Artifact]) -> float:
     """COCO metrics on the val split; the champion's SavedModel re-scored on the same images,
     a bootstrap interval of the difference and the promotion decision. Returns mAP@[.5:.95]."""
     import logging
-    import os
     import shutil
 
     from components.evaluate.champion import evaluate_against_champion
@@ -179,7 +179,7 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     from components.registry.decision import PromotionRule
 
     logging.basicConfig(level=logging.INFO)
-    out = os.path.dirname(metrics_json.path) + "/evaluation"
+    out = evaluation.path  # metrics, report, pictures, decision
     result, record = evaluate_against_champion(
         model.path, data.path, out, PromotionRule(promote_if, max_regression, min_map), registry=registry,
         model_name=model_name, champion=champion, seed=seed)
@@ -239,6 +239,18 @@ def register(saved_model: Input[Model], metrics_json: Input[Artifact], decision:
     return namedtuple("RegisterOutputs", ["version", "status", "champion"])(done.version, done.status, done.champion)
 
 
+def report(data: Input[Dataset], probe_json: Input[Artifact], model: Input[Model], evaluation: Input[Artifact],
+           decision: Input[Artifact], version: str, status: str, champion: str, run_id: str,
+           run_report: Output[HTML]):
+    """One self-contained HTML page about the run (what the Vertex AI console shows)."""
+    from components.report.run_report import RunInputs, write_run_report
+
+    write_run_report(RunInputs(
+        dataset_dir=data.path, probe_json=probe_json.path, train_dir=model.path, evaluation_dir=evaluation.path,
+        decision_json=decision.path, registered={"version": version, "status": status, "champion": champion},
+        title=f"detpipe run {run_id}"), run_report.path)
+
+
 @dataclass(frozen=True)
 class Steps:
     fingerprint_source: object
@@ -249,6 +261,7 @@ class Steps:
     evaluate: object
     export: object
     register: object
+    report: object
 
 
 def make_steps(image: str) -> Steps:
@@ -257,4 +270,4 @@ def make_steps(image: str) -> Steps:
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
     return Steps(*(component(f) for f in (fingerprint_source, validate_and_convert, probe, tune_hyperparameters,
-                                          train, evaluate, export, register)))
+                                          train, evaluate, export, register, report)))

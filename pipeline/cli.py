@@ -218,8 +218,7 @@ def cmd_run(args) -> int:
     print("\n".join(["", "detpipe run summary", *("  " + line for line in summary.lines())]))
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(
-            {**summary.__dict__, "run_dir": str(summary.run_dir), "saved_model": str(summary.saved_model)},
-            indent=2) + "\n")
+            {k: str(v) if isinstance(v, Path) else v for k, v in summary.__dict__.items()}, indent=2) + "\n")
     return EXIT_OK
 
 

@@ -1,5 +1,5 @@
 """The detpipe DAG: fingerprint-source → validate-and-convert → probe → tune → train →
-evaluate → export → register.
+evaluate → export → register → report.
 
 Linear on purpose: kfp's local runner has no dsl.If/ParallelFor/ExitHandler, so the
 promotion decision is made inside the evaluate step and acted on inside register, and a
@@ -90,6 +90,12 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             registry=registry, model_name=p.model_name, vertex_model=p.vertex_model,
             vertex_region=p.vertex_region, serving_image=image, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
         registered.set_caching_options(False)  # the registry may have moved since a cached run
+        reported = steps.report(
+            data=dataset, probe_json=advice, model=trained.outputs["model"],
+            evaluation=evaluated.outputs["evaluation"], decision=evaluated.outputs["decision"],
+            version=registered.outputs["version"], status=registered.outputs["status"],
+            champion=registered.outputs["champion"], run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+        reported.set_caching_options(False)  # it names this run
 
     detpipe.__signature__ = pipeline_signature()
     detpipe.__doc__ = pipeline_docstring(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kfp import local
 
-from components.evaluate.champion import comparison_line
+from components.registry.decision import comparison_line
 from pipeline.dag import make_pipeline
 
 logger = logging.getLogger(__name__)
@@ -26,6 +26,7 @@ class RunSummary:
     saved_model: Path
     version: str
     comparison: str  # the champion comparison and the decision, one line
+    report: Path | None  # run_report.html at the top of the run folder
 
     def lines(self) -> list[str]:
         return [
@@ -36,6 +37,7 @@ class RunSummary:
             f"AP75 {self.metrics['AP75']:.3f}",
             f"model to serve: detpipe serve --model {self.saved_model}",
             f"artifacts: {self.run_dir}",
+            f"report: {self.report or 'not written'}",
             f"registry: {self.version}: {self.comparison}",
         ]
 
@@ -60,7 +62,20 @@ def summarise(run_dir: Path) -> RunSummary:
         images_per_second=train_config["result"]["images_per_second"], metrics=metrics["metrics"],
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
+        report=_top_level_report(run_dir),
     )
+
+
+def _top_level_report(run_dir: Path) -> Path | None:
+    """The report step's page, copied to RUN/run_report.html where people look first."""
+    import shutil
+
+    from components.report.run_report import REPORT_FILE
+
+    source = run_dir / "report" / "run_report"
+    if not source.is_file():
+        return None
+    return Path(shutil.copyfile(source, run_dir / REPORT_FILE))
 
 
 def _register_output(run_dir: Path, name: str) -> str:

@@ -43,7 +43,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from components.evaluate.champion import comparison_line
+    from components.registry.decision import comparison_line
 
     registry = _registry(args)
     version = registry.version(args.version)

@@ -25,7 +25,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-GOLDEN_SHA256 = "fd6550ec6745017dca82f4a43830b7d15595b86e1bdbee0a843ace915ce44178"
+GOLDEN_SHA256 = "44f21d6d7a5f5dd4263961d27e805b4cfc6b671f12c6641ac7e3b73e3997f1c3"
 
 
 def test_golden_compile(tmp_path):
@@ -72,7 +72,7 @@ def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
     assert not any("pip install" in " ".join(e["container"]["command"]) for e in executors.values())
     tasks = spec["root"]["dag"]["tasks"]
     assert set(tasks) == {"fingerprint-source", "validate-and-convert", "probe", "tune-hyperparameters", "train",
-                          "evaluate", "export", "register"}
+                          "evaluate", "export", "register", "report"}
     assert tasks["export"]["dependentTasks"] == ["evaluate", "train"]
     assert tasks["register"]["dependentTasks"] == ["evaluate", "export", "fingerprint-source", "validate-and-convert"]
     assert tasks["register"]["cachingOptions"] == {}

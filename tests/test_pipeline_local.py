@@ -52,6 +52,13 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     serving = json.loads((saved_model / "serving_config.json").read_text())
     assert serving["score_threshold"] == metrics["threshold"]["score"] and serving["input_name"] == "image_bytes"
 
+    # One self-contained page about the run, at the top of the run folder.
+    report = (run_dir / "run_report.html").read_text()
+    assert summary["report"] == str(run_dir / "run_report.html") and 'id="champion"' in report
+    assert "https://" not in report and "http://" not in report and report.count("data:image/png;base64,") >= 8
+    dataset_page = (run_dir / "validate-and-convert" / "stats_html").read_text()
+    assert 'id="dataset"' in dataset_page and "https://" not in dataset_page
+
     # The registry under the pipeline root: the first version is blessed with no champion.
     registry = tmp_path / "root" / "registry" / "detpipe"
     assert json.loads((registry / "champion.json").read_text())["version"] == "v1" == summary["version"]

@@ -10,7 +10,8 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from components.evaluate.bootstrap import match_table, paired_bootstrap, resample_weights, weighted_scores
-from components.evaluate.champion import compare_and_decide, comparison_line, decision_markdown
+from components.evaluate.champion import compare_and_decide, decision_markdown
+from components.registry.decision import comparison_line
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, to_coco
 from components.registry.decision import DeltaInterval, PromotionRule, decide
 from tests.scenes import NAMES, scene as _scene

@@ -18,7 +18,7 @@ from pathlib import Path
 from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
-from components.registry.decision import DeltaInterval, PromotionRule, Verdict, decide
+from components.registry.decision import DeltaInterval, PromotionRule, Verdict, comparison_line, decide
 from components.registry.registry import SAVED_MODEL_DIR, Registry
 
 logger = logging.getLogger(__name__)
@@ -138,19 +138,3 @@ def decision_markdown(record: dict) -> str:
                       f"min_map={rule['min_map']}; paired bootstrap over val images, {rule['resamples']} "
                       f"resamples, seed {rule['seed']}. Val set fingerprint {record['val']['fingerprint'][:16]}."]
     return "\n".join(lines) + "\n"
-
-
-def comparison_line(decision: dict) -> str:
-    """One line for people: the summary of a run ends with it."""
-    rule = decision["rule"]["promote_if"]
-    champion = decision.get("champion")
-    if not champion or "mAP_shared" not in champion:
-        return f"{decision['verdict']} ({rule}): {decision['reason']}"
-    delta = decision["delta"]["mAP"]
-    shared = decision["classes"]["shared"]
-    scope = "" if not (decision["classes"]["challenger_only"] or decision["classes"]["champion_only"]) else \
-        f" ({len(shared)} shared class{'es' if len(shared) != 1 else ''})"
-    return (f"champion {champion['version']} mAP {champion['mAP_shared']:.3f} vs challenger "
-            f"{decision['challenger']['mAP_shared']:.3f} on the same {decision['val']['images']} val images{scope}: "
-            f"Δ {delta['delta']:+.3f} (95% CI {delta['low']:+.3f} .. {delta['high']:+.3f}): "
-            f"{decision['verdict']} ({rule})")

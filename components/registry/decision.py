@@ -73,3 +73,19 @@ def decide(rule: PromotionRule, challenger_map: float, delta: DeltaInterval | No
         return Verdict(False, f"ΔmAP {delta.text()} lies entirely below {-rule.max_regression:+.3f}: "
                               "worse than the champion")
     return Verdict(True, f"ΔmAP {delta.text()} is not below {-rule.max_regression:+.3f}: not worse than the champion")
+
+
+def comparison_line(decision: dict) -> str:
+    """One line for people: the summary of a run ends with it."""
+    rule = decision["rule"]["promote_if"]
+    champion = decision.get("champion")
+    if not champion or "mAP_shared" not in champion:
+        return f"{decision['verdict']} ({rule}): {decision['reason']}"
+    delta = decision["delta"]["mAP"]
+    shared = decision["classes"]["shared"]
+    scope = "" if not (decision["classes"]["challenger_only"] or decision["classes"]["champion_only"]) else \
+        f" ({len(shared)} shared class{'es' if len(shared) != 1 else ''})"
+    return (f"champion {champion['version']} mAP {champion['mAP_shared']:.3f} vs challenger "
+            f"{decision['challenger']['mAP_shared']:.3f} on the same {decision['val']['images']} val images{scope}: "
+            f"Δ {delta['delta']:+.3f} (95% CI {delta['low']:+.3f} .. {delta['high']:+.3f}): "
+            f"{decision['verdict']} ({rule})")

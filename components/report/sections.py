@@ -1,0 +1,149 @@
+"""What each section of the run report shows, read from a run's artifacts.
+
+Each function takes a step's output (a folder or a JSON file, local paths) and returns
+plain data for the template; pictures come back as PNG bytes encoded as data: URIs, so the
+page needs nothing from the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+REJECT_EXAMPLES = 5
+_CLASS_TEXT = "image/object/class/text"
+_BOX_SIZES = ("detpipe/box_width", "detpipe/box_height")
+
+
+def png_uri(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def file_uri(path: Path) -> str | None:
+    return png_uri(path.read_bytes()) if path.is_file() else None
+
+
+def _figure_uri(fig) -> str:
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=90)
+    plt.close(fig)
+    return png_uri(buffer.getvalue())
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _train_statistics(dataset_dir: Path):
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    path = dataset_dir / "stats-train.pb"
+    if not path.is_file():
+        return None
+    stats = statistics_pb2.DatasetFeatureStatisticsList()
+    stats.ParseFromString(path.read_bytes())
+    return {"/".join(f.path.step) or f.name: f for f in stats.datasets[0].features} if stats.datasets else None
+
+
+def _class_histogram(features) -> str | None:
+    feature = features.get(_CLASS_TEXT) if features else None
+    if feature is None or not feature.string_stats.top_values:
+        return None
+    pairs = sorted(((v.value, v.frequency) for v in feature.string_stats.top_values), key=lambda p: -p[1])
+    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.35 * len(pairs)))
+    ax.barh([p[0] for p in pairs][::-1], [p[1] for p in pairs][::-1], color="#1f77b4")
+    ax.set(xlabel="boxes in the train split", title="Boxes per class (train)")
+    return _figure_uri(fig)
+
+
+def _box_size_histogram(features) -> str | None:
+    if not features or not all(k in features for k in _BOX_SIZES):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    for ax, key in zip(axes, _BOX_SIZES):
+        standard = [h for h in features[key].num_stats.histograms if h.type == 0]
+        if standard:
+            buckets = standard[0].buckets
+            ax.bar([b.low_value for b in buckets], [b.sample_count for b in buckets],
+                   width=[b.high_value - b.low_value for b in buckets], align="edge", color="#ff7f0e",
+                   edgecolor="white")
+        ax.set(xlabel=f"{key.split('_')[-1]} (share of the image)", ylabel="boxes",
+               title=f"Box {key.split('_')[-1]}s (train)")
+    return _figure_uri(fig)
+
+
+def dataset_section(dataset_dir: str | Path) -> dict | None:
+    """Counts, rejects by reason with examples, class and box-size histograms, anomalies."""
+    folder = Path(dataset_dir)
+    manifest = _read_json(folder / "manifest.json")
+    if manifest is None:
+        return None
+    examples: dict[str, list[dict]] = defaultdict(list)
+    rejects = folder / "rejects.jsonl"
+    if rejects.is_file():
+        for line in rejects.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if len(examples[row["reason"]]) < REJECT_EXAMPLES:
+                    examples[row["reason"]].append(row)
+    features = _train_statistics(folder)
+    return {
+        "manifest": manifest,
+        "rejects": [{"reason": reason, "count": count, "examples": examples.get(reason, [])}
+                    for reason, count in manifest.get("rejected_by_reason", {}).items()],
+        "class_histogram": _class_histogram(features),
+        "box_sizes": _box_size_histogram(features),
+        "anomalies": manifest.get("anomalies", []),
+        "anomalies_allowed": manifest.get("anomalies_allowed", False),
+    }
+
+
+def probe_section(probe_json: str | Path) -> dict | None:
+    probe = _read_json(Path(probe_json))
+    if probe is None:
+        return None
+    return {"verdict": probe["verdict"], "checks": probe["checks"],
+            "recommendations": probe.get("recommendations", {})}
+
+
+def training_section(train_dir: str | Path) -> dict | None:
+    folder = Path(train_dir)
+    config = _read_json(folder / "train_config.json")
+    if config is None:
+        return None
+    return {"result": config["result"], "decisions": config["result"].get("decisions", {}),
+            "model": config.get("model", {}), "loss_curve": file_uri(folder / "loss_curve.png")}
+
+
+def evaluation_section(evaluation_dir: str | Path) -> dict | None:
+    from components.evaluate.pictures import CONFUSION_FILE, F1_FILE, GALLERY_FILE, PR_FILE, SIZE_FILE
+
+    folder = Path(evaluation_dir)
+    metrics = _read_json(folder / "metrics.json")
+    if metrics is None:
+        return None
+    titles = {PR_FILE: "Precision-recall per class", F1_FILE: "F1 against the score threshold",
+              CONFUSION_FILE: "Confusion matrix", SIZE_FILE: "AP by object size", GALLERY_FILE: "Worst val images"}
+    pictures = [{"title": title, "uri": file_uri(folder / name)} for name, title in titles.items()
+                if (folder / name).is_file()]
+    return {"summary": {k: v for k, v in metrics["metrics"].items() if not k.startswith("AP/")},
+            "per_class": {k[3:]: v for k, v in metrics["metrics"].items() if k.startswith("AP/")},
+            "num_images": metrics["num_images"], "threshold": metrics.get("threshold"), "pictures": pictures}
+
+
+def comparison_section(decision_json: str | Path) -> dict | None:
+    from components.registry.decision import comparison_line
+
+    decision = _read_json(Path(decision_json))
+    if decision is None:
+        return None
+    return {"line": comparison_line(decision), "decision": decision}

@@ -1,0 +1,85 @@
+"""The run report and the data step's page: self-contained (nothing fetched from anywhere),
+every section present, every picture embedded."""
+
+import json
+from html.parser import HTMLParser
+
+import pytest
+
+from components.report.run_report import RunInputs, write_dataset_page, write_run_report
+
+
+class _Resources(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.links, self.scripts, self.ids = [], [], 0, set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs.get("src", ""))
+        if tag in ("link", "script", "iframe", "object", "embed", "source", "video", "audio"):
+            self.scripts += 1
+        for key in ("href", "src"):
+            if key in attrs:
+                self.links.append(attrs[key])
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+
+
+def check_self_contained(html: str) -> _Resources:
+    found = _Resources()
+    found.feed(html)
+    assert "http://" not in html and "https://" not in html and "url(" not in html
+    assert found.scripts == 0
+    assert all(src.startswith("data:image/png;base64,") for src in found.images)
+    assert all(link.startswith(("#", "data:")) for link in found.links)
+    return found
+
+
+@pytest.fixture(scope="module")
+def evaluated(trained_model, demo_shards, tmp_path_factory):
+    from components.evaluate.champion import evaluate_against_champion
+    from components.registry.decision import PromotionRule
+
+    out = tmp_path_factory.mktemp("evaluation")
+    evaluate_against_champion(str(trained_model), str(demo_shards), str(out), PromotionRule())
+    return out
+
+
+def test_run_report_has_every_section_and_embeds_every_picture(demo_shards, trained_model, evaluated, tmp_path):
+    from components.probe.probe_report import run_probe, write_probe
+
+    probe = tmp_path / "probe.json"
+    write_probe(run_probe(require_gpu=False), probe, None)
+    path = write_run_report(RunInputs(
+        dataset_dir=str(demo_shards), probe_json=str(probe), train_dir=str(trained_model),
+        evaluation_dir=str(evaluated), decision_json=str(evaluated / "decision.json"),
+        registered={"version": "v1", "status": "blessed", "champion": "v1"}), tmp_path / "run_report.html")
+    html = path.read_text()
+    found = check_self_contained(html)
+    assert {"dataset", "probe", "training", "evaluation", "champion"} <= found.ids
+    # class and box-size histograms, loss curve, five evaluation pictures
+    assert len(found.images) >= 8
+    manifest = json.loads((demo_shards / "manifest.json").read_text())
+    assert f'<td class="num">{manifest["records_in"]}</td>' in html
+    assert "no champion yet" in html and "Registered as <b>v1</b>" in html
+
+
+def test_dataset_page_with_rejects_and_anomalies(tmp_path, demo_shards):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(demo_shards, data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["rejected_by_reason"] = {"box outside image": 7}
+    manifest["anomalies"] = ["[train] image/object/class/text | new class | <hexagon>"]
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    rows = [{"image_id": f"img{i}", "reason": "box outside image", "detail": f"xmax {i} > width",
+             "source": f"a/{i}.xml"} for i in range(7)]
+    (data / "rejects.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = write_dataset_page(str(data), tmp_path / "page.html").read_text()
+    found = check_self_contained(html)
+    assert found.ids == {"dataset"}
+    assert html.count("xmax ") == 5  # five examples of the reason, not all seven
+    assert "&lt;hexagon&gt;" in html  # escaped
