@@ -33,6 +33,7 @@ from components.serve.predictor import BadImage, Predictor, model_image_bytes
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_500_000  # Vertex AI's limit on an online prediction request
+DRAIN_LIMIT_BYTES = 64 * 1024 * 1024  # an oversized body is read and dropped up to this, then the connection ends
 DEFAULT_MAX_INSTANCES = 32
 
 
@@ -142,6 +143,13 @@ def create_app(model_dir: str, routes: Routes = Routes(), max_instances: int = D
             return not_ready()
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            # Read (and drop) what the client is sending before answering: a server that
+            # answers mid-upload and closes makes the client see a broken pipe, not the 413.
+            drained = 0
+            async for chunk in request.stream():
+                drained += len(chunk)
+                if drained > DRAIN_LIMIT_BYTES:
+                    break
             return JSONResponse({"error": f"the request is {int(declared):,} bytes, over the {MAX_BODY_BYTES:,}-byte "
                                           "limit of Vertex AI online prediction"}, status_code=413)
         try:
