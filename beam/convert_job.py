@@ -144,11 +144,21 @@ def _dedupe(item: tuple[str, list[SourceRecord]]):
 
 
 class _CheckRecord(beam.DoFn):
-    def __init__(self, images_dir: str, options: rc.CheckOptions):
+    """Check one record against its image. Logs "checked N/TOTAL records" every
+    PROGRESS_EVERY records (per worker), which `detpipe run --local` shows on its live line."""
+
+    PROGRESS_EVERY = 250
+
+    def __init__(self, images_dir: str, options: rc.CheckOptions, total: int = 0):
         self._images_dir = images_dir.rstrip("/")
         self._options = options
+        self._total = total
+        self._seen = 0
 
     def process(self, record):
+        self._seen += 1
+        if self._seen % self.PROGRESS_EVERY == 0 or self._seen == self._total:
+            logger.info("checked %d/%d records", self._seen, self._total)
         if isinstance(record, Reject):
             yield record
             return
@@ -256,7 +266,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             | "KeyById" >> beam.Map(lambda r: (r.image_id, r))
             | "GroupById" >> beam.GroupByKey()
             | "Dedupe" >> beam.FlatMap(lambda kv: _dedupe((kv[0], list(kv[1]))))
-            | "Check" >> beam.ParDo(_CheckRecord(options.images, check_options))
+            | "Check" >> beam.ParDo(_CheckRecord(options.images, check_options, len(sources)))
         )
         rejects = checked | "Rejects" >> beam.Filter(lambda r: isinstance(r, Reject))
         good = checked | "Good" >> beam.Filter(lambda r: isinstance(r, CheckedRecord))

@@ -5,7 +5,6 @@ Exit codes: 0 success, 1 a failed check (reason on stderr, one line a problem),
 """
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -19,11 +18,13 @@ from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import (
+    CheckFailed,
     DetpipeParser,
     error_line,
     tensorflow_error_line,
     UsageError,
     cpu_arg,
+    fail_lines as _fail_lines,
     existing_dir,
     existing_file,
     existing_path,
@@ -33,21 +34,13 @@ from pipeline.cli_types import (
     output_file,
 )
 from pipeline.model_cli import add_model_commands, export_after_train
-from pipeline.params import add_run_options
+from pipeline.run_cli import add_run_command
 from pipeline.registry_cli import add_registry_commands
 from pipeline.vertex_cli import add_vertex_commands, cloud_error_line
 
 logger = logging.getLogger("detpipe")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class CheckFailed(Exception):
-    """A step ran and found a problem; each line of the message is one problem."""
-
-
-def _fail_lines(lines: list[str]) -> CheckFailed:
-    return CheckFailed("\n".join(lines))
 
 
 # ---------------------------------------------------------------- commands
@@ -206,22 +199,6 @@ def cmd_compile(args) -> int:
     return EXIT_OK
 
 
-def cmd_run(args) -> int:
-    from pipeline.local_run import run_local
-    from pipeline.params import DEFAULT_REGISTRY_DIR, params_from_args
-
-    if not args.local:
-        raise UsageError("`detpipe run` needs --local (the KFP local runner); use `detpipe submit` for Vertex AI")
-    params = params_from_args(args)
-    params["registry"] = params["registry"] or str(Path(args.pipeline_root, DEFAULT_REGISTRY_DIR).resolve())
-    summary = run_local(params, Path(args.pipeline_root))
-    print("\n".join(["", "detpipe run summary", *("  " + line for line in summary.lines())]))
-    if args.summary_json:
-        Path(args.summary_json).write_text(json.dumps(
-            {k: str(v) if isinstance(v, Path) else v for k, v in summary.__dict__.items()}, indent=2) + "\n")
-    return EXIT_OK
-
-
 # ---------------------------------------------------------------- parser
 
 def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
@@ -376,15 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="retries of the train step after preemption (default 2)")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("run", help="run the whole DAG",
-                       description="Every pipeline parameter as an option. Each run records a version in the "
-                                   "registry (default PIPELINE_ROOT/registry) and compares it with the champion.")
-    p.add_argument("--local", action="store_true", help="run with the KFP local runner (SubprocessRunner)")
-    add_run_options(p)
-    p.add_argument("--pipeline-root", default="local_outputs", help="where artifacts go (default local_outputs)")
-    p.add_argument("--summary-json", help="also write the run summary to this JSON file")
-    p.set_defaults(func=cmd_run)
-
+    add_run_command(sub)
     add_registry_commands(sub)
     add_model_commands(sub)
     add_vertex_commands(sub)

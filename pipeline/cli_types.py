@@ -7,6 +7,14 @@ import os
 import re
 
 
+class CheckFailed(Exception):
+    """A step ran and found a problem; each line of the message is one problem."""
+
+
+def fail_lines(lines: list[str]) -> CheckFailed:
+    return CheckFailed("\n".join(lines))
+
+
 class UsageError(Exception):
     """The command line asks for something that cannot be done as asked (exit 2, one line)."""
 

@@ -1,7 +1,9 @@
 """Run the whole DAG with the KFP local runner and summarise what it produced."""
 
+import contextlib
 import json
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 from kfp import local
 
 from components.registry.decision import comparison_line
+from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline
 
 logger = logging.getLogger(__name__)
@@ -85,19 +88,73 @@ def _register_output(run_dir: Path, name: str) -> str:
     return json.loads(path.read_text())["parameterValues"][name] if path.exists() else "?"
 
 
-def run_local(params: dict, pipeline_root: Path) -> RunSummary:
+class StepFailed(RuntimeError):
+    """A step of a local run failed; the message: what went wrong and where its log is."""
+
+    def __init__(self, task: str, lines: list[str], log: Path):
+        self.task, self.lines, self.log = task, lines, log
+        super().__init__("\n".join([f"step {task} failed:", *("  " + line for line in lines),
+                                    f"full log: {log}"]))
+
+
+def run_local(params: dict, pipeline_root: Path, quiet: bool = False, console=None) -> RunSummary:
     """Run the DAG with `SubprocessRunner(use_venv=False)`: the venv already holds the image's
-    environment, so nothing is installed at run time."""
+    environment, so nothing is installed at run time. Each step's output goes to
+    RUN/logs/<step>.log; on the console, `quiet` shows one live line per step
+    (pipeline/console.py), otherwise everything."""
     pipeline_root = Path(pipeline_root).resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
     Path(params["registry"]).mkdir(parents=True, exist_ok=True)  # may live under the root: not a run folder
-    before = set(pipeline_root.iterdir())
+    logs = pipeline_root / f".logs-{os.getpid()}"
+    before = set(pipeline_root.iterdir()) | {logs}
+
+    def run_dir() -> Path | None:
+        new = sorted(set(pipeline_root.iterdir()) - before)
+        return new[0] if len(new) == 1 else None
+
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root))
     with warnings.catch_warnings():
         # kfp warns for any image without "python" in its name; the local venv is the image's env.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-        make_pipeline()(**params)
-    new = sorted(set(pipeline_root.iterdir()) - before)
-    if len(new) != 1:
-        raise RuntimeError(f"expected one new run folder under {pipeline_root}, found {len(new)}")
-    return summarise(new[0])
+        _run_routed(params, logs, run_dir, console, quiet)
+    found = run_dir()
+    if found is None:
+        raise RuntimeError(f"expected one new run folder under {pipeline_root}")
+    return summarise(found)
+
+
+def _run_routed(params: dict, logs: Path, run_dir, console, quiet: bool) -> None:
+    """Every line of the run into the logs of its step; on the console either one live line
+    per step (`quiet`) or everything as it comes."""
+    import sys
+
+    display = StepDisplay(console) if quiet else StepDisplay.silent()
+    router = StepRouter(logs, display, outputs_of=lambda task: read_outputs(run_dir, task),
+                        echo=None if quiet else sys.stdout)
+    try:
+        with display, contextlib.redirect_stdout(router), contextlib.redirect_stderr(router):
+            make_pipeline()(**params)
+    except RuntimeError as err:
+        if router.failed is None:
+            raise
+        router.close_logs()
+        where = _move_logs(logs, run_dir())
+        raise StepFailed(router.failed, error_lines(where / f"{router.failed}.log") or [str(err)],
+                         where / f"{router.failed}.log") from None
+    finally:
+        router.close_logs()
+    _move_logs(logs, run_dir())
+
+
+def _move_logs(logs: Path, run_dir: Path | None) -> Path:
+    """RUN/logs, once the run folder exists (the logs start before it does)."""
+    if run_dir is None or not logs.is_dir():
+        return logs
+    target = run_dir / "logs"
+    target.mkdir(exist_ok=True)
+    for path in logs.iterdir():
+        with open(target / path.name, "a") as out:
+            out.write(path.read_text(errors="replace"))
+        path.unlink()
+    logs.rmdir()
+    return target

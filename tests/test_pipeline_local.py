@@ -20,6 +20,9 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "detpipe run summary" in out and "mAP@[.5:.95]" in out
+    # Quiet: one line per step and the summary; no ANSI codes when stdout is not a terminal.
+    assert len(out.strip().splitlines()) <= 25 and "\x1b[" not in out
+    assert "✓ validate-and-convert" in out and "64 written" in out and "✓ register" in out
     summary = json.loads(summary_file.read_text())
     run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
 
@@ -52,6 +55,10 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     serving = json.loads((saved_model / "serving_config.json").read_text())
     assert serving["score_threshold"] == metrics["threshold"]["score"] and serving["input_name"] == "image_bytes"
 
+    # Each step's full output is kept.
+    assert "cls_logits_loss" in (run_dir / "logs" / "train.log").read_text()  # Keras progress
+    assert "checked 64/64 records" in (run_dir / "logs" / "validate-and-convert.log").read_text()
+
     # One self-contained page about the run, at the top of the run folder.
     report = (run_dir / "run_report.html").read_text()
     assert summary["report"] == str(run_dir / "run_report.html") and 'id="champion"' in report
@@ -75,7 +82,7 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     assert code == 0
     second = json.loads(summary_file.read_text())
     assert second["version"] == "v2" and "rejected (better)" in second["comparison"]
-    assert second["comparison"].startswith(f"champion v1 mAP") and f"same {metrics['num_images']} val images" \
+    assert second["comparison"].startswith("champion v1 mAP") and f"same {metrics['num_images']} val images" \
         in second["comparison"]
     assert "registry: v2: champion v1" in capsys.readouterr().out
     decision = json.loads((registry / "versions" / "v2" / "decision.json").read_text())
@@ -130,3 +137,22 @@ def test_run_local_on_real_photos_with_tuning(raccoon, tmp_path):
     assert set(k for k in metrics["metrics"] if k.startswith("AP/")) == {"AP/raccoon"}
     assert all(math.isfinite(v) for v in metrics["metrics"].values())
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]
+
+
+@pytest.mark.slow
+def test_a_failing_step_ends_with_its_reason_and_log(demo_dir, tmp_path, capsys):
+    """Only corrupt images: the data step fails; the reason and the log's path are in the
+    last lines, and the run exits 1 without a traceback."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for path in sorted((demo_dir / "images").glob("*.jpg")):
+        (images / path.name).write_bytes(path.read_bytes()[:300])
+    code = main(["run", "--local", "--images", str(images), "--annotations", str(demo_dir / "annotations"),
+                 "--pipeline-root", str(tmp_path / "root")])
+    captured = capsys.readouterr()
+    assert code == 1 and "Traceback" not in captured.err + captured.out
+    last = captured.err.strip().splitlines()[-5:]
+    assert any("no record with a box passed the checks" in line for line in last)
+    log = last[-1].split("full log: ", 1)[1]
+    assert log.endswith("validate-and-convert.log") and "DataBuildError" in open(log).read()
+    assert "✗ validate-and-convert" in captured.out

@@ -1,0 +1,246 @@
+"""A quiet, live console for `detpipe run --local`.
+
+The KFP local runner prints everything (its own log lines, each task's executor JSON, and
+every line the task's process writes) to `sys.stdout`. While the run lasts, `StepRouter`
+stands in for `sys.stdout`: it splits that stream by task into `RUN/logs/<task>.log` and
+tells a `StepDisplay` when a task starts, makes progress or ends. The display shows one
+line per step (state, elapsed time, the step's key figure when it is done), live on a
+terminal (rich), as plain lines otherwise (no ANSI codes in a redirected file).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_START = re.compile(r"Executing task '([^']+)'")
+_END = re.compile(r"Task '([^']+)' finished with status (\w+)")
+# Progress the steps print: Keras' "Epoch 3/8", the data step's "checked 500/2304 records".
+_PROGRESS = (re.compile(r"\bEpoch (\d+)/(\d+)"), re.compile(r"checked (\d+)/(\d+) records"))
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def key_figure(task: str, outputs: dict) -> str:
+    """What a finished step says in one phrase, from its output parameters."""
+    out = outputs.get("parameterValues", {})
+    if task == "fingerprint-source":
+        return f"champion {out.get('champion') or 'none'}"
+    if task == "validate-and-convert":
+        return f"{out.get('written', '?')} written, {out.get('rejected', '?')} rejected"
+    if task == "probe":
+        return str(out.get("Output", ""))
+    if task == "tune-hyperparameters":
+        best = out.get("Output", -1)
+        return "defaults (no search)" if best is None or best < 0 else f"best trial mAP {best:.3f}"
+    if task == "train":
+        return f"{out.get('Output', 0):.1f} images/s"
+    if task == "evaluate":
+        return f"mAP {out.get('Output', 0):.3f}"
+    if task == "export":
+        return f"threshold {out.get('Output', 0):.2f}"
+    if task == "register":
+        return f"{out.get('version', '?')} {out.get('status', '')}"
+    return ""
+
+
+@dataclass
+class Step:
+    name: str
+    started: float
+    state: str = "running"
+    ended: float | None = None
+    progress: str = ""
+    figure: str = ""
+
+    def elapsed(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+
+class StepDisplay:
+    """One line per step: live on a terminal, plain lines when printing to a file or pipe."""
+
+    def __init__(self, console=None, show: bool = True):
+        import sys
+
+        from rich.console import Console
+
+        # Bound to the real stdout now: during the run sys.stdout is the StepRouter.
+        self.console = console or Console(file=sys.stdout, highlight=False)
+        self.steps: list[Step] = []
+        self._live = None
+        self._show = show
+
+    @classmethod
+    def silent(cls) -> "StepDisplay":
+        """Keeps track of the steps and prints nothing (the full output is shown instead)."""
+        return cls(show=False)
+
+    def __enter__(self):
+        if self._show and self.console.is_terminal:
+            from rich.live import Live
+
+            self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(*exc)
+
+    def _line(self, step: Step) -> str:
+        mark = {"running": "…", "SUCCESS": "✓", "FAILURE": "✗"}.get(step.state, "?")
+        detail = step.figure if step.state != "running" else step.progress
+        return f"{mark} {step.name:<22} {step.elapsed():6.1f} s  {detail}".rstrip()
+
+    def _render(self):
+        from rich.text import Text
+
+        return Text("\n".join(self._line(s) for s in self.steps) or "starting …")
+
+    def _refresh(self, step: Step | None = None, final: bool = False) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+        elif final and step is not None and self._show:
+            self.console.print(self._line(step), markup=False)
+
+    def start(self, name: str) -> None:
+        self.steps.append(Step(name, time.monotonic()))
+        self._refresh()
+
+    def progress(self, text: str) -> None:
+        if self.steps and self.steps[-1].state == "running":
+            self.steps[-1].progress = text
+            self._refresh()
+
+    def finish(self, name: str, state: str, figure: str = "") -> None:
+        for step in reversed(self.steps):
+            if step.name == name and step.state == "running":
+                step.state, step.ended, step.figure = state, time.monotonic(), figure
+                self._refresh(step, final=True)
+                return
+
+
+@dataclass
+class StepRouter(io.TextIOBase):
+    """A text stream that files each line under the task printing it."""
+
+    log_dir: Path
+    display: StepDisplay
+    outputs_of: object = None  # callable(task) -> executor output dict, once the task ended
+    echo: object = None  # a stream that also gets every line as it comes (--verbose)
+    current: str = "pipeline"
+    failed: str | None = None
+    _buffer: str = ""
+    _files: dict = field(default_factory=dict)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self.echo is not None:
+            self.echo.write(text)
+        self._buffer += text
+        while "\n" in self._buffer:
+            line, self._buffer = self._buffer.split("\n", 1)
+            self._line(strip_ansi(line))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.echo is not None:
+            self.echo.flush()
+        for handle in self._files.values():
+            handle.flush()
+
+    def close_logs(self) -> None:
+        if self._buffer:
+            self._line(strip_ansi(self._buffer))
+            self._buffer = ""
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()
+
+    def log_path(self, task: str) -> Path:
+        return self.log_dir / f"{task}.log"
+
+    def _log(self, task: str, line: str) -> None:
+        if task not in self._files:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._files[task] = open(self.log_path(task), "a")
+        self._files[task].write(line + "\n")
+
+    def _line(self, line: str) -> None:
+        started, ended = _START.search(line), _END.search(line)
+        if started:
+            self.current = started.group(1)
+            self.display.start(self.current)
+        self._log(self.current, line)
+        if ended:
+            task, state = ended.groups()
+            if state != "SUCCESS":
+                self.failed = task
+            figure = key_figure(task, self.outputs_of(task) if self.outputs_of else {}) if state == "SUCCESS" \
+                else "failed"
+            self.display.finish(task, state, figure)
+            return
+        for pattern in _PROGRESS:
+            found = pattern.search(line)
+            if found:
+                unit = "epoch" if "Epoch" in pattern.pattern else "records"
+                self.display.progress(f"{unit} {found.group(1)}/{found.group(2)}" if unit == "epoch"
+                                      else f"{found.group(1)}/{found.group(2)} records checked")
+
+
+_LOGGED_ERROR = re.compile(r"^\[KFP Executor [^\]]*\b(?:ERROR|CRITICAL)\]:\s*(.+)")
+_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)(?::\s*(.*))?$")
+
+
+def _messages(lines: list[str]):
+    """ERROR log lines, and the last line of each traceback (the exception, module path dropped)."""
+    in_traceback = expect_code = False
+    for raw in lines:
+        line = raw.strip()
+        logged = _LOGGED_ERROR.match(line)
+        if logged:
+            yield logged.group(1)
+        elif line.startswith("Traceback (most recent call last)"):
+            in_traceback, expect_code = True, False
+        elif in_traceback:
+            if line.startswith("File "):
+                expect_code = True
+            elif expect_code or not line or set(line) <= set("^~ "):
+                expect_code = False
+            else:
+                raised = _RAISED.match(line)
+                if raised:
+                    yield f"{raised.group(1)}: {raised.group(2)}" if raised.group(2) else raised.group(1)
+                    in_traceback = False
+
+
+def error_lines(log: Path, count: int = 5) -> list[str]:
+    """What a failed step's log says went wrong: its ERROR log lines and the exceptions it
+    raised, the last `count` of them (each once)."""
+    if not log.is_file():
+        return []
+    found: list[str] = []
+    for text in _messages(log.read_text(errors="replace").splitlines()):
+        if "finished with status" not in text:
+            if text in found:
+                found.remove(text)
+            found.append(text)
+    return found[-count:]
+
+
+def read_outputs(run_dir_of, task: str) -> dict:
+    """A task's executor output (its output parameters), once its run folder is known."""
+    run_dir = run_dir_of()
+    path = run_dir / task / "executor_output.json" if run_dir else None
+    return json.loads(path.read_text()) if path and path.is_file() else {}

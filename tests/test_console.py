@@ -1,0 +1,46 @@
+"""The quiet console of `detpipe run --local`: lines filed by step, progress, key figures,
+and the lines that say why a step failed."""
+
+import io
+
+from rich.console import Console
+
+from pipeline.console import StepDisplay, StepRouter, error_lines
+
+KFP_OUTPUT = """\
+16:14:00.749 - INFO - Executing task \x1b[96m'validate-and-convert'\x1b[0m
+    [KFP Executor 2026-11-21 16:14:08,911 INFO]: checked 250/300 records
+    beam chatter
+16:14:10.001 - INFO - Task \x1b[96m'validate-and-convert'\x1b[0m finished with status \x1b[92mSUCCESS\x1b[0m
+16:14:10.101 - INFO - Executing task \x1b[96m'train'\x1b[0m
+    Epoch 2/8
+    [KFP Executor 2026-11-21 16:14:20,000 ERROR]: the update made the weights non-finite at step 7
+    Traceback (most recent call last):
+      File "x.py", line 1, in <module>
+        raise RuntimeError("loss is nan at step 7")
+    components.train.faults.NonFiniteLoss: loss is nan at step 7
+16:14:21.000 - ERROR - Task \x1b[96m'train'\x1b[0m finished with status \x1b[91mFAILURE\x1b[0m
+"""
+
+
+def test_router_files_lines_by_step_and_reports_progress_and_figures(tmp_path):
+    out = io.StringIO()
+    display = StepDisplay(Console(file=out, force_terminal=False, width=120))
+    progress = []
+    display.progress = lambda text, original=display.progress: (progress.append(text), original(text))
+    outputs = {"validate-and-convert": {"parameterValues": {"written": 290, "rejected": 10}}}
+    router = StepRouter(tmp_path / "logs", display, outputs_of=lambda task: outputs.get(task, {}))
+    with display:
+        for chunk in (KFP_OUTPUT[:50], KFP_OUTPUT[50:333], KFP_OUTPUT[333:]):  # arbitrary chunks
+            router.write(chunk)
+    router.close_logs()
+    shown = out.getvalue().splitlines()
+    assert shown[0].startswith("✓ validate-and-convert") and shown[0].endswith("290 written, 10 rejected")
+    assert shown[1].startswith("✗ train") and shown[1].endswith("failed")
+    assert "\x1b" not in out.getvalue()
+    assert progress == ["250/300 records checked", "epoch 2/8"]
+    assert "beam chatter" in (tmp_path / "logs" / "validate-and-convert.log").read_text()
+    assert "Epoch 2/8" not in (tmp_path / "logs" / "validate-and-convert.log").read_text()
+    assert router.failed == "train"
+    assert error_lines(tmp_path / "logs" / "train.log") == [
+        "the update made the weights non-finite at step 7", "NonFiniteLoss: loss is nan at step 7"]
