@@ -207,7 +207,7 @@ def error_line(err: Exception) -> str:
     line (multi-line messages of detpipe's own errors are printed line by line elsewhere)."""
     if isinstance(err, OSError) and err.strerror and err.filename:
         return f"{err.filename}: {err.strerror}"
-    text = str(err).strip()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()  # kfp colours its messages
     return text.splitlines()[0] if text else type(err).__name__
 
 

@@ -119,3 +119,23 @@ def test_mistakes_end_in_one_line_with_the_right_exit_code(tmp_path, capsys):
         assert got == code, (argv, got, err)
         assert len(lines) == 1 and words in lines[0], (argv, err)
         assert "Traceback" not in err
+
+
+def test_run_keeps_uris_and_makes_local_paths_absolute(tmp_path, monkeypatch):
+    from pipeline.params import params_from_args
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "imgs").mkdir()
+    args = build_parser().parse_args(["run", "--local", "--images", "gs://bucket/photos", "--annotations",
+                                      "gs://bucket/coco.json", "--format", "coco", "--registry", "reg"])
+    params = params_from_args(args)
+    assert params["images"] == "gs://bucket/photos" and params["annotations"] == "gs://bucket/coco.json"
+    assert params["registry"] == str(tmp_path / "reg")
+    args = build_parser().parse_args(["run", "--local", "--images", "imgs", "--annotations", "imgs"])
+    assert params_from_args(args)["images"] == str(tmp_path / "imgs")
+
+
+def test_error_lines_drop_colour_codes():
+    from pipeline.cli_types import error_line
+
+    assert error_line(RuntimeError("Pipeline \x1b[95m'detpipe'\x1b[0m failed\nmore")) == "Pipeline 'detpipe' failed"
