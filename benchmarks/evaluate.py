@@ -14,8 +14,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
 import time
 from pathlib import Path
@@ -39,12 +37,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import numpy as np
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
     from components.evaluate.bootstrap import match_table, paired_bootstrap
-    from components.evaluate.coco_metrics import ImageDetections, coco_box_metrics, to_coco
-    from tests.scenes import NAMES, scene
+    from components.evaluate.coco_metrics import ImageDetections, coco_box_metrics
+    from tests.scenes import NAMES, pycocotools_evaluation, scene
 
     truths, found = scene(0, images=args.images)
     rng = np.random.default_rng(1)  # the "champion": the same detections, boxes jittered more
@@ -53,15 +48,8 @@ def main() -> None:
     print(f"{args.images} val images, {sum(len(t.boxes) for t in truths)} boxes, "
           f"{sum(len(d.boxes) for d in found)} detections")
 
-    def reference(detections=found):
-        gt, results = to_coco(truths, detections, NAMES)
-        with contextlib.redirect_stdout(io.StringIO()):
-            coco = COCO()
-            coco.dataset = gt
-            coco.createIndex()
-            evaluator = COCOeval(coco, coco.loadRes(results), "bbox")
-            evaluator.evaluate(), evaluator.accumulate(), evaluator.summarize()
-        return float(evaluator.stats[0])
+    def reference():
+        return float(pycocotools_evaluation(truths, found, NAMES).stats[0])
 
     fast_s, fast = best_seconds(lambda: coco_box_metrics(truths, found, NAMES)["mAP"], args.repeats)
     ref_s, ref = best_seconds(reference, args.repeats)

@@ -19,16 +19,21 @@ class UsageError(Exception):
     """The command line asks for something that cannot be done as asked (exit 2, one line)."""
 
 from beam.exif import EXIF_MODES
+from pipeline.template_registry import REPO_PATTERN
 
 
-def positive_int(value: str, name: str = "value") -> int:
+def _int_at_least(value: str, least: int, name: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {number}")
+        raise argparse.ArgumentTypeError(f"{name} must be a whole number >= {least}, got {value!r}") from None
+    if number < least:
+        raise argparse.ArgumentTypeError(f"{name} must be a whole number >= {least}, got {number}")
     return number
+
+
+def positive_int(value: str, name: str = "value") -> int:
+    return _int_at_least(value, 1, name)
 
 
 def batch_size_arg(value: str) -> str:
@@ -60,13 +65,7 @@ def fraction_arg(value: str) -> float:
 
 
 def non_negative_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {number}")
-    return number
+    return _int_at_least(value, 0, "value")
 
 
 _CPU = re.compile(r"^(\d+(\.\d+)?|\d+m)$")
@@ -80,11 +79,19 @@ def cpu_arg(value: str) -> str:
     return value
 
 
-def memory_arg(value: str) -> str:
-    """A Kubernetes memory quantity: 16G, 512M, 32Gi."""
-    if not _MEMORY.match(value):
-        raise argparse.ArgumentTypeError(f"must be a memory size such as 16G, 512M or 32Gi, got {value!r}")
-    return value
+def _matching(pattern: re.Pattern, what: str):
+    """An argument type that accepts strings matching `pattern` ("must be WHAT" otherwise)."""
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}")
+        return value
+    return check
+
+
+# A Kubernetes memory quantity.
+memory_arg = _matching(_MEMORY, "a memory size such as 16G, 512M or 32Gi")
+gs_uri = _matching(re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$"), "a gs://BUCKET/PATH URI")
+kfp_repo = _matching(REPO_PATTERN, "like https://REGION-kfp.pkg.dev/PROJECT/REPO")
 
 
 def _local(value: str) -> bool:
@@ -98,22 +105,22 @@ def existing_path(value: str) -> str:
     return value
 
 
-def existing_file(value: str) -> str:
+def _existing(value: str, folder: bool) -> str:
     if _local(value):
         if not os.path.exists(value):
             raise argparse.ArgumentTypeError(f"{value} does not exist")
-        if not os.path.isfile(value):
-            raise argparse.ArgumentTypeError(f"{value} is a folder, not a file")
+        if folder != os.path.isdir(value):
+            raise argparse.ArgumentTypeError(f"{value} is a {'file' if folder else 'folder'}, not a "
+                                             f"{'folder' if folder else 'file'}")
     return value
+
+
+def existing_file(value: str) -> str:
+    return _existing(value, folder=False)
 
 
 def existing_dir(value: str) -> str:
-    if _local(value):
-        if not os.path.exists(value):
-            raise argparse.ArgumentTypeError(f"{value} does not exist")
-        if not os.path.isdir(value):
-            raise argparse.ArgumentTypeError(f"{value} is a file, not a folder")
-    return value
+    return _existing(value, folder=True)
 
 
 def output_dir(value: str) -> str:
@@ -139,24 +146,10 @@ def output_file(value: str) -> str:
     return value
 
 
-def gs_uri(value: str) -> str:
-    if not re.match(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$", value):
-        raise argparse.ArgumentTypeError(f"must be a gs://BUCKET/PATH URI, got {value!r}")
-    return value
-
-
 def key_value(value: str) -> str:
     key, sep, _ = value.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"takes KEY=VALUE, got {value!r}")
-    return value
-
-
-def kfp_repo(value: str) -> str:
-    from pipeline.template_registry import REPO_PATTERN
-
-    if not REPO_PATTERN.match(value):
-        raise argparse.ArgumentTypeError(f"must look like https://REGION-kfp.pkg.dev/PROJECT/REPO, got {value!r}")
     return value
 
 

@@ -2,9 +2,12 @@
 and predictions that find most boxes with jitter, confuse some labels and add low-score
 clutter. Seeded, so every test and benchmark sees the same sets."""
 
+import contextlib
+import io
+
 import numpy as np
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth, to_coco
 
 NAMES = {1: "circle", 2: "square", 3: "triangle"}
 
@@ -36,3 +39,18 @@ def scene(seed: int, images: int = 60, noise: float = 0.02, miss: float = 0.2):
             det_labels.append(int(rng.integers(1, 4)))
         found.append(ImageDetections(i, det_boxes, scores, det_labels))
     return truths, found
+
+
+def pycocotools_evaluation(truths, detections, names):
+    """The reference: pycocotools' COCOeval, evaluated, accumulated and summarised (quietly)."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    gt, results = to_coco(truths, detections, names)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = gt
+        coco.createIndex()
+        evaluator = COCOeval(coco, coco.loadRes(results), "bbox")
+        evaluator.evaluate(), evaluator.accumulate(), evaluator.summarize()
+    return evaluator

@@ -1,27 +1,16 @@
 """Evaluation you can believe: known answers, and faster-coco-eval (what detpipe reports)
 against pycocotools (the reference implementation) on the same realistic predictions."""
 
-import contextlib
-import io
 
 import numpy as np
 import pytest
-from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
 
-from components.evaluate.coco_metrics import SUMMARY_KEYS, ImageDetections, coco_box_metrics, to_coco
-from tests.scenes import NAMES, scene
+from components.evaluate.coco_metrics import SUMMARY_KEYS, ImageDetections, coco_box_metrics
+from tests.scenes import NAMES, pycocotools_evaluation, scene
 
 
 def pycocotools_summary(truths, detections, names) -> dict[str, float]:
-    gt, results = to_coco(truths, detections, names)
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco = COCO()
-        coco.dataset = gt
-        coco.createIndex()
-        evaluator = COCOeval(coco, coco.loadRes(results), "bbox")
-        evaluator.evaluate(), evaluator.accumulate(), evaluator.summarize()
-    return dict(zip(SUMMARY_KEYS, map(float, evaluator.stats)))
+    return dict(zip(SUMMARY_KEYS, map(float, pycocotools_evaluation(truths, detections, names).stats)))
 
 
 def _same_boxes(truths, move=lambda box: box, relabel=lambda label: label):

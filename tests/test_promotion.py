@@ -1,20 +1,17 @@
 """Champion against challenger: the re-weighted COCO accumulation, the paired bootstrap,
 the promotion rule, and comparing models whose label maps differ."""
 
-import contextlib
-import io
 
 import numpy as np
 import pytest
-from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
 
 from components.evaluate.bootstrap import match_table, paired_bootstrap, resample_weights, weighted_scores
 from components.evaluate.champion import compare_and_decide, decision_markdown
 from components.registry.decision import comparison_line
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth, to_coco
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.registry.decision import DeltaInterval, PromotionRule, decide
-from tests.scenes import NAMES, scene as _scene
+from tests.scenes import NAMES, pycocotools_evaluation
+from tests.scenes import scene as _scene
 
 def _without_class(d: ImageDetections, class_id: int) -> ImageDetections:
     keep = [i for i, c in enumerate(d.labels) if c != class_id]
@@ -22,21 +19,10 @@ def _without_class(d: ImageDetections, class_id: int) -> ImageDetections:
                            [d.labels[i] for i in keep])
 
 
-def _pycocotools(truths, detections, names):
-    gt, results = to_coco(truths, detections, names)
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco = COCO()
-        coco.dataset = gt
-        coco.createIndex()
-        evaluator = COCOeval(coco, coco.loadRes(results), "bbox")
-        evaluator.evaluate(), evaluator.accumulate(), evaluator.summarize()
-    return evaluator
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_unit_weights_give_pycocotools_map_and_ap50(seed):
     truths, found = _scene(seed)
-    reference = _pycocotools(truths, found, NAMES)
+    reference = pycocotools_evaluation(truths, found, NAMES)
     scores = weighted_scores(match_table(truths, found, NAMES), np.ones((1, len(truths))))
     assert scores.map[0] == pytest.approx(reference.stats[0], abs=1e-12)
     assert scores.ap50[0] == pytest.approx(reference.stats[1], abs=1e-12)
@@ -58,7 +44,7 @@ def test_weights_are_resampling():
         t, d = truths[i], found[i]
         twice_t.append(ImageTruth(n, t.height, t.width, t.boxes, t.labels, t.difficult))
         twice_d.append(ImageDetections(n, d.boxes, d.scores, d.labels))
-    reference = _pycocotools(twice_t, twice_d, NAMES)
+    reference = pycocotools_evaluation(twice_t, twice_d, NAMES)
     assert weighted_scores(table, weights).map[0] == pytest.approx(reference.stats[0], abs=1e-3)
 
 
