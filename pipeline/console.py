@@ -146,8 +146,8 @@ class StepRouter(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
-        if self.echo is not None:
-            self.echo.write(text)
+        if self.echo is not None:  # kfp colours its lines: not in a file or a pipe
+            self.echo.write(text if getattr(self.echo, "isatty", lambda: False)() else strip_ansi(text))
         self._buffer += text
         while "\n" in self._buffer:
             line, self._buffer = self._buffer.split("\n", 1)

@@ -44,3 +44,11 @@ def test_router_files_lines_by_step_and_reports_progress_and_figures(tmp_path):
     assert router.failed == "train"
     assert error_lines(tmp_path / "logs" / "train.log") == [
         "the update made the weights non-finite at step 7", "NonFiniteLoss: loss is nan at step 7"]
+
+
+def test_verbose_echo_has_no_colour_codes_in_a_file(tmp_path):
+    echo = io.StringIO()
+    router = StepRouter(tmp_path / "logs", StepDisplay.silent(), echo=echo)
+    router.write(KFP_OUTPUT)
+    router.close_logs()
+    assert "Executing task 'validate-and-convert'" in echo.getvalue() and "\x1b" not in echo.getvalue()
