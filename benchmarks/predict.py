@@ -48,7 +48,7 @@ def main() -> None:
     import tensorflow as tf
 
     from components.evaluate.detect import BatchDetector
-    from components.train.trainer import build_model_for
+    from components.train.model import build_model_for
 
     keras.utils.set_random_seed(0)
     model = build_model_for(args.model_size, args.image_size, 3)

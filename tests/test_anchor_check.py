@@ -3,7 +3,7 @@
 import numpy as np
 
 from components.train.anchor_check import anchor_coverage, anchor_shapes, best_centred_iou
-from components.train.trainer import build_model_for
+from components.train.model import build_model_for
 
 
 def test_best_centred_iou():

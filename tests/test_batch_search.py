@@ -29,7 +29,7 @@ def test_search_reports_zero_when_nothing_fits_and_halves_when_verification_fail
 def test_trial_steps_run_the_real_model_and_compare_peak_memory(monkeypatch):
     import keras
 
-    from components.train.trainer import build_model_for
+    from components.train.model import build_model_for
 
     model = build_model_for("tiny", 64, 2)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4))

@@ -33,7 +33,7 @@ def _output_elements(model) -> int:
 @lru_cache(maxsize=16)
 def model_footprint(model_size: str, image_size: int, num_classes: int) -> tuple[int, int]:
     """(activation elements per image, parameter count) of detpipe's detector."""
-    from components.train.trainer import build_model_for
+    from components.train.model import build_model_for
 
     model = build_model_for(model_size, image_size, num_classes)
     return _output_elements(model), model.count_params()

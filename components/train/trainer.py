@@ -30,7 +30,7 @@ from components.train.checkpoints import CHECKPOINT_DIR, ChunkCheckpoints, SaveE
 from components.train.faults import (FaultPlan, FiniteGuard, InjectOutOfMemory, NonFiniteLoss, OutOfMemory,
                                      RaiseOnNonFinite, TrainingDiverged)
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
-from components.train.model import ModelConfig, build_detector, count_params
+from components.train.model import build_detector, count_params, model_config_for
 from components.train.observe import LOSS_CURVE_FILE, TENSORBOARD_DIR, StepClock, TrainingMonitor, draw_loss_curve
 from components.train.schedules import ScaledSchedule
 
@@ -40,34 +40,6 @@ MODEL_FILE = "model.keras"
 CONFIG_FILE = "train_config.json"
 HISTORY_FILE = "history.json"
 REPORT_FILE = "train_report.md"
-
-# Named model sizes: (backbone filters, blocks per stage, head conv layers).
-MODEL_SIZES = {
-    "tiny": ((64, 64, 96, 128), (1, 1, 1, 1), 1),
-    "small": ((64, 96, 128, 192), (1, 1, 1, 1), 2),
-    "resnet18": ((64, 128, 256, 512), (2, 2, 2, 2), 4),
-}
-
-
-def model_config_for(model_size: str, image_size: int, num_classes: int, preset: str | None = None) -> ModelConfig:
-    """The detector config of a named size. Pyramid levels 4-6 with 2x anchors: P3's
-    heads would cost most of the compute for little gain at the image sizes used here.
-    With a preset, its pretrained backbone decides the levels (3-7 for KerasHub's RetinaNets)
-    and the heads are KerasHub's standard ones."""
-    if preset:
-        return ModelConfig(num_classes=num_classes, image_size=image_size, head_conv_layers=4, min_level=3,
-                           max_level=7, anchor_size=4.0, extra={"preset": preset})
-    if model_size not in MODEL_SIZES:
-        raise ValueError(f"--model-size must be one of {', '.join(MODEL_SIZES)}, got {model_size!r}")
-    filters, blocks, head_layers = MODEL_SIZES[model_size]
-    return ModelConfig(num_classes=num_classes, image_size=image_size, backbone_filters=filters,
-                       backbone_blocks=blocks, head_conv_layers=head_layers, min_level=4, max_level=6,
-                       anchor_size=2.0)
-
-
-def build_model_for(model_size: str, image_size: int, num_classes: int):
-    return build_detector(model_config_for(model_size, image_size, num_classes))
-
 
 @dataclass(frozen=True)
 class ProbeAdvice:
