@@ -34,6 +34,7 @@ from pipeline.cli_types import (
     output_file,
 )
 from pipeline.model_cli import add_model_commands, export_after_train
+from pipeline.compile_cli import add_compile_command
 from pipeline.run_cli import add_run_command
 from pipeline.registry_cli import add_registry_commands
 from pipeline.vertex_cli import add_vertex_commands, cloud_error_line
@@ -187,20 +188,6 @@ def cmd_evaluate(args) -> int:
     return EXIT_OK
 
 
-def cmd_compile(args) -> int:
-    from pipeline.compile import compile_pipeline
-    from pipeline.dag import DEFAULT_IMAGE, StepResources
-
-    resources = StepResources(
-        data_cpu=args.data_cpu, data_memory=args.data_memory, accelerator_type=args.accelerator_type,
-        accelerator_count=args.accelerator_count, train_cpu=args.train_cpu, train_memory=args.train_memory,
-        evaluate_on_gpu=args.evaluate_on_gpu, train_retries=args.train_retries)
-    print(compile_pipeline(Path(args.output), image=args.image or DEFAULT_IMAGE, resources=resources))
-    return EXIT_OK
-
-
-# ---------------------------------------------------------------- parser
-
 def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
     if epochs:
         p.add_argument("--epochs", type=_positive_int, default=10, help="passes over the train split (default 10)")
@@ -338,21 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-map", type=float, default=0.0, help="exit 1 when mAP@[.5:.95] is below this (default 0)")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("compile", help="compile the pipeline YAML and print its sha256")
-    p.add_argument("--output", default="detpipe.yaml", type=output_file, help="YAML file to write (default detpipe.yaml)")
-    p.add_argument("--image", default=None, help="container image of every step (default detpipe:latest)")
-    p.add_argument("--data-cpu", default="4", type=cpu_arg, help="CPU limit of the data step (default 4)")
-    p.add_argument("--data-memory", default="16G", type=memory_arg, help="memory limit of the data step (default 16G)")
-    p.add_argument("--accelerator-type", default="NVIDIA_TESLA_T4",
-                   help="GPU of the probe and train steps, a Vertex accelerator name (default NVIDIA_TESLA_T4)")
-    p.add_argument("--accelerator-count", type=_positive_int, default=1, help="GPUs per probe/train step (default 1)")
-    p.add_argument("--train-cpu", default="8", type=cpu_arg, help="CPU limit of the probe and train steps (default 8)")
-    p.add_argument("--train-memory", default="32G", type=memory_arg, help="memory limit of the probe and train steps (default 32G)")
-    p.add_argument("--evaluate-on-gpu", action="store_true", help="run evaluation on the accelerator too")
-    p.add_argument("--train-retries", type=non_negative_int, default=2,
-                   help="retries of the train step after preemption (default 2)")
-    p.set_defaults(func=cmd_compile)
-
+    add_compile_command(sub)
     add_run_command(sub)
     add_registry_commands(sub)
     add_model_commands(sub)

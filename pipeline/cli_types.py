@@ -153,6 +153,17 @@ def key_value(value: str) -> str:
     return value
 
 
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+
+
+def duration_arg(value: str) -> int:
+    """A duration such as 3600s, 90m, 24h or 2d, in seconds."""
+    found = _DURATION.match(value.strip())
+    if not found or int(found.group(1)) == 0:
+        raise argparse.ArgumentTypeError(f"must be a duration such as 90m, 24h or 2d, got {value!r}")
+    return int(found.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[found.group(2)]
+
+
 def cron_arg(value: str) -> str:
     from pipeline.vertex_jobs import validate_cron
 

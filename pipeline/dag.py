@@ -34,6 +34,39 @@ class StepResources:
     train_memory: str = "32G"
     evaluate_on_gpu: bool = False
     train_retries: int = 2  # safe on preemption: training resumes from its checkpoints
+    # "task": tune and train are plain pipeline tasks on one VM (the default; the local runner
+    # needs it). "customjob": each runs as a Vertex AI custom job (google-cloud-pipeline-
+    # components): several replicas, spot VMs, a timeout, restarts; the step's code is the same.
+    train_runner: str = "task"
+    train_replicas: int = 1  # customjob: 1 chief + (replicas - 1) workers on the same machine type
+    train_machine_type: str = "n1-standard-8"
+    spot: bool = False
+    train_timeout_s: int = 7 * 24 * 3600
+    restart_on_worker_restart: bool = False
+    tensorboard: str = ""  # a Vertex AI TensorBoard resource name
+    service_account: str = ""  # "" : the run's service account
+
+    def __post_init__(self):
+        if self.train_runner not in TRAIN_RUNNERS:
+            raise ValueError(f"train_runner must be one of {', '.join(TRAIN_RUNNERS)}, got {self.train_runner!r}")
+        if self.train_runner == "task" and (self.train_replicas != 1 or self.spot):
+            raise ValueError("--train-replicas and --spot need --train-runner customjob")
+
+
+TRAIN_RUNNERS = ("task", "customjob")
+
+
+def as_custom_job(component, resources: StepResources, display_name: str):
+    """`component` wrapped as a Vertex AI custom job with the machines of `resources`."""
+    from google_cloud_pipeline_components.v1.custom_job import create_custom_training_job_from_component
+
+    return create_custom_training_job_from_component(
+        component, display_name=display_name, replica_count=resources.train_replicas,
+        machine_type=resources.train_machine_type, accelerator_type=resources.accelerator_type,
+        accelerator_count=resources.accelerator_count, timeout=f"{resources.train_timeout_s}s",
+        restart_job_on_worker_restart=resources.restart_on_worker_restart,
+        service_account=resources.service_account, tensorboard=resources.tensorboard,
+        strategy="SPOT" if resources.spot else "STANDARD")
 
 
 def _on_accelerator(task, resources: StepResources):
@@ -45,6 +78,10 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
     """The @dsl.pipeline function with every step on `image`. Its parameters are
     `pipeline.params.PARAMS` (kfp reads the signature and the docstring)."""
     steps = make_steps(image)
+    custom = resources.train_runner == "customjob"
+    tune_step = as_custom_job(steps.tune_hyperparameters, resources, "detpipe-tune") if custom \
+        else steps.tune_hyperparameters
+    train_step = as_custom_job(steps.train, resources, "detpipe-train") if custom else steps.train
     names = [p.name for p in sorted(PARAMS, key=lambda p: p.default is not REQUIRED)]
 
     def detpipe(*values):
@@ -68,15 +105,16 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         probe.set_caching_options(False)  # the machine may differ from one run to the next
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]
-        tuned = steps.tune_hyperparameters(
+        tuned = tune_step(
             data=dataset, probe_json=advice, trials=p.tune_trials, trial_steps=p.tune_trial_steps,
             batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed)
         tuned.set_display_name("tune")
-        _on_accelerator(tuned, resources)
-        trained = steps.train(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, epochs=p.epochs,
+        trained = train_step(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, epochs=p.epochs,
                               batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size,
                               seed=p.seed)
-        _on_accelerator(trained, resources)
+        if not custom:  # a custom job's machines are in its worker pool specs
+            _on_accelerator(tuned, resources)
+            _on_accelerator(trained, resources)
         trained.set_retry(num_retries=resources.train_retries, backoff_duration="60s", backoff_factor=2)
         evaluated = steps.evaluate(model=trained.outputs["model"], data=dataset, registry=registry,
                                    model_name=p.model_name, champion=champion, promote_if=p.promote_if,

@@ -6,6 +6,7 @@ Thin adapters over pipeline/vertex_jobs.py and pipeline/template_registry.py.
 from pathlib import Path
 
 from pipeline.cli_types import cron_arg, gs_uri, key_value, kfp_repo
+from pipeline.compile_cli import add_compile_options, resources_from_args
 from pipeline.cli_types import positive_int as _positive_int
 
 EXIT_OK = 0
@@ -29,7 +30,7 @@ def _template(args) -> str:
     from pipeline.dag import DEFAULT_IMAGE
 
     path = Path(tempfile.mkdtemp(prefix="detpipe-")) / "detpipe.yaml"
-    compile_pipeline(path, image=args.image or DEFAULT_IMAGE)
+    compile_pipeline(path, image=args.image or DEFAULT_IMAGE, resources=resources_from_args(args))
     return str(path)
 
 
@@ -76,8 +77,8 @@ def add_vertex_options(p, root: bool, template: bool = True) -> None:
         p.add_argument("--service-account", help="service account the run executes as (default: Compute default)")
     if template:
         p.add_argument("--template", help="compiled YAML or https://REGION-kfp.pkg.dev/PROJECT/REPO/detpipe/TAG "
-                                          "(default: compile this checkout now)")
-        p.add_argument("--image", help="container image for every step when compiling (default detpipe:latest)")
+                                          "(default: compile this checkout now, with the options below)")
+        add_compile_options(p)
         p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", type=key_value,
                        help="pipeline parameter, repeatable (e.g. --param images=gs://b/imgs --param epochs=20)")
 
@@ -110,8 +111,9 @@ def add_vertex_commands(sub) -> None:
     p = sub.add_parser("upload", help="upload the pipeline template to Artifact Registry (a KFP repository)")
     p.add_argument("--repo", required=True, type=kfp_repo, help="https://REGION-kfp.pkg.dev/PROJECT/REPO")
     p.add_argument("--tag", action="append", required=True, help="tag of this version, repeatable (e.g. v3, latest)")
-    p.add_argument("--template", help="compiled YAML to upload (default: compile this checkout now)")
-    p.add_argument("--image", help="container image for every step when compiling (default detpipe:latest)")
+    p.add_argument("--template", help="compiled YAML to upload (default: compile this checkout now, with the "
+                                      "options below)")
+    add_compile_options(p)
     p.set_defaults(func=cmd_upload)
 
 

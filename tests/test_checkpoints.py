@@ -245,3 +245,16 @@ def test_injected_nan_reaches_the_loss_of_exactly_step_k_with_or_without_micro_b
     plan.mark_fired()  # once: after it fired, the same step trains normally
     _fit_tiny(model, FiniteGuard(model))
     assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
+def test_several_machines_in_tf_config_stop_with_a_clear_message(tmp_path, monkeypatch):
+    """Multi-worker training is not built yet: a replica of a multi-pool custom job says so
+    instead of training alone and racing the others for the same output folder."""
+    from components.train.trainer import TrainConfig, cluster_workers, train_detector
+
+    config = {"cluster": {"chief": ["a:2222"], "worker": ["b:2222", "c:2222"]}, "task": {"type": "worker", "index": 0}}
+    assert cluster_workers({"TF_CONFIG": json.dumps(config)}) == 3
+    assert cluster_workers({}) == 1
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    with pytest.raises(NotImplementedError, match="3 machines"):
+        train_detector(TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path / "out")))

@@ -119,3 +119,37 @@ def test_one_declaration_of_the_parameters(tmp_path):
     options = {a.dest for a in run._actions}
     assert {p.name for p in PARAMS if p.local} <= options
     assert not ({p.name for p in PARAMS if not p.local} & options)
+
+
+def test_train_as_a_spot_custom_job_with_three_replicas(tmp_path):
+    """`--train-runner customjob`: tune and train become Vertex AI custom jobs (GCPC) on the
+    project image: pool 0 the chief, pool 1 the other two replicas, spot, the timeout and the GPU."""
+    from pipeline.cli import main
+
+    out = tmp_path / "c.yaml"
+    assert main(["compile", "--output", str(out), "--image", "europe-docker.pkg.dev/p/r/detpipe:v2",
+                 "--train-runner", "customjob", "--train-replicas", "3", "--spot", "--train-timeout", "24h",
+                 "--accelerator-type", "NVIDIA_L4", "--accelerator-count", "2"]) == 0
+    spec = yaml.safe_load(out.read_text())
+    tasks = spec["root"]["dag"]["tasks"]
+    for task in ("train", "tune-hyperparameters"):
+        inputs = spec["components"][tasks[task]["componentRef"]["name"]]["inputDefinitions"]["parameters"]
+        pools = inputs["worker_pool_specs"]["defaultValue"]
+        assert [p["replica_count"] for p in pools] == [1, 2]
+        for pool in pools:
+            assert pool["container_spec"]["image_uri"] == "europe-docker.pkg.dev/p/r/detpipe:v2"
+            assert pool["machine_spec"] == {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_L4",
+                                            "accelerator_count": 2}
+        assert inputs["strategy"]["defaultValue"] == "SPOT" and inputs["timeout"]["defaultValue"] == "86400s"
+        launcher = _executor(spec, task)  # GCPC's launcher starts the job; the machines are in the job spec
+        assert "google-cloud-pipeline-components" in launcher["image"] and "resources" not in launcher
+    assert tasks["train"]["retryPolicy"]["maxRetryCount"] == 2
+    # The default stays the golden, task-based YAML.
+    assert compile_pipeline(tmp_path / "d.yaml") == GOLDEN_SHA256
+
+
+def test_spot_without_a_custom_job_is_bad_usage(tmp_path, capsys):
+    from pipeline.cli import main
+
+    assert main(["compile", "--output", str(tmp_path / "x.yaml"), "--spot"]) == 2
+    assert "need --train-runner customjob" in capsys.readouterr().err

@@ -175,8 +175,23 @@ def _mixed_precision(advised: str | None = None) -> tuple[str, str]:
     return "float32", f"GPU compute capability {major}.x is too old for fast mixed precision"
 
 
+def cluster_workers(environ=os.environ) -> int:
+    """Machines in the training cluster that `TF_CONFIG` describes (Vertex AI sets it for
+    every replica of a multi-pool custom job); 1 without one."""
+    raw = environ.get("TF_CONFIG", "")
+    if not raw:
+        return 1
+    cluster = json.loads(raw).get("cluster", {})
+    return sum(len(cluster.get(role, [])) for role in ("chief", "master", "worker")) or 1
+
+
 def train_detector(config: TrainConfig) -> TrainResult:
     """Train and save `model.keras`, `history.json`, `train_config.json`, `train_report.md`."""
+    workers = cluster_workers()
+    if workers > 1:
+        raise NotImplementedError(
+            f"TF_CONFIG names {workers} machines, and multi-worker training (MultiWorkerMirroredStrategy) is not "
+            "built yet: compile with --train-replicas 1 (several GPUs on one machine work)")
     started = time.monotonic()
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:

@@ -1,0 +1,91 @@
+"""`detpipe compile` and the compile-time options `submit`, `schedule create` and `upload`
+share when they compile the pipeline on the fly: the machines of each step, and whether tune
+and train run as pipeline tasks or as Vertex AI custom jobs (several replicas, spot VMs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.cli_types import (
+    cpu_arg,
+    duration_arg,
+    memory_arg,
+    non_negative_int,
+    output_file,
+    positive_int,
+)
+
+EXIT_OK = 0
+
+
+def add_compile_options(p) -> None:
+    p.add_argument("--image", default=None, help="container image of every step (default detpipe:latest)")
+    p.add_argument("--data-cpu", default="4", type=cpu_arg, help="CPU limit of the data step (default 4)")
+    p.add_argument("--data-memory", default="16G", type=memory_arg, help="memory limit of the data step (default 16G)")
+    p.add_argument("--accelerator-type", default="NVIDIA_TESLA_T4",
+                   help="GPU of the probe and train steps, a Vertex accelerator name (default NVIDIA_TESLA_T4)")
+    p.add_argument("--accelerator-count", type=positive_int, default=1, help="GPUs per probe/train step (default 1)")
+    p.add_argument("--train-cpu", default="8", type=cpu_arg, help="CPU limit of the probe and train steps (default 8)")
+    p.add_argument("--train-memory", default="32G", type=memory_arg,
+                   help="memory limit of the probe and train steps (default 32G)")
+    p.add_argument("--evaluate-on-gpu", action="store_true", help="run evaluation on the accelerator too")
+    p.add_argument("--train-retries", type=non_negative_int, default=2,
+                   help="retries of the train step after preemption (default 2)")
+    p.add_argument("--train-runner", choices=("task", "customjob"), default="task",
+                   help="tune and train as pipeline tasks on one VM (task, default) or as Vertex AI custom jobs "
+                        "(customjob: replicas, spot VMs, timeout); `detpipe run --local` always uses task")
+    p.add_argument("--train-replicas", type=positive_int, default=1,
+                   help="customjob: machines for training, 1 chief + N-1 workers (default 1)")
+    p.add_argument("--train-machine-type", default="n1-standard-8",
+                   help="customjob: machine type of every replica (default n1-standard-8)")
+    p.add_argument("--spot", action="store_true", help="customjob: spot VMs (cheaper; Vertex restarts the job "
+                                                       "after a preemption and training resumes from its checkpoint)")
+    p.add_argument("--train-timeout", type=duration_arg, default=7 * 24 * 3600,
+                   help="customjob: the job's time limit, e.g. 24h, 90m, 2d (default 7d)")
+    p.add_argument("--restart-on-worker-restart", action="store_true",
+                   help="customjob: restart every replica when one restarts")
+    p.add_argument("--tensorboard", default="", help="customjob: a Vertex AI TensorBoard resource name")
+    p.add_argument("--job-service-account", default="",
+                   help="customjob: service account of the custom jobs (default: the run's)")
+
+
+def resources_from_args(args):
+    """The `StepResources` the options ask for (a bad combination: one line, exit 2)."""
+    from pipeline.cli_types import UsageError
+    from pipeline.dag import StepResources
+
+    try:
+        return StepResources(
+            data_cpu=args.data_cpu, data_memory=args.data_memory, accelerator_type=args.accelerator_type,
+            accelerator_count=args.accelerator_count, train_cpu=args.train_cpu, train_memory=args.train_memory,
+            evaluate_on_gpu=args.evaluate_on_gpu, train_retries=args.train_retries, train_runner=args.train_runner,
+            train_replicas=args.train_replicas, train_machine_type=args.train_machine_type, spot=args.spot,
+            train_timeout_s=args.train_timeout, restart_on_worker_restart=args.restart_on_worker_restart,
+            tensorboard=args.tensorboard, service_account=args.job_service_account)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def warn_about_replicas(args) -> None:
+    import sys
+
+    if args.train_replicas > 1:
+        print(f"detpipe: warning: --train-replicas {args.train_replicas}: multi-worker training is not built yet; "
+              "the train and tune jobs will stop with that message on Vertex AI", file=sys.stderr)
+
+
+def cmd_compile(args) -> int:
+    from pipeline.compile import compile_pipeline
+    from pipeline.dag import DEFAULT_IMAGE
+
+    warn_about_replicas(args)
+    print(compile_pipeline(Path(args.output), image=args.image or DEFAULT_IMAGE, resources=resources_from_args(args)))
+    return EXIT_OK
+
+
+def add_compile_command(sub) -> None:
+    p = sub.add_parser("compile", help="compile the pipeline YAML and print its sha256")
+    p.add_argument("--output", default="detpipe.yaml", type=output_file,
+                   help="YAML file to write (default detpipe.yaml)")
+    add_compile_options(p)
+    p.set_defaults(func=cmd_compile)
