@@ -23,13 +23,10 @@ from pipeline.cli_types import (
     error_line,
     tensorflow_error_line,
     UsageError,
-    cpu_arg,
     fail_lines as _fail_lines,
     existing_dir,
     existing_file,
     existing_path,
-    memory_arg,
-    non_negative_int,
     output_dir,
     output_file,
 )

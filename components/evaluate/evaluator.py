@@ -25,7 +25,7 @@ from components.evaluate.detect import BatchDetector
 from components.evaluate.pictures import draw_evaluation
 from components.evaluate.threshold import ThresholdChoice, best_f1_threshold
 from components.train.input_pipeline import eval_examples, read_records, shard_files, to_model_image
-from components.train.trainer import CONFIG_FILE, MODEL_FILE
+from components.train.artifacts import CONFIG_FILE, MODEL_FILE
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,6 @@ import tensorflow as tf
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_DIR = "checkpoints"
-
 
 class ChunkCheckpoints:
     """Save after every chunk; `restore()` returns how many chunks are already done."""

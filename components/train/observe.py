@@ -17,9 +17,6 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-TENSORBOARD_DIR = "tensorboard"
-LOSS_CURVE_FILE = "loss_curve.png"
-
 
 class StepClock:
     """Holds the time (seconds since the epoch) at which the last step's batch was ready.

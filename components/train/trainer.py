@@ -26,20 +26,25 @@ from components.probe.gpu_facts import nvml_facts
 from components.train.anchor_check import WARN_SHARE, anchor_coverage
 from components.train.batch_search import (CPU_BATCH_CAP, GPU_BATCH_LIMIT, TARGET_FRACTION, cpu_ram_bound,
                                            search_largest_batch, trial_step_fits)
-from components.train.checkpoints import CHECKPOINT_DIR, ChunkCheckpoints, SaveEveryChunk
+from components.train.artifacts import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    HISTORY_FILE,
+    LOSS_CURVE_FILE,
+    MODEL_FILE,
+    REPORT_FILE,
+    TENSORBOARD_DIR,
+)
+from components.train.checkpoints import ChunkCheckpoints, SaveEveryChunk
 from components.train.faults import (FaultPlan, FiniteGuard, InjectOutOfMemory, NonFiniteLoss, OutOfMemory,
                                      RaiseOnNonFinite, TrainingDiverged)
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.model import build_detector, count_params, model_config_for
-from components.train.observe import LOSS_CURVE_FILE, TENSORBOARD_DIR, StepClock, TrainingMonitor, draw_loss_curve
+from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.schedules import ScaledSchedule
 
 logger = logging.getLogger(__name__)
 
-MODEL_FILE = "model.keras"
-CONFIG_FILE = "train_config.json"
-HISTORY_FILE = "history.json"
-REPORT_FILE = "train_report.md"
 
 @dataclass(frozen=True)
 class ProbeAdvice:
