@@ -217,3 +217,13 @@ def test_memory_estimate_takes_the_classes_of_the_data(raccoon_shards, demo_shar
         return recommend(small_gpu, Expectations(image_size=256, num_classes=classes))["largest_safe_batch"]
 
     assert 0 < safe(80) < safe(1)
+
+
+def test_one_precision_rule_for_the_trainer_and_the_probe():
+    """The oldest GPU decides, the same way for the trainer and the probe's recommendation."""
+    from components.train.precision import is_mixed, precision_for
+
+    assert precision_for([9, 8])[0] == "mixed_bfloat16"
+    assert precision_for([8, 7])[0] == "mixed_float16"  # a T4 next to an A100: float16
+    assert precision_for([6])[0] == "float32" and precision_for([]) == ("float32", "no GPU: float32")
+    assert is_mixed("mixed_float16") and not is_mixed("float32")

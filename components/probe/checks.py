@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from beam.label_map import num_class_slots, read_dataset_label_map
+from components.train.precision import is_mixed, precision_for
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _ORDER = {PASS: 0, WARN: 1, FAIL: 2}
@@ -169,7 +170,7 @@ def check_gpu_memory(facts: dict, expect: Expectations) -> tuple[CheckResult | N
     if not facts["tensorflow"]["gpus"] or not nvml_gpus:
         return None, None
     free = min(g["memory_free"] for g in nvml_gpus)
-    mixed = any(g["compute_capability"][0] >= 7 for g in facts["tensorflow"]["gpus"])
+    mixed = is_mixed(precision_for([g["compute_capability"][0] for g in facts["tensorflow"]["gpus"]])[0])
     safe = largest_safe_batch(free, expect.model_size, expect.image_size, expect.num_classes, mixed)
     need = bytes_per_image(expect.model_size, expect.image_size, expect.num_classes, mixed)
     label = f"{free / (1 << 30):.1f} GiB free GPU memory; about {need / (1 << 20):.0f} MiB an image at {expect.image_size}px"

@@ -11,6 +11,7 @@ from pathlib import Path
 from components.probe.baseline_diff import compare_facts, difference_lines
 from components.probe.checks import CheckResult, Expectations, check_gpu_memory, run_checks, verdict
 from components.probe.machine_facts import collect
+from components.train.precision import precision_for
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +35,7 @@ def recommend(facts: dict, expect: Expectations) -> dict:
     """What the train step takes from the probe: a starting batch, the precision, and
     how many parallel calls the input pipeline should use."""
     gpus = facts["tensorflow"]["gpus"]
-    majors = [g["compute_capability"][0] for g in gpus if g.get("compute_capability")]
-    if majors and min(majors) >= 8:
-        precision = "mixed_bfloat16"
-    elif majors and min(majors) >= 7:
-        precision = "mixed_float16"
-    else:
-        precision = "float32"
+    precision, _ = precision_for([g["compute_capability"][0] for g in gpus if g.get("compute_capability")])
     _, safe_batch = check_gpu_memory(facts, expect)
     return {"largest_safe_batch": safe_batch, "mixed_precision": precision,
             "input_parallelism": max(1, int(facts["cpu"]["usable"]))}

@@ -41,6 +41,7 @@ from components.train.faults import (FaultPlan, FiniteGuard, InjectOutOfMemory, 
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.model import build_detector, count_params, model_config_for
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
+from components.train.precision import precision_for
 from components.train.schedules import ScaledSchedule
 
 logger = logging.getLogger(__name__)
@@ -169,15 +170,8 @@ def _mixed_precision(advised: str | None = None) -> tuple[str, str]:
     gpus = tf.config.list_physical_devices("GPU")
     if advised and gpus:
         return advised, "as the probe measured on this machine"
-    if not gpus:
-        return "float32", "no GPU: float32"
-    details = tf.config.experimental.get_device_details(gpus[0])
-    major = (details.get("compute_capability") or (0, 0))[0]
-    if major >= 8:
-        return "mixed_bfloat16", f"GPU compute capability {major}.x supports bfloat16"
-    if major >= 7:
-        return "mixed_float16", f"GPU compute capability {major}.x: float16 with loss scaling"
-    return "float32", f"GPU compute capability {major}.x is too old for fast mixed precision"
+    majors = [(tf.config.experimental.get_device_details(g).get("compute_capability") or (0, 0))[0] for g in gpus]
+    return precision_for(majors)
 
 
 def cluster_workers(environ=os.environ) -> int:
