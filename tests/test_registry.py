@@ -195,3 +195,12 @@ def test_registry_cli_list_show_promote(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["registry", "promote", "v1", *where])  # --reason is required
     assert exit_info.value.code == 2
+
+
+def test_a_champion_expected_but_gone_is_a_conflict_not_a_crash(tmp_path):
+    registry = Registry.open(str(tmp_path))
+    files = _run_files(tmp_path)
+    register_run(registry, str(files / "saved_model"), str(files / "data"), str(files / "metrics.json"),
+                 _decision(False, None), {"sha256": "a" * 64}, "run-1")
+    with pytest.raises(Conflict, match="from v9 to none"):
+        registry.set_champion("v1", "pin", by="test", expected="v9")

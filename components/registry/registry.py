@@ -122,6 +122,17 @@ class Registry:
                 found[name] = target
         return found
 
+    def champion_data(self, local_dir: str) -> tuple[str, dict[str, str], dict[str, int] | None]:
+        """What the data step checks new data against: the champion's version ("" for none),
+        its data files copied to `local_dir` ({name: path}) and its label map."""
+        version = self.champion_version()
+        files = self.fetch_data_files(version, local_dir) if version else {}
+        label_map = None
+        if "label_map.json" in files:
+            with open(files["label_map.json"]) as handle:
+                label_map = json.load(handle)
+        return version, files, label_map
+
     def read_file(self, version: str, name: str) -> str | None:
         return self.store.read_text(self._rel("versions", version, name))
 
@@ -167,7 +178,8 @@ class Registry:
         text = self.store.read_text(self._rel(CHAMPION_FILE))
         current = json.loads(text) if text else None
         if (current["version"] if current else None) != expected:
-            raise Conflict(f"the champion moved from {expected or 'none'} to {current['version']} during this run")
+            raise Conflict(f"the champion moved from {expected or 'none'} to "
+                           f"{current['version'] if current else 'none'} during this run")
         history = ([{k: current[k] for k in ("version", "since", "reason", "by")}] + current.get("history", [])
                    if current else [])
         champion = {"version": name, "since": _now(), "reason": reason, "by": by,
