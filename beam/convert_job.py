@@ -96,9 +96,6 @@ def _job_file(output: str, name: str) -> str:
 
 def _remove_job_files(output: str) -> None:
     job = FileSystems.join(output, JOB_DIR)
-    found = [m.path for r in FileSystems.match([FileSystems.join(job, "*")]) for m in r.metadata_list]
-    if found:
-        FileSystems.delete(found)
     if tf.io.gfile.isdir(job):
         tf.io.gfile.rmtree(job)
 

@@ -61,7 +61,7 @@ def main() -> None:
                                                          match_table(truths, other, NAMES), resamples=1000), 1)
     resample_s = 2 * ref_s  # two models a resample, pycocotools each time
     print(f"paired bootstrap, 1000 resamples, 2 models: {boot_s:.2f} s "
-          f"(ΔmAP {boot.delta_map.point:+.4f}, 95% CI {boot.delta_map.low:+.4f} .. {boot.delta_map.high:+.4f})")
+          f"(ΔmAP {boot.delta_map.delta:+.4f}, 95% CI {boot.delta_map.low:+.4f} .. {boot.delta_map.high:+.4f})")
     print(f"re-running pycocotools on each resample instead: about {1000 * resample_s:.0f} s "
           f"(ratio {1000 * resample_s / boot_s:.0f}x)")
 

@@ -60,7 +60,6 @@ def validate_and_convert(
     The champion is looked up here, not passed in: the cache key is the source fingerprint
     and the options, so unchanged data is not converted (and retrained) again only because
     the champion moved."""
-    import json
     import logging
     import shlex
     import tempfile
@@ -77,11 +76,8 @@ def validate_and_convert(
         beam_args.append(f"--sdk_container_image={sdk_container_image}")
     gates = GateOptions(max_reject_fraction=max_reject_fraction, drift_threshold=drift_threshold,
                         allow_new_classes=allow_new_classes)
-    champions = Registry.open(registry, model_name)
-    champion = champions.champion_version()
     with tempfile.TemporaryDirectory() as tmp:
-        files = champions.fetch_data_files(champion, tmp) if champion else {}
-        base = json.load(open(files["label_map.json"])) if "label_map.json" in files else None
+        champion, files, base = Registry.open(registry, model_name).champion_data(tmp)
         result = build_dataset(ConvertOptions(
             images=images, annotations=annotations, output=dataset.path, format=data_format,
             val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies, exif=exif,

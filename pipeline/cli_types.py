@@ -6,6 +6,9 @@ import argparse
 import os
 import re
 
+from beam.exif import EXIF_MODES
+from pipeline.template_registry import REPO_PATTERN
+
 
 class CheckFailed(Exception):
     """A step ran and found a problem; each line of the message is one problem."""
@@ -17,9 +20,6 @@ def fail_lines(lines: list[str]) -> CheckFailed:
 
 class UsageError(Exception):
     """The command line asks for something that cannot be done as asked (exit 2, one line)."""
-
-from beam.exif import EXIF_MODES
-from pipeline.template_registry import REPO_PATTERN
 
 
 def _int_at_least(value: str, least: int, name: str) -> int:
@@ -55,13 +55,7 @@ class DetpipeParser(argparse.ArgumentParser):
 
 def fraction_arg(value: str) -> float:
     """A number in [0, 1)."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {value!r}") from None
-    if not 0.0 <= number < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {value}")
-    return number
+    return _float_in(value, 0.0, 1.0, False, "a number in [0, 1)", high_open=True)
 
 
 def non_negative_int(value: str) -> int:
@@ -98,21 +92,20 @@ def _local(value: str) -> bool:
     return "://" not in value
 
 
-def existing_path(value: str) -> str:
-    """A local path that exists (a file or a folder), or a URI (gs://...), checked later."""
-    if _local(value) and not os.path.exists(value):
-        raise argparse.ArgumentTypeError(f"{value} does not exist")
-    return value
-
-
-def _existing(value: str, folder: bool) -> str:
+def _existing(value: str, folder: bool | None) -> str:
+    """A local path that exists (a folder, a file, or either when `folder` is None); a URI
+    (gs://...) is checked later, by what reads it."""
     if _local(value):
         if not os.path.exists(value):
             raise argparse.ArgumentTypeError(f"{value} does not exist")
-        if folder != os.path.isdir(value):
+        if folder is not None and folder != os.path.isdir(value):
             raise argparse.ArgumentTypeError(f"{value} is a {'file' if folder else 'folder'}, not a "
                                              f"{'folder' if folder else 'file'}")
     return value
+
+
+def existing_path(value: str) -> str:
+    return _existing(value, folder=None)
 
 
 def existing_file(value: str) -> str:
@@ -173,12 +166,12 @@ def cron_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _float_in(value: str, low: float, high: float, low_open: bool, what: str) -> float:
+def _float_in(value: str, low: float, high: float, low_open: bool, what: str, high_open: bool = False) -> float:
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}") from None
-    if not (low < number if low_open else low <= number) or not number <= high:
+    if not (low < number if low_open else low <= number) or not (number < high if high_open else number <= high):
         raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
     return number
 

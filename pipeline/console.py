@@ -20,8 +20,10 @@ from pathlib import Path
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '([^']+)'")
 _END = re.compile(r"Task '([^']+)' finished with status (\w+)")
-# Progress the steps print: Keras' "Epoch 3/8", the data step's "checked 500/2304 records".
-_PROGRESS = (re.compile(r"\bEpoch (\d+)/(\d+)"), re.compile(r"checked (\d+)/(\d+) records"))
+# Progress the steps print (Keras' "Epoch 3/8", the data step's "checked 500/2304 records"),
+# and how the live line shows it.
+_PROGRESS = ((re.compile(r"\bEpoch (\d+)/(\d+)"), "epoch {}/{}"),
+             (re.compile(r"checked (\d+)/(\d+) records"), "{}/{} records checked"))
 
 
 def strip_ansi(text: str) -> str:
@@ -191,12 +193,10 @@ class StepRouter(io.TextIOBase):
                 else "failed"
             self.display.finish(task, state, figure)
             return
-        for pattern in _PROGRESS:
+        for pattern, shown in _PROGRESS:
             found = pattern.search(line)
             if found:
-                unit = "epoch" if "Epoch" in pattern.pattern else "records"
-                self.display.progress(f"{unit} {found.group(1)}/{found.group(2)}" if unit == "epoch"
-                                      else f"{found.group(1)}/{found.group(2)} records checked")
+                self.display.progress(shown.format(*found.groups()))
 
 
 _LOGGED_ERROR = re.compile(r"^\[KFP Executor [^\]]*\b(?:ERROR|CRITICAL)\]:\s*(.+)")
@@ -239,8 +239,8 @@ def error_lines(log: Path, count: int = 5) -> list[str]:
     return found[-count:]
 
 
-def read_outputs(run_dir_of, task: str) -> dict:
-    """A task's executor output (its output parameters), once its run folder is known."""
-    run_dir = run_dir_of()
+def read_outputs(run_dir: Path | None, task: str) -> dict:
+    """A task's executor output (its output parameters, which kfp's local runner keeps in
+    the task folder); {} before the run folder exists or the task has written it."""
     path = run_dir / task / "executor_output.json" if run_dir else None
     return json.loads(path.read_text()) if path and path.is_file() else {}

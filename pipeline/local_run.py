@@ -82,10 +82,9 @@ def _top_level_report(run_dir: Path) -> Path | None:
 
 
 def _register_output(run_dir: Path, name: str) -> str:
-    """An output parameter of the register step (kfp's local runner keeps them in
-    `executor_output.json` of the task folder)."""
-    path = _task_dir(run_dir, "register") / "executor_output.json"
-    return json.loads(path.read_text())["parameterValues"][name] if path.exists() else "?"
+    """An output parameter of the register step ("?" when it wrote none)."""
+    _task_dir(run_dir, "register")  # the step ran
+    return read_outputs(run_dir, "register").get("parameterValues", {}).get(name, "?")
 
 
 class StepFailed(RuntimeError):
@@ -129,7 +128,7 @@ def _run_routed(params: dict, logs: Path, run_dir, console, quiet: bool) -> None
     import sys
 
     display = StepDisplay(console) if quiet else StepDisplay.silent()
-    router = StepRouter(logs, display, outputs_of=lambda task: read_outputs(run_dir, task),
+    router = StepRouter(logs, display, outputs_of=lambda task: read_outputs(run_dir(), task),
                         echo=None if quiet else sys.stdout)
     try:
         with display, contextlib.redirect_stdout(router), contextlib.redirect_stderr(router):

@@ -60,9 +60,9 @@ def test_paired_bootstrap_identical_better_and_seeded():
     truths, found = _scene(5)
     perfect = [ImageDetections(t.image_id, t.boxes, [0.9] * len(t.boxes), t.labels) for t in truths]
     same = paired_bootstrap(match_table(truths, found, NAMES), match_table(truths, found, NAMES), resamples=200)
-    assert (same.delta_map.point, same.delta_map.low, same.delta_map.high) == (0.0, 0.0, 0.0)
+    assert (same.delta_map.delta, same.delta_map.low, same.delta_map.high) == (0.0, 0.0, 0.0)
     better = paired_bootstrap(match_table(truths, perfect, NAMES), match_table(truths, found, NAMES), resamples=200)
-    assert better.delta_map.low > 0 and better.delta_map.low <= better.delta_map.point <= better.delta_map.high
+    assert better.delta_map.low > 0 and better.delta_map.low <= better.delta_map.delta <= better.delta_map.high
     again = paired_bootstrap(match_table(truths, perfect, NAMES), match_table(truths, found, NAMES), resamples=200)
     assert again.delta_map == better.delta_map  # seeded
     weights = resample_weights(10, 1000, seed=0)

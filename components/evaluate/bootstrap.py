@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, to_coco
+from components.registry.decision import DeltaInterval
 
 _REC_THRS = np.linspace(0.0, 1.00, 101)
+_NUM_IOU = 10  # COCO's IoU thresholds 0.50:0.05:0.95
 _EPS = np.spacing(1)
 
 
@@ -54,9 +56,8 @@ def match_table(truths: list[ImageTruth], detections: list[ImageDetections],
     detections = [_only_classes(d, set(class_ids)) for d in detections]
     gt_dict, results = to_coco(truths, detections, label_names)
     if not results:  # nothing detected: every class scores 0 where it has boxes
-        empty = np.zeros((10, 0), dtype=bool)
-        return MatchTable(len(image_ids), class_ids, [
-            ClassMatches(np.zeros(0, dtype=np.int64), empty, empty, _positives(truths, k)) for k in class_ids])
+        return MatchTable(len(image_ids), class_ids,
+                          [_no_detections(_positives(truths, k), _NUM_IOU) for k in class_ids])
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         coco_gt = COCO()
         coco_gt.dataset = gt_dict
@@ -86,9 +87,13 @@ def match_table(truths: list[ImageTruth], detections: list[ImageDetections],
             skip = np.concatenate(ignored, axis=1)[:, order]
             classes.append(ClassMatches(np.concatenate(images)[order], hit & ~skip, ~hit & ~skip, positives))
         else:
-            empty = np.zeros((num_iou, 0), dtype=bool)
-            classes.append(ClassMatches(np.zeros(0, dtype=np.int64), empty, empty, positives))
+            classes.append(_no_detections(positives, num_iou))
     return MatchTable(len(image_ids), class_ids, classes)
+
+
+def _no_detections(positives: np.ndarray, num_iou: int) -> ClassMatches:
+    empty = np.zeros((num_iou, 0), dtype=bool)
+    return ClassMatches(np.zeros(0, dtype=np.int64), empty, empty, positives)
 
 
 def _only_classes(d: ImageDetections, keep: set[int]) -> ImageDetections:
@@ -135,20 +140,22 @@ class Scores:
     per_class: np.ndarray  # [R, K], -1 where undefined
 
 
+def _mean_of_defined(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Mean over `axes` of the entries that are not -1 (COCO's "undefined"); -1 where none is."""
+    defined = values > -1
+    count = defined.sum(axis=axes)
+    return np.where(count > 0, np.where(defined, values, 0).sum(axis=axes) / np.maximum(count, 1), -1.0)
+
+
 def weighted_scores(table: MatchTable, weights: np.ndarray, chunk: int = 25) -> Scores:
     """mAP@[.5:.95], AP50 and per-class AP for each row of image weights [R, I]."""
     maps, ap50s, per_class = [], [], []
     for start in range(0, weights.shape[0], chunk):
         w = weights[start:start + chunk].astype(np.float64)
         precision = np.stack([_class_precision(c, w) for c in table.classes], axis=-1)  # [r, T, 101, K]
-        valid = precision > -1
-        with np.errstate(invalid="ignore"):
-            maps.append(np.where(valid.any(axis=(1, 2, 3)), np.where(valid, precision, 0).sum(axis=(1, 2, 3))
-                                 / np.maximum(valid.sum(axis=(1, 2, 3)), 1), -1.0))
-            first = precision[:, 0]
-            ap50s.append(np.where((first > -1).any(axis=(1, 2)), np.where(first > -1, first, 0).sum(axis=(1, 2))
-                                  / np.maximum((first > -1).sum(axis=(1, 2)), 1), -1.0))
-            per_class.append(np.where(valid.all(axis=(1, 2)), precision.mean(axis=(1, 2)), -1.0))
+        maps.append(_mean_of_defined(precision, (1, 2, 3)))
+        ap50s.append(_mean_of_defined(precision[:, 0], (1, 2)))  # IoU 0.5 only
+        per_class.append(np.where((precision > -1).all(axis=(1, 2)), precision.mean(axis=(1, 2)), -1.0))
     return Scores(np.concatenate(maps), np.concatenate(ap50s), np.concatenate(per_class))
 
 
@@ -161,28 +168,18 @@ def resample_weights(num_images: int, resamples: int, seed: int) -> np.ndarray:
     return np.vstack([np.ones((1, num_images), dtype=np.int64), weights])
 
 
-@dataclass
-class Interval:
-    point: float
-    low: float
-    high: float
-
-    def to_dict(self) -> dict:
-        return {"delta": round(self.point, 6), "low": round(self.low, 6), "high": round(self.high, 6)}
-
-
-def _interval(values: np.ndarray, point: float, level: float) -> Interval:
+def _interval(values: np.ndarray, point: float, level: float) -> DeltaInterval:
     tail = (1.0 - level) / 2 * 100
     low, high = np.percentile(values, [tail, 100 - tail])
-    return Interval(float(point), float(low), float(high))
+    return DeltaInterval(float(point), float(low), float(high))
 
 
 @dataclass
 class PairedResult:
     challenger: Scores  # row 0: the sample itself
     champion: Scores
-    delta_map: Interval
-    delta_ap50: Interval
+    delta_map: DeltaInterval
+    delta_ap50: DeltaInterval
     resamples: int
 
 

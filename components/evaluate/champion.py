@@ -18,7 +18,7 @@ from pathlib import Path
 from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
-from components.registry.decision import DeltaInterval, PromotionRule, Verdict, comparison_line, decide
+from components.registry.decision import PromotionRule, Verdict, comparison_line, decide
 from components.registry.registry import SAVED_MODEL_DIR, Registry
 
 logger = logging.getLogger(__name__)
@@ -75,8 +75,7 @@ def compare_and_decide(truths: list[ImageTruth], challenger: list[ImageDetection
                                  if a.per_class[0][i] > -1 and b.per_class[0][i] > -1 else None)
                       for i, k in enumerate(sorted(names))},
     }
-    d = result.delta_map
-    verdict = decide(rule, challenger_map, DeltaInterval(d.point, d.low, d.high))
+    verdict = decide(rule, challenger_map, result.delta_map)
     return {**record, **_verdict(verdict)}
 
 

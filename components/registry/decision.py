@@ -48,6 +48,9 @@ class DeltaInterval:
     def text(self) -> str:
         return f"{self.delta:+.3f} (95% CI {self.low:+.3f} .. {self.high:+.3f})"
 
+    def to_dict(self) -> dict:
+        return {"delta": round(self.delta, 6), "low": round(self.low, 6), "high": round(self.high, 6)}
+
 
 @dataclass(frozen=True)
 class Verdict:

@@ -60,8 +60,9 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
     name = registry.claim_version(run_id)
     with open(metrics_file) as handle:
         metrics = json.load(handle)
+    status = "blessed" if blessed else "rejected"
     record = {
-        "run_id": run_id, "status": "blessed" if blessed else "rejected", "reason": reason,
+        "run_id": run_id, "status": status, "reason": reason,
         "model_sha256": model_hash,
         "compared_with": compared_with, "fingerprint": fingerprint,
         "val_fingerprint": decision.get("val", {}).get("fingerprint", ""),
@@ -70,8 +71,8 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
     with tempfile.TemporaryDirectory() as tmp:
         decision_file = os.path.join(tmp, "decision.json")
         with open(decision_file, "w") as handle:
-            json.dump({**decision, "version": name, "blessed": blessed, "reason": reason,
-                       "verdict": "blessed" if blessed else "rejected"}, handle, indent=2, sort_keys=True)
+            json.dump({**decision, "version": name, "blessed": blessed, "reason": reason, "verdict": status},
+                      handle, indent=2, sort_keys=True)
         files = {n: os.path.join(data_dir, n) for n in DATA_FILES if os.path.exists(os.path.join(data_dir, n))}
         files.update({"metrics.json": metrics_file, "decision.json": decision_file})
         record = registry.write_version(name, saved_model_dir, files, record)
@@ -83,8 +84,8 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
         except Conflict as err:  # lost a race with another writer after the check above
             logger.error("version %s not promoted: %s", name, err)
             return Registered(name, "rejected", str(err), registry.champion_version(), record)
-    logger.info("registered %s as %s: %s", name, record["status"], reason)
-    return Registered(name, record["status"], reason, champion, record)
+    logger.info("registered %s as %s: %s", name, status, reason)
+    return Registered(name, status, reason, champion, record)
 
 
 def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str, data_dir: str, metrics_file: str,

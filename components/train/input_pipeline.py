@@ -218,13 +218,9 @@ def eval_examples(data_dir: str, split: str = "val") -> tf.data.Dataset:
 def count_records(data_dir: str, split: str) -> int:
     """Records in a split: from `manifest.json` when `detpipe data build` wrote the shards
     (no pass over the data), else by reading them (shards from other converters)."""
-    files = shard_files(data_dir, split)
-    manifest_path = f"{data_dir.rstrip('/')}/manifest.json"
-    if tf.io.gfile.exists(manifest_path):
-        with tf.io.gfile.GFile(manifest_path) as handle:
-            shards = {s["name"]: s["records"] for s in json.load(handle).get("shards", [])}
-        names = [f.rsplit("/", 1)[-1] for f in files]
-        if all(name in shards for name in names):
-            return sum(shards[name] for name in names)
+    files = shard_files(data_dir, split)  # with a manifest: exactly its shards, checked
+    listed = _manifest_shards(data_dir.rstrip("/"))
+    if listed is not None:
+        return sum(shard["records"] for shard in listed if shard["split"] == split)
     compression = compression_type(files)
     return sum(1 for f in files for _ in tf.data.TFRecordDataset(f, compression_type=compression))
