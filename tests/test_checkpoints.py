@@ -55,12 +55,12 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, 
 
     rerun = subprocess.run(_command(demo_shards, killed), cwd=REPO, env=env, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    resumed = re.search(r"resuming from checkpoint \S+: (\d+) chunk\(s\) already done", rerun.stderr)
+    resumed = re.search(r"resuming from checkpoint \S+: (\d+) step\(s\) already done", rerun.stderr)
     assert resumed, rerun.stderr[-2000:]
-    chunks = int(resumed.group(1))
-    assert 1 <= chunks < 10  # 30 steps in chunks of 3: it lost at most one chunk
+    steps = int(resumed.group(1))
+    assert 3 <= steps < 30 and steps % 3 == 0  # 30 steps in chunks of 3: it lost at most one chunk
     config = json.loads((killed / "train_config.json").read_text())
-    assert f"resumed after step {chunks * 3}" in config["result"]["decisions"]["checkpoints"]
+    assert f"resumed after step {steps}" in config["result"]["decisions"]["checkpoints"]
     assert config["result"]["steps"] == 30
 
     for a, b in zip(_weights(full), _weights(killed)):
@@ -199,7 +199,7 @@ def _fit_tiny(model, guard, steps=4, micro_batches=1):
     use_micro_batches(model, micro_batches, wrap=guard.checked)
     x = np.arange(3 * 4 * steps, dtype="float32").reshape(4 * steps, 3) / 10
     model.fit(x, np.ones((4 * steps, 2), "float32"), batch_size=4, epochs=1, shuffle=False, verbose=0,
-              callbacks=[RaiseOnNonFinite(guard, steps_per_chunk=steps, initial_chunk=0)])
+              callbacks=[RaiseOnNonFinite(guard)])
 
 
 def test_a_non_finite_update_is_named_at_its_step_even_when_its_loss_was_finite():
@@ -247,14 +247,18 @@ def test_injected_nan_reaches_the_loss_of_exactly_step_k_with_or_without_micro_b
     assert all(np.isfinite(w).all() for w in model.get_weights())
 
 
-def test_several_machines_in_tf_config_stop_with_a_clear_message(tmp_path, monkeypatch):
-    """Multi-worker training is not built yet: a replica of a multi-pool custom job says so
-    instead of training alone and racing the others for the same output folder."""
-    from components.train.trainer import TrainConfig, cluster_workers, train_detector
+def test_tf_config_gives_each_process_its_role_and_folder():
+    """Vertex names the pools chief and worker; a cluster without a chief makes worker 0 the chief."""
+    from components.train.distribution import ClusterRole, cluster_role
 
-    config = {"cluster": {"chief": ["a:2222"], "worker": ["b:2222", "c:2222"]}, "task": {"type": "worker", "index": 0}}
-    assert cluster_workers({"TF_CONFIG": json.dumps(config)}) == 3
-    assert cluster_workers({}) == 1
-    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
-    with pytest.raises(NotImplementedError, match="3 machines"):
-        train_detector(TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path / "out")))
+    vertex = {"cluster": {"chief": ["a:2222"], "worker": ["b:2222", "c:2222"]}, "task": {"type": "worker", "index": 1}}
+    role = cluster_role({"TF_CONFIG": json.dumps(vertex)})
+    assert (role.workers, role.is_chief, role.name) == (3, False, "worker-1")
+    assert role.write_dir("gs://b/out") == "gs://b/out/_scratch/worker-1"
+    chief = cluster_role({"TF_CONFIG": json.dumps({**vertex, "task": {"type": "chief", "index": 0}})})
+    assert chief.is_chief and chief.write_dir("gs://b/out") == "gs://b/out"
+    no_chief = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}
+    assert cluster_role({"TF_CONFIG": json.dumps(no_chief)}).is_chief
+    assert cluster_role({}) == ClusterRole() and cluster_role({}).workers == 1
+    one = {"cluster": {"chief": ["a:1"]}, "task": {"type": "chief", "index": 0}}
+    assert cluster_role({"TF_CONFIG": json.dumps(one)}).workers == 1

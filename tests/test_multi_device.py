@@ -16,7 +16,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from components.train import trainer
-trainer._distribution = lambda: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), "test: 2 logical CPUs")
+trainer.make_strategy = lambda role: (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), "test: 2 logical CPUs")
 result = trainer.train_detector(trainer.TrainConfig(data_dir=sys.argv[1], output_dir=sys.argv[2], epochs=100,
                                                     batch_size=7, image_size=64, max_steps=6, checkpoint_every=2))
 print("RESULT " + json.dumps(result.to_dict()))

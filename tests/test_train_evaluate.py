@@ -8,7 +8,8 @@ from beam.split import TRAIN
 from components.evaluate.evaluator import GateFailed, evaluate_detector
 from components.train.input_pipeline import InputConfig, count_records, eval_examples, train_dataset
 from components.train.model import ModelConfig, build_detector
-from components.train.trainer import TrainConfig, choose_batch_size, train_detector
+from components.train.plan import choose_batch_size
+from components.train.trainer import TrainConfig, train_detector
 
 
 def test_train_batches_have_static_images_and_pixel_boxes(demo_shards):
@@ -150,6 +151,6 @@ def test_deterministic_input_repeats_exactly_and_the_cache_changes_nothing(demo_
                 np.testing.assert_array_equal(x, y)
     assert list(tmp_path.glob("cache*"))  # the file cache was written
     # A resumed pipeline (skip) continues the same sequence: batch 3 of a fresh start.
-    resumed = first_batches(skip_examples=8)[0]
+    resumed = first_batches(skip_steps=2)[0]
     for x, y in zip(plain[2], resumed):
         np.testing.assert_array_equal(x, y)

@@ -16,6 +16,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from components.train.config import TrainConfig
+
 logger = logging.getLogger(__name__)
 
 TARGET_FRACTION = 0.85  # of accelerator memory (or available RAM) a batch may use at its peak
@@ -118,3 +120,44 @@ def cpu_ram_bound(model_size: str, image_size: int, num_classes: int, available_
 
     return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_size, image_size, num_classes,
                               mixed_precision=False)
+
+
+def measure_auto_batch(config: TrainConfig, num_classes: int, local_replicas: int = 1) -> tuple[int, str]:
+    """`--batch-size auto` for this machine: trial steps on a GPU (the batch of one GPU,
+    times the machine's GPUs), a RAM bound on a CPU."""
+    import keras
+    import psutil
+    import tensorflow as tf
+
+    from components.probe.gpu_facts import nvml_facts
+    from components.train.model import build_detector, model_config_for
+
+    if not tf.config.list_physical_devices("GPU"):
+        available = psutil.virtual_memory().available
+        bound = cpu_ram_bound(config.model_size, config.image_size, num_classes, available)
+        return max(1, min(CPU_BATCH_CAP, bound)), (
+            f"auto on a CPU: RAM allows about {bound} images ({TARGET_FRACTION:.0%} of {available / 2**30:.1f} GiB "
+            f"available, estimated from the model's layer outputs); capped at {CPU_BATCH_CAP}, since on a CPU "
+            "a larger batch adds step time, not throughput")
+    start = config.probe.safe_batch or 32
+    gpus = nvml_facts().get("gpus") or []
+    if not gpus:
+        return start, f"auto: {start} from the probe's estimate (NVML did not report the GPU's memory)"
+    total = gpus[0]["memory_total"]
+    trial_model = build_detector(model_config_for(config.model_size, config.image_size, num_classes, config.preset))
+    trial_model.compile(optimizer=keras.optimizers.AdamW(1e-4, global_clipnorm=config.clipnorm))
+    try:
+        search = search_largest_batch(trial_step_fits(trial_model, config.image_size, int(total * TARGET_FRACTION)),
+                                      start=start, limit=GPU_BATCH_LIMIT)
+    except Exception as err:  # the search itself failed: fall back to the probe's estimate
+        logger.warning("train: batch search failed (%s); using the probe's estimate %d", err, start)
+        return start, f"auto: {start} from the probe's estimate (the trial-step search failed: {err})"
+    finally:
+        del trial_model
+        gc.collect()
+    if search.batch == 0:
+        return local_replicas, f"auto: not even 1 image fitted in trial steps ({search.describe()}); trying 1 per GPU"
+    return search.batch * local_replicas, (
+        f"auto: the largest batch whose trial steps peaked under {TARGET_FRACTION:.0%} of "
+        f"{total / 2**30:.1f} GiB GPU memory, starting from the probe's {start} (trials: {search.describe()})"
+        + (f", times {local_replicas} GPUs" if local_replicas > 1 else ""))

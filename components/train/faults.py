@@ -13,7 +13,7 @@ is every model variable after the update, in the compiled step (one reduction pe
 variable), so a step whose update went non-finite is named even when its own loss looked
 finite. The step named is the step whose update first went non-finite.
 
-Recovery policy (trainer.py): on a non-finite loss or update, restore the last checkpoint,
+Recovery policy (loop.py): on a non-finite loss or update, restore the last checkpoint,
 halve the learning rate and go on; after `max_nan_recoveries` recoveries, fail with a clear
 message. On out-of-memory, restore the last checkpoint, halve the micro-batch and keep the
 effective batch by gradient accumulation (accumulation.py); fail when a micro-batch of 1
@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import keras
 import tensorflow as tf
+
+from components.train.global_step import GlobalStep
 
 logger = logging.getLogger(__name__)
 
@@ -112,28 +114,12 @@ class FiniteGuard:
         return step
 
 
-class GlobalStep(keras.callbacks.Callback):
-    """Knows the 1-based global step of the current batch while training runs in chunks
-    (Keras epochs of `steps_per_chunk` steps)."""
-
-    def __init__(self, steps_per_chunk: int, initial_chunk: int):
-        super().__init__()
-        self._per_chunk, self._epoch = steps_per_chunk, initial_chunk
-        self.step = initial_chunk * steps_per_chunk
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.step = self._epoch * self._per_chunk + batch + 1
-
-
 class RaiseOnNonFinite(GlobalStep):
     """Stop at the first step whose loss is non-finite (Keras' running mean stays NaN once it
     is) or whose update left a non-finite variable (`FiniteGuard`), naming that step."""
 
-    def __init__(self, guard: FiniteGuard, steps_per_chunk: int, initial_chunk: int):
-        super().__init__(steps_per_chunk, initial_chunk)
+    def __init__(self, guard: FiniteGuard):
+        super().__init__()
         self._guard = guard
 
     def on_train_batch_end(self, batch, logs=None):
@@ -149,8 +135,8 @@ class InjectOutOfMemory(GlobalStep):
     """The `oom@K` fault: a ResourceExhaustedError as step K starts, as a too-large batch
     would raise from the training step on a GPU."""
 
-    def __init__(self, plan: FaultPlan, steps_per_chunk: int, initial_chunk: int):
-        super().__init__(steps_per_chunk, initial_chunk)
+    def __init__(self, plan: FaultPlan):
+        super().__init__()
         self._plan = plan
 
     def on_train_batch_begin(self, batch, logs=None):

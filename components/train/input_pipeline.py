@@ -50,7 +50,8 @@ class InputConfig:
     seed: int = 0
     deterministic: bool = False
     parallelism: int | None = None  # parallel calls per map; None lets tf.data tune it
-    skip_examples: int = 0  # resume: examples a previous run already consumed
+    skip_steps: int = 0  # resume: steps a previous run already trained
+    workers: int = 1  # machines reading this dataset in one synchronous job (distribution.py)
 
 
 def _calls(config: InputConfig) -> int:
@@ -192,22 +193,46 @@ def read_records(files: list[str], deterministic: bool, shuffle_seed: int | None
         cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
+def shard_policy(num_files: int, workers: int) -> tf.data.experimental.AutoShardPolicy:
+    """How several workers split the train split: by file when every worker gets at least
+    one shard (each reads only its own files), else by data (each reads everything and
+    keeps its part of every global batch)."""
+    policy = tf.data.experimental.AutoShardPolicy
+    return policy.FILE if num_files >= workers else policy.DATA
+
+
+def examples_per_step(batch_size: int, workers: int, policy: tf.data.experimental.AutoShardPolicy) -> int:
+    """Records one worker's stream yields per global step: with file sharding each worker's
+    own stream feeds its 1/workers of the global batch; with data sharding every worker
+    walks the whole global stream."""
+    return batch_size // workers if policy == tf.data.experimental.AutoShardPolicy.FILE else batch_size
+
+
 def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
-    """Endless shuffled, augmented, batched training data."""
-    ds = read_records(shard_files(data_dir, "train"), config.deterministic, shuffle_seed=config.seed)
+    """Endless shuffled, augmented, batched training data; `config.batch_size` is the global
+    batch (tf.distribute splits it across devices and workers)."""
+    files = shard_files(data_dir, "train")
+    policy = shard_policy(len(files), config.workers)
+    skip = config.skip_steps * examples_per_step(config.batch_size, config.workers, policy)
+    ds = read_records(files, config.deterministic, shuffle_seed=config.seed)
     if config.cache:
         # The encoded records, kept after the first pass: later epochs read no files.
         ds = ds.cache("" if config.cache == "memory" else config.cache)
     # Skipping raw records (before decoding) is cheap; with a seeded, deterministic
     # pipeline it puts a resumed run exactly where the killed one stopped.
-    ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat().skip(config.skip_examples)
+    ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat().skip(skip)
     # One fused map per image: on few cores, every extra dataset stage costs more in
     # per-element overhead than the work it holds (benchmarks/input_pipeline.py).
     # Per-element stateless seeds from the example's position keep augmentation reproducible.
-    ds = ds.enumerate(start=config.skip_examples).map(
+    ds = ds.enumerate(start=skip).map(
         lambda index, serialized: _train_element(serialized, index, config),
         num_parallel_calls=_calls(config), deterministic=config.deterministic)
-    return _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True).prefetch(AUTOTUNE)
+    ds = _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True).prefetch(AUTOTUNE)
+    if config.workers > 1:
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = policy
+        ds = ds.with_options(options)
+    return ds
 
 
 def eval_examples(data_dir: str, split: str = "val") -> tf.data.Dataset:

@@ -14,8 +14,9 @@ import math
 import time
 from pathlib import Path
 
-import keras
 import tensorflow as tf
+
+from components.train.global_step import GlobalStep
 
 
 class StepClock:
@@ -39,15 +40,14 @@ class StepClock:
         return step
 
 
-class TrainingMonitor(keras.callbacks.Callback):
+class TrainingMonitor(GlobalStep):
     """Per-step loss parts, learning rate, images/s and input wait to TensorBoard; totals
     and the per-step loss for the report."""
 
-    def __init__(self, log_dir: str, batch_size: int, clock: StepClock, steps_per_chunk: int, log_every: int = 10):
+    def __init__(self, log_dir: str, batch_size: int, clock: StepClock, log_every: int = 10):
         super().__init__()
-        self.batch_size, self.clock, self.per_chunk, self.log_every = batch_size, clock, steps_per_chunk, log_every
+        self.batch_size, self.clock, self.log_every = batch_size, clock, log_every
         self._writer = tf.summary.create_file_writer(log_dir)
-        self._chunk = 0
         self._began = 0.0
         self.step_losses: list[tuple[int, float]] = []  # (global step, loss of that step)
         self.steps_timed = 0  # steps after the first (the first includes tracing)
@@ -55,15 +55,17 @@ class TrainingMonitor(keras.callbacks.Callback):
         self.compute = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._chunk, self._previous_mean = epoch, 0.0
+        super().on_epoch_begin(epoch, logs)
+        self._previous_mean = 0.0
 
     def on_train_batch_begin(self, batch, logs=None):
+        super().on_train_batch_begin(batch, logs)
         self._began = time.time()
 
     def on_train_batch_end(self, batch, logs=None):
         ended = time.time()
         logs = logs or {}
-        step = self._chunk * self.per_chunk + batch + 1
+        step = self.step
         wait = (min(max(float(self.clock.data_ready.numpy()) - self._began, 0.0), ended - self._began)
                 if self.clock.enabled else 0.0)
         compute = ended - self._began - wait
@@ -71,7 +73,7 @@ class TrainingMonitor(keras.callbacks.Callback):
             mean = float(logs["loss"])
             self.step_losses.append((step, mean * (batch + 1) - self._previous_mean * batch))
             self._previous_mean = mean
-        if batch > 0 or self._chunk > 0:
+        if step > self.first_step + 1:  # the first step of a fit includes tracing
             self.steps_timed += 1
             self.input_wait += wait
             self.compute += compute

@@ -1,0 +1,51 @@
+"""What a training run is asked to do (`TrainConfig`) and what the probe advised for this
+machine (`ProbeAdvice`): plain data, no TensorFlow, shared by the plan, the trainer, the
+tuner, the CLI and the KFP component."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ProbeAdvice:
+    """What the probe measured on this machine (components/probe): starting points."""
+
+    safe_batch: int | None = None
+    precision: str | None = None  # "mixed_bfloat16" | "mixed_float16" | "float32"
+    input_parallelism: int | None = None
+
+    @classmethod
+    def from_probe_file(cls, path: str) -> "ProbeAdvice":
+        """The recommendations of a probe.json (`detpipe probe --json`, the probe step's artifact)."""
+        with open(path) as handle:
+            rec = json.load(handle)["recommendations"]
+        return cls(safe_batch=rec.get("largest_safe_batch") or None, precision=rec.get("mixed_precision"),
+                   input_parallelism=rec.get("input_parallelism"))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data_dir: str
+    output_dir: str
+    epochs: int = 10
+    batch_size: str | int = "auto"  # images per step on one machine, or "auto"
+    image_size: int = 128
+    model_size: str = "tiny"
+    preset: str | None = None  # KerasHub preset whose pretrained backbone replaces model_size's
+    base_lr_per_64: float = 8e-3
+    warmup_fraction: float = 0.1
+    weight_decay: float = 1e-4
+    clipnorm: float = 10.0
+    augment: bool = True
+    augment_strength: float = 0.25
+    flip: bool = True
+    cache: str | None = None  # "memory" or a file path: keep encoded records after the first epoch
+    seed: int = 0
+    deterministic: bool = False
+    max_steps: int | None = None  # cap on total steps (smoke tests)
+    checkpoint_every: int | None = None  # steps between checkpoints; None: once an epoch
+    max_nan_recoveries: int = 3
+    nan_lr_factor: float = 0.5  # learning-rate scale after each NaN recovery
+    probe: ProbeAdvice = field(default_factory=ProbeAdvice)

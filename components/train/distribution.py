@@ -1,0 +1,136 @@
+"""Where training runs: one device, several GPUs of one machine, or several machines.
+
+Vertex AI sets `TF_CONFIG` on every replica of a multi-pool custom job (pool 0 is the
+`chief`, pool 1 the `worker`s). With more than one machine in it the trainer uses
+`tf.distribute.MultiWorkerMirroredStrategy`: every step's gradients are all-reduced across
+all machines, so every worker holds the same weights after every step.
+
+Outputs (the TF multi-worker guide's pattern): every worker takes part in every save,
+since saving may read synchronised variables through collectives, but only the chief
+writes into the output folder; the others write into `OUTPUT/_scratch/worker-N`, which is
+deleted when they finish. Every worker restores from the chief's checkpoints.
+
+Faults across workers (loop.py): a NaN is seen by every worker at the same step (the loss
+is all-reduced and the weights are the same), so all restore the same checkpoint in
+lockstep. A SIGTERM on any worker is all-reduced into every step (`StopRequest`), so all
+workers save at the same step and exit with code 143. Anything else that stops one worker
+(SIGKILL, out of memory, a lost VM) makes the others' collectives fail (MultiWorkerMirrored-
+Strategy checks its peers' health): every process exits non-zero, and the restarted job
+resumes from the chief's last checkpoint on every worker.
+
+Example:
+    >>> role = cluster_role({"TF_CONFIG": '{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, '
+    ...                      '"task": {"type": "worker", "index": 0}}'})
+    >>> role.workers, role.is_chief, role.name
+    (2, False, 'worker-0')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+SCRATCH_DIR = "_scratch"
+
+
+@dataclass(frozen=True)
+class ClusterRole:
+    """This process's place in the training cluster."""
+
+    workers: int = 1  # machines in the cluster
+    task_type: str = "chief"  # as TF_CONFIG names it
+    task_index: int = 0
+    is_chief: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.task_type}-{self.task_index}"
+
+    def write_dir(self, output_dir: str) -> str:
+        """Where this process writes: the output folder on the chief, a scratch folder on the others."""
+        return output_dir if self.is_chief else f"{output_dir.rstrip('/')}/{SCRATCH_DIR}/{self.name}"
+
+    def clean_up(self, output_dir: str) -> None:
+        """Delete a non-chief's scratch folder (and the scratch root once it is empty)."""
+        if self.is_chief:
+            return
+        scratch = self.write_dir(output_dir)
+        if tf.io.gfile.exists(scratch):
+            tf.io.gfile.rmtree(scratch)
+        root = f"{output_dir.rstrip('/')}/{SCRATCH_DIR}"
+        if tf.io.gfile.isdir(root) and not tf.io.gfile.listdir(root):
+            tf.io.gfile.rmtree(root)
+
+
+_MACHINE_ROLES = ("chief", "master", "worker")  # "ps" and "evaluator" take no part in all-reduce
+
+
+def cluster_role(environ=os.environ) -> ClusterRole:
+    """The role `TF_CONFIG` gives this process; one machine without one."""
+    raw = environ.get("TF_CONFIG", "")
+    if not raw:
+        return ClusterRole()
+    config = json.loads(raw)
+    cluster, task = config.get("cluster", {}), config.get("task", {})
+    workers = sum(len(cluster.get(role, [])) for role in _MACHINE_ROLES)
+    if workers <= 1:
+        return ClusterRole()
+    kind, index = task.get("type", "worker"), int(task.get("index", 0))
+    has_chief = any(cluster.get(role) for role in ("chief", "master"))
+    # The chief is the chief/master task, or worker 0 when the cluster names none (as TF does).
+    is_chief = kind in ("chief", "master") or (kind == "worker" and index == 0 and not has_chief)
+    return ClusterRole(workers=workers, task_type=kind, task_index=index, is_chief=is_chief)
+
+
+def make_strategy(role: ClusterRole) -> tuple[tf.distribute.Strategy, str]:
+    """The strategy for this cluster and how to describe it. Call before any other
+    TensorFlow work: MultiWorkerMirroredStrategy must configure collectives first."""
+    if role.workers > 1:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        return strategy, f"MultiWorkerMirroredStrategy, {role.workers} workers"
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy(), f"MirroredStrategy over {len(gpus)} GPUs, the batch split evenly"
+    return tf.distribute.get_strategy(), "one device"
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def fit_across_workers(model: keras.Model, element_spec) -> None:
+    """Let Keras 3.15's `fit` run under MultiWorkerMirroredStrategy (tensorflow#72388):
+    - its symbolic build reduces a (x, y) tuple of per-replica batches with
+      `strategy.reduce`, which only takes one value: build from the dataset's element
+      spec instead (the shapes are all it needs);
+    - it reduces every step's logs with `strategy.reduce("MEAN", v, axis=0)`, which fails
+      on scalars: `vector_logs` gives each log a length-1 axis to reduce over."""
+    strategy = model.distribute_strategy
+
+    def symbolic_build(iterator=None, data_batch=None):
+        with strategy.scope():
+            model._symbolic_build(data_batch=element_spec)
+
+    model._maybe_symbolic_build = symbolic_build
+
+
+def vector_logs(train_step):
+    """A train step whose logs have shape [1] (see `fit_across_workers`)."""
+
+    def step(data):
+        return {name: tf.reshape(value, [1]) for name, value in train_step(data).items()}
+
+    return step
+
+
+def weights_digest(model: keras.Model) -> str:
+    """sha256 of every weight's bytes, in order: equal on every worker after a synchronous step."""
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(weight.tobytes())
+    return digest.hexdigest()

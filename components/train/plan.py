@@ -1,0 +1,119 @@
+"""The training plan: every number the trainer uses, each with its reason, decided by a
+pure function of the config, the machine and the data (no TensorFlow).
+
+Batch: `--batch-size N` is images per step on one machine (split over its GPUs); with
+several workers the global batch is that times the workers. `auto` is measured per
+machine (batch_search.py) and multiplied the same way. The learning rate scales linearly
+with the global batch from a base rate per 64 images, with linear warmup and cosine decay.
+
+Example:
+    >>> plan = plan_training(TrainConfig("data", "out", epochs=2, batch_size=8),
+    ...                      MachineFacts(workers=2, strategy="MultiWorkerMirroredStrategy, 2 workers"),
+    ...                      num_train=100)
+    >>> plan.batch_size, plan.steps_per_epoch, plan.decisions["devices"]
+    (16, 6, 'MultiWorkerMirroredStrategy, 2 workers, global batch 16')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from components.train.config import TrainConfig
+from components.train.precision import precision_for
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """Where the training runs, as the trainer found it."""
+
+    local_replicas: int = 1  # devices of this machine in the strategy
+    workers: int = 1  # machines in the cluster (TF_CONFIG)
+    gpu_majors: tuple[int, ...] = ()  # CUDA compute capability majors of this machine's GPUs
+    strategy: str = "one device"  # how the strategy describes itself (distribution.py)
+    auto_batch: tuple[int, str] | None = None  # `--batch-size auto` measured on this machine, and why
+
+    @property
+    def replicas(self) -> int:
+        return self.local_replicas * self.workers
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    batch_size: int  # global: images per optimizer step across every replica
+    machine_batch: int  # images per step on one machine
+    replicas: int
+    workers: int
+    precision: str
+    steps_per_epoch: int
+    total_steps: int  # a whole number of chunks
+    chunk: int  # steps between checkpoints
+    peak_lr: float
+    warmup_steps: int
+    decisions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_chunks(self) -> int:
+        return self.total_steps // self.chunk
+
+
+def choose_precision(advised: str | None, gpu_majors: tuple[int, ...]) -> tuple[str, str]:
+    """The mixed-precision policy and why: the probe's advice on a GPU machine, else the
+    rule for these GPUs (precision.py)."""
+    if advised and gpu_majors:
+        return advised, "as the probe measured on this machine"
+    return precision_for(list(gpu_majors))
+
+
+def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | None = None,
+                      auto: tuple[int, str] | None = None) -> tuple[int, str]:
+    """Images per step on one machine and why: as given (capped at the data size), or the
+    measured `auto` choice (batch_search.py; the probe's estimate, or 16, without one),
+    capped at the data size."""
+    if requested != "auto":
+        size = int(requested)
+        if size < 1:
+            raise ValueError(f"--batch-size must be >= 1 or 'auto', got {requested}")
+        return min(size, num_train), "given on the command line" + (" (capped at the dataset size)" if size > num_train else "")
+    size, reason = auto or (min(safe_batch or 16, 64), "auto: the probe's estimate, or 16")
+    if size > num_train:
+        return num_train, f"{reason}; capped at the dataset size {num_train}"
+    return size, reason
+
+
+def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int) -> TrainPlan:
+    """Every number of the run and its reason."""
+    if num_train < 1:
+        raise ValueError("the train split has no records")
+    precision, precision_reason = choose_precision(config.probe.precision, machine.gpu_majors)
+    per_machine_data = max(1, num_train // machine.workers)
+    machine_batch, batch_reason = choose_batch_size(config.batch_size, per_machine_data, config.probe.safe_batch,
+                                                    machine.auto_batch)
+    local = machine.local_replicas
+    if machine_batch % local:  # every device takes the same share
+        machine_batch = max(local, machine_batch - machine_batch % local)
+        batch_reason += f"; rounded to {machine_batch}, a multiple of the {local} GPUs"
+    batch = machine_batch * machine.workers
+    if machine.workers > 1:
+        batch_reason += f"; {machine_batch} per machine x {machine.workers} workers"
+
+    steps_per_epoch = max(1, num_train // batch)
+    total = steps_per_epoch * config.epochs
+    if config.max_steps:
+        total = min(total, config.max_steps)
+    # Training runs in chunks of `chunk` steps with a checkpoint after each (checkpoints.py);
+    # the total is rounded up to whole chunks so the schedule and the checkpoints agree.
+    chunk = max(1, min(config.checkpoint_every or steps_per_epoch, total))
+    total = math.ceil(total / chunk) * chunk
+    peak_lr = config.base_lr_per_64 * batch / 64
+    warmup = max(1, int(total * config.warmup_fraction))
+    decisions = {
+        "batch_size": f"{batch}: {batch_reason}",
+        "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch}/64; "
+                         f"linear warmup {warmup} steps, cosine decay to 0 at step {total}",
+        "precision": f"{precision}: {precision_reason}",
+        "devices": machine.strategy + (f", global batch {batch}" if machine.replicas > 1 else ""),
+    }
+    return TrainPlan(batch_size=batch, machine_batch=machine_batch, replicas=machine.replicas,
+                     workers=machine.workers, precision=precision, steps_per_epoch=steps_per_epoch,
+                     total_steps=total, chunk=chunk, peak_lr=peak_lr, warmup_steps=warmup, decisions=decisions)
