@@ -144,15 +144,20 @@ def _common_train_config(args) -> dict:
 
 
 def cmd_train(args) -> int:
+    from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
     from components.train.trainer import TrainConfig, train_detector
 
     hparams = _hparams_over_defaults(args)
     config = {**_common_train_config(args), "augment": not args.no_flip or hparams["augment_strength"] > 0}
     # (with --no-flip and strength 0 there is nothing left to augment)
-    result = train_detector(TrainConfig(
-        data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
-        deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-        **config, **hparams))
+    try:
+        result = train_detector(TrainConfig(
+            data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
+            deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
+            **config, **hparams))
+    except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects
+        print(f"detpipe: {stopped}", file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
     loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
           f"{result.model_path}")
@@ -277,7 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_batch_size, default="auto", help="batch the memory check assumes (default auto)")
     p.set_defaults(func=cmd_probe)
 
-    p = sub.add_parser("train", help="train a RetinaNet on the shards of `data build`")
+    p = sub.add_parser(
+        "train", help="train a RetinaNet on the shards of `data build`",
+        description="Train a RetinaNet on the shards of `data build`. Resumes from the last checkpoint in --output. "
+                    "A SIGTERM saves a checkpoint at the current step and exits 143; run the same command to resume. "
+                    "With TF_CONFIG naming several machines (a Vertex custom job with --train-replicas), every "
+                    "machine runs this same command: they train in lockstep (MultiWorkerMirroredStrategy), the "
+                    "global batch is --batch-size x machines, and only the chief writes --output.")
     p.add_argument("--data", required=True, type=existing_dir, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for model.keras, history, report")
     _add_train_options(p)

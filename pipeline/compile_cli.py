@@ -35,11 +35,13 @@ def add_compile_options(p) -> None:
                    help="tune and train as pipeline tasks on one VM (task, default) or as Vertex AI custom jobs "
                         "(customjob: replicas, spot VMs, timeout); `detpipe run --local` always uses task")
     p.add_argument("--train-replicas", type=positive_int, default=1,
-                   help="customjob: machines for training, 1 chief + N-1 workers (default 1)")
+                   help="customjob: machines for training, 1 chief + N-1 workers, trained in lockstep with "
+                        "MultiWorkerMirroredStrategy; --batch-size is per machine (default 1)")
     p.add_argument("--train-machine-type", default="n1-standard-8",
                    help="customjob: machine type of every replica (default n1-standard-8)")
-    p.add_argument("--spot", action="store_true", help="customjob: spot VMs (cheaper; Vertex restarts the job "
-                                                       "after a preemption and training resumes from its checkpoint)")
+    p.add_argument("--spot", action="store_true", help="customjob: spot VMs (cheaper; on the SIGTERM before a "
+                                                       "preemption every replica saves a checkpoint at the current "
+                                                       "step, and the restarted job resumes from it)")
     p.add_argument("--train-timeout", type=duration_arg, default=7 * 24 * 3600,
                    help="customjob: the job's time limit, e.g. 24h, 90m, 2d (default 7d)")
     p.add_argument("--restart-on-worker-restart", action="store_true",
@@ -66,19 +68,10 @@ def resources_from_args(args):
         raise UsageError(str(err)) from None
 
 
-def warn_about_replicas(args) -> None:
-    import sys
-
-    if args.train_replicas > 1:
-        print(f"detpipe: warning: --train-replicas {args.train_replicas}: multi-worker training is not built yet; "
-              "the train and tune jobs will stop with that message on Vertex AI", file=sys.stderr)
-
-
 def cmd_compile(args) -> int:
     from pipeline.compile import compile_pipeline
     from pipeline.dag import DEFAULT_IMAGE
 
-    warn_about_replicas(args)
     print(compile_pipeline(Path(args.output), image=args.image or DEFAULT_IMAGE, resources=resources_from_args(args)))
     return EXIT_OK
 

@@ -8,7 +8,7 @@ there; with `tune_trials` 0 (the default) it only writes the default hyperparame
 compile-time options (`StepResources`); the local runner ignores them.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 from kfp import dsl
@@ -79,8 +79,10 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
     `pipeline.params.PARAMS` (kfp reads the signature and the docstring)."""
     steps = make_steps(image)
     custom = resources.train_runner == "customjob"
-    tune_step = as_custom_job(steps.tune_hyperparameters, resources, "detpipe-tune") if custom \
-        else steps.tune_hyperparameters
+    # The tuner scores every trial between trials, on one machine: it runs on the chief alone
+    # (several replicas would train each short trial together and then all evaluate it).
+    tune_step = as_custom_job(steps.tune_hyperparameters, replace(resources, train_replicas=1), "detpipe-tune") \
+        if custom else steps.tune_hyperparameters
     train_step = as_custom_job(steps.train, resources, "detpipe-train") if custom else steps.train
     names = [p.name for p in sorted(PARAMS, key=lambda p: p.default is not REQUIRED)]
 

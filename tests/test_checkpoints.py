@@ -253,7 +253,7 @@ def test_tf_config_gives_each_process_its_role_and_folder():
 
     vertex = {"cluster": {"chief": ["a:2222"], "worker": ["b:2222", "c:2222"]}, "task": {"type": "worker", "index": 1}}
     role = cluster_role({"TF_CONFIG": json.dumps(vertex)})
-    assert (role.workers, role.is_chief, role.name) == (3, False, "worker-1")
+    assert (role.workers, role.is_chief, role.name, role.index) == (3, False, "worker-1", 2)
     assert role.write_dir("gs://b/out") == "gs://b/out/_scratch/worker-1"
     chief = cluster_role({"TF_CONFIG": json.dumps({**vertex, "task": {"type": "chief", "index": 0}})})
     assert chief.is_chief and chief.write_dir("gs://b/out") == "gs://b/out"
@@ -262,3 +262,60 @@ def test_tf_config_gives_each_process_its_role_and_folder():
     assert cluster_role({}) == ClusterRole() and cluster_role({}).workers == 1
     one = {"cluster": {"chief": ["a:1"]}, "task": {"type": "chief", "index": 0}}
     assert cluster_role({"TF_CONFIG": json.dumps(one)}).workers == 1
+
+
+@pytest.mark.slow
+def test_sigterm_mid_chunk_saves_the_current_step_and_the_rerun_resumes_there(demo_shards, tmp_path):
+    """A real SIGTERM from outside (as Vertex sends before it takes a spot VM back): exit 143
+    after a checkpoint at the step it stopped at; the same command resumes from that step."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = _command(demo_shards, tmp_path)
+    command[command.index("--max-steps") + 1] = "60"
+    command[command.index("--checkpoint-every") + 1] = "25"
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    events = tmp_path / "tensorboard"
+    deadline = time.monotonic() + 300
+    # Training has begun once TensorBoard has more than its first step: then send SIGTERM.
+    while proc.poll() is None and time.monotonic() < deadline and sum(
+            f.stat().st_size for f in events.glob("*")) < 2000:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert proc.poll() is None, "training ended before the SIGTERM"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-2000:]
+    stopped = re.search(r"stopped at step (\d+) after saving checkpoint (\S+);", stderr)
+    assert stopped, stderr[-2000:]
+    step = int(stopped.group(1))
+    assert 0 < step < 60 and stopped.group(2).endswith(f"ckpt-{step}")
+
+    rerun = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert re.search(rf"resuming from checkpoint \S+ckpt-{step}: {step} step\(s\) already done", rerun.stderr)
+    config = json.loads((tmp_path / "train_config.json").read_text())
+    assert f"resumed after step {step}" in config["result"]["decisions"]["checkpoints"]
+    assert config["result"]["steps"] == 75  # 60 rounded up to whole chunks of 25
+
+
+@pytest.mark.slow
+def test_a_sigterm_at_step_k_then_resume_equals_an_uninterrupted_run(demo_shards, tmp_path, monkeypatch):
+    """`term@7` (fault injection: SIGTERM as step 7 starts) with chunks of 3: the checkpoint
+    is at step 7, mid-chunk; the resumed run first finishes that chunk, and with
+    --deterministic it ends with the uninterrupted run's weights."""
+    from components.train.loop import Preempted
+    from components.train.trainer import TrainConfig, train_detector
+
+    def config(out):
+        return TrainConfig(data_dir=str(demo_shards), output_dir=str(out), epochs=100, batch_size=4, image_size=64,
+                           max_steps=12, checkpoint_every=3, deterministic=True, seed=5)
+
+    full = train_detector(config(tmp_path / "full"))
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "term@7")
+    with pytest.raises(Preempted, match="stopped at step 7 after saving checkpoint .*ckpt-7"):
+        train_detector(config(tmp_path / "stopped"))
+    assert not (tmp_path / "stopped" / "model.keras").exists()
+    resumed = train_detector(config(tmp_path / "stopped"))
+    assert "resumed after step 7" in resumed.decisions["checkpoints"]
+    assert resumed.weights_sha256 and resumed.steps == full.steps == 12
+    for a, b in zip(_weights(tmp_path / "full"), _weights(tmp_path / "stopped")):
+        np.testing.assert_allclose(a, b, atol=1e-5)

@@ -46,6 +46,7 @@ class ClusterRole:
     task_type: str = "chief"  # as TF_CONFIG names it
     task_index: int = 0
     is_chief: bool = True
+    index: int = 0  # 0 for the chief, then 1, 2, ... for the other workers
 
     @property
     def name(self) -> str:
@@ -84,15 +85,21 @@ def cluster_role(environ=os.environ) -> ClusterRole:
     has_chief = any(cluster.get(role) for role in ("chief", "master"))
     # The chief is the chief/master task, or worker 0 when the cluster names none (as TF does).
     is_chief = kind in ("chief", "master") or (kind == "worker" and index == 0 and not has_chief)
-    return ClusterRole(workers=workers, task_type=kind, task_index=index, is_chief=is_chief)
+    position = 0 if kind in ("chief", "master") else index + (1 if has_chief else 0)
+    return ClusterRole(workers=workers, task_type=kind, task_index=index, is_chief=is_chief, index=position)
+
+
+_STRATEGIES: dict[str, tf.distribute.Strategy] = {}
 
 
 def make_strategy(role: ClusterRole) -> tuple[tf.distribute.Strategy, str]:
     """The strategy for this cluster and how to describe it. Call before any other
     TensorFlow work: MultiWorkerMirroredStrategy must configure collectives first."""
     if role.workers > 1:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        return strategy, f"MultiWorkerMirroredStrategy, {role.workers} workers"
+        # One per process: collectives are configured once (the tuner trains several times).
+        if "multi_worker" not in _STRATEGIES:
+            _STRATEGIES["multi_worker"] = tf.distribute.MultiWorkerMirroredStrategy()
+        return _STRATEGIES["multi_worker"], f"MultiWorkerMirroredStrategy, {role.workers} workers"
     gpus = tf.config.list_logical_devices("GPU")
     if len(gpus) > 1:
         return tf.distribute.MirroredStrategy(), f"MirroredStrategy over {len(gpus)} GPUs, the batch split evenly"
@@ -117,6 +124,17 @@ def fit_across_workers(model: keras.Model, element_spec) -> None:
             model._symbolic_build(data_batch=element_spec)
 
     model._maybe_symbolic_build = symbolic_build
+
+
+def synchronise_batch_norm(model: keras.Model, on: bool = True) -> None:
+    """Batch normalisation over the global batch (Keras' `synchronized=True`: the batch
+    moments are all-reduced across every replica): without it each worker normalises with
+    its own few images and keeps its own moving statistics, so the workers' models drift
+    apart. Switched off again before the model is saved, so the saved model needs no
+    strategy. (`_flatten_layers` is Keras' own walk over nested layers, the backbone's too.)"""
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.synchronized = on
 
 
 def vector_logs(train_step):

@@ -5,8 +5,9 @@ injects them so recovery is testable on a CPU.
 added to the loss inside the compiled step, so it reaches the loss and the update on every
 machine (NaN pixels do not: oneDNN's CPU kernels drop them before the loss and poison only
 the update). `oom@K` raises `tf.errors.ResourceExhaustedError` when step K starts, once.
-With `:always` (`nan@K:always`, `oom@K:always`) it happens every time step K comes round
-again, to test the failure paths.
+`term@K` sends this process a SIGTERM as step K starts, once, as Vertex does before it
+takes a spot VM back. With `:always` (`nan@K:always`, `oom@K:always`) it happens every time
+step K comes round again, to test the failure paths.
 
 Detection (`FiniteGuard`, `RaiseOnNonFinite`): after every step the loss is checked, and so
 is every model variable after the update, in the compiled step (one reduction per
@@ -26,6 +27,7 @@ import logging
 import math
 import os
 import re
+import signal
 from dataclasses import dataclass, field
 
 import keras
@@ -36,7 +38,7 @@ from components.train.global_step import GlobalStep
 logger = logging.getLogger(__name__)
 
 FAULT_ENV = "DETPIPE_INJECT_FAULT"
-_SPEC = re.compile(r"^(nan|oom)@(\d+)(:always)?$")
+_SPEC = re.compile(r"^(nan|oom|term)@(\d+)(:always)?$")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -66,7 +68,7 @@ class FaultPlan:
             return cls()
         match = _SPEC.match(spec)
         if not match:
-            raise ValueError(f"{FAULT_ENV}={spec!r}: expected nan@STEP or oom@STEP, optionally with :always")
+            raise ValueError(f"{FAULT_ENV}={spec!r}: expected nan@STEP, oom@STEP or term@STEP, optionally with :always")
         return cls(kind=match.group(1), step=int(match.group(2)), always=bool(match.group(3)))
 
     def poison_loss(self, model: keras.Model) -> None:
@@ -131,9 +133,10 @@ class RaiseOnNonFinite(GlobalStep):
             raise NonFiniteLoss(f"the update made the weights non-finite{shown} at step {self.step}")
 
 
-class InjectOutOfMemory(GlobalStep):
+class InjectFault(GlobalStep):
     """The `oom@K` fault: a ResourceExhaustedError as step K starts, as a too-large batch
-    would raise from the training step on a GPU."""
+    would raise from the training step on a GPU; the `term@K` fault: a SIGTERM to this
+    process as step K starts."""
 
     def __init__(self, plan: FaultPlan):
         super().__init__()
@@ -142,7 +145,12 @@ class InjectOutOfMemory(GlobalStep):
     def on_train_batch_begin(self, batch, logs=None):
         super().on_train_batch_begin(batch, logs)
         plan = self._plan
-        if plan.kind == "oom" and self.step == plan.step and (plan.always or not plan.fired):
-            plan.fired = True
+        if plan.kind not in ("oom", "term") or self.step != plan.step or (plan.fired and not plan.always):
+            return
+        plan.fired = True
+        if plan.kind == "term":
+            logger.warning("fault injection: SIGTERM at step %d (%s)", self.step, FAULT_ENV)
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
             logger.warning("fault injection: out of memory at step %d (%s)", self.step, FAULT_ENV)
             raise tf.errors.ResourceExhaustedError(None, None, f"injected out of memory at step {self.step}")

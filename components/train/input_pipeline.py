@@ -52,6 +52,7 @@ class InputConfig:
     parallelism: int | None = None  # parallel calls per map; None lets tf.data tune it
     skip_steps: int = 0  # resume: steps a previous run already trained
     workers: int = 1  # machines reading this dataset in one synchronous job (distribution.py)
+    worker_index: int = 0  # this machine's place among them
 
 
 def _calls(config: InputConfig) -> int:
@@ -195,8 +196,9 @@ def read_records(files: list[str], deterministic: bool, shuffle_seed: int | None
 
 def shard_policy(num_files: int, workers: int) -> tf.data.experimental.AutoShardPolicy:
     """How several workers split the train split: by file when every worker gets at least
-    one shard (each reads only its own files), else by data (each reads everything and
-    keeps its part of every global batch)."""
+    one shard (each reads only its own files: `train_dataset` picks them, since tf.data's
+    own file sharding refuses a pipeline with `enumerate`), else by data (tf.data: each
+    reads everything and keeps its part of every global batch)."""
     policy = tf.data.experimental.AutoShardPolicy
     return policy.FILE if num_files >= workers else policy.DATA
 
@@ -214,6 +216,8 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     files = shard_files(data_dir, "train")
     policy = shard_policy(len(files), config.workers)
     skip = config.skip_steps * examples_per_step(config.batch_size, config.workers, policy)
+    if config.workers > 1 and policy == tf.data.experimental.AutoShardPolicy.FILE:
+        files = files[config.worker_index::config.workers]
     ds = read_records(files, config.deterministic, shuffle_seed=config.seed)
     if config.cache:
         # The encoded records, kept after the first pass: later epochs read no files.
@@ -228,9 +232,11 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
         lambda index, serialized: _train_element(serialized, index, config),
         num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True).prefetch(AUTOTUNE)
-    if config.workers > 1:
+    if config.workers > 1:  # tf.distribute splits each global batch; by file, this worker's files are its part
         options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = policy
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.OFF if policy == tf.data.experimental.AutoShardPolicy.FILE
+            else policy)
         ds = ds.with_options(options)
     return ds
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 from components.train.accumulation import next_micro_batches, use_micro_batches
 from components.train.checkpoints import SaveEveryChunk, StepCheckpoints
 from components.train.config import TrainConfig
-from components.train.faults import (FaultPlan, FiniteGuard, InjectOutOfMemory, NonFiniteLoss, OutOfMemory,
+from components.train.faults import (FaultPlan, FiniteGuard, InjectFault, NonFiniteLoss, OutOfMemory,
                                      RaiseOnNonFinite, TrainingDiverged)
 from components.train.global_step import GlobalStep
 from components.train.input_pipeline import InputConfig, train_dataset
@@ -44,6 +44,10 @@ class Preempted(RuntimeError):
         super().__init__(f"SIGTERM: stopped at step {step} after saving checkpoint {path}; "
                          "run the same command again to resume from it")
         self.step, self.path = step, path
+
+
+class WorkerLost(RuntimeError):
+    """Another worker of the cluster stopped (killed, out of memory, its VM taken back)."""
 
 
 class StopRequest:
@@ -153,7 +157,7 @@ def fit_with_recovery(parts: LoopParts, config: TrainConfig, input_config: Input
     per_replica = batch // parts.model.distribute_strategy.num_replicas_in_sync
     recovery_state = (parts.schedule.scale, parts.micro_batches)  # what a recovery changes; a restore keeps it
     step = RaiseOnNonFinite(parts.guard)
-    callbacks = [parts.monitor, SaveEveryChunk(parts.checkpoints), step, InjectOutOfMemory(parts.faults),
+    callbacks = [parts.monitor, SaveEveryChunk(parts.checkpoints), step, InjectFault(parts.faults),
                  StopAtRequest(parts.stop, parts.checkpoints)]
     parts.stop.install()
     try:
@@ -191,6 +195,13 @@ def fit_with_recovery(parts: LoopParts, config: TrainConfig, input_config: Input
                          f"{per_replica // more} images{' per GPU' if per_replica != batch else ''}, {more} "
                          f"accumulated parts per step keep the effective batch at {batch}; "
                          f"restored the checkpoint after step {steps_done}")
+            except tf.errors.UnavailableError as err:
+                if not parts.multi_worker:
+                    raise
+                first_line = str(err).strip().splitlines()[0][:300]
+                raise WorkerLost(
+                    f"training stopped at step {step.step}: a worker of the cluster is gone ({first_line}); run the "
+                    "job again (Vertex restarts it): every worker resumes from the chief's last checkpoint") from err
             logger.warning("train: %s", event)
             recoveries.append(event)
     finally:

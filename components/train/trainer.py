@@ -34,7 +34,8 @@ from components.train.batch_search import measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
 from components.train.config import ProbeAdvice, TrainConfig
 from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers, is_multi_worker,
-                                           make_strategy, vector_logs, weights_digest)
+                                           make_strategy, synchronise_batch_norm, vector_logs,
+                                           weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
@@ -124,10 +125,11 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
         image_size=config.image_size, batch_size=plan.batch_size, augment=config.augment,
         augment_strength=config.augment_strength, flip=config.flip, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
-        workers=role.workers)
+        workers=role.workers, worker_index=role.index)
     multi_worker = is_multi_worker(strategy)
     if multi_worker:
         fit_across_workers(model, train_dataset(config.data_dir, input_config).element_spec)
+        synchronise_batch_norm(model)
     clock, stop = StepClock(enabled=not config.deterministic), StopRequest()
     faults, guard = FaultPlan.from_env(), FiniteGuard(model)
     faults.poison_loss(model)
@@ -155,6 +157,7 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
                                     + f" = effective batch {plan.batch_size} (smaller micro-batch after out-of-memory)")
     if recoveries:
         decisions["recoveries"] = "; ".join(recoveries)
+    synchronise_batch_norm(model, on=False)
     model.save(mine / MODEL_FILE)  # every worker saves (it may read synchronised variables); only the chief's stays
     digest = weights_digest(model)
     logger.info("train: %s final weights sha256 %s", role.name, digest)

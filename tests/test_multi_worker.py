@@ -1,0 +1,110 @@
+"""Two real `detpipe train` processes on 127.0.0.1 with TF_CONFIG, as Vertex starts the
+replicas of a multi-pool custom job: MultiWorkerMirroredStrategy on CPU, a tiny model."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _start_cluster(data, out, logs, max_steps: int) -> list[subprocess.Popen]:
+    chief, worker = (f"127.0.0.1:{p}" for p in _free_ports(2))
+    cluster = {"chief": [chief], "worker": [worker]}
+    command = [sys.executable, "-m", "pipeline.cli", "train", "--data", str(data), "--output", str(out),
+               "--batch-size", "4", "--image-size", "64", "--epochs", "100", "--max-steps", str(max_steps),
+               "--checkpoint-every", "4", "--seed", "3", "--no-export"]
+    procs = []
+    for task in ({"type": "chief", "index": 0}, {"type": "worker", "index": 0}):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
+        log = open(logs / f"{task['type']}.log", "w")
+        procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def _wait(procs, timeout=300) -> list[int]:
+    try:
+        return [p.wait(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+def _digest(log_path) -> str:
+    found = re.findall(r"final weights sha256 ([0-9a-f]{64})", log_path.read_text())
+    assert found, log_path.read_text()[-3000:]
+    return found[-1]
+
+
+@pytest.mark.slow
+def test_two_workers_train_in_lockstep_and_only_the_chief_writes(demo_shards, tmp_path):
+    out, logs = tmp_path / "out", tmp_path
+    codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8))
+    assert codes == [0, 0], (logs / "chief.log").read_text()[-3000:] + (logs / "worker.log").read_text()[-3000:]
+    assert _digest(logs / "chief.log") == _digest(logs / "worker.log")  # the same weights on both
+    names = {p.name for p in out.iterdir()}
+    assert {"model.keras", "train_report.md", "train_config.json", "checkpoints", "tensorboard"} <= names
+    assert "_scratch" not in names  # the worker's own saves are gone
+    report = (out / "train_report.md").read_text()
+    assert "MultiWorkerMirroredStrategy, 2 workers, global batch 8" in report
+    config = json.loads((out / "train_config.json").read_text())
+    assert config["result"]["batch_size"] == 8 and config["result"]["steps"] == 8
+    assert config["result"]["weights_sha256"] == _digest(logs / "chief.log")
+    # The saved model needs no strategy: batch normalisation is saved unsynchronised.
+    assert '"synchronized": true' not in json.dumps(json.loads(_model_config(out / "model.keras")))
+
+
+def _model_config(path) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        return archive.read("config.json").decode()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_chief_and_both_resume_from_the_checkpoint(demo_shards, tmp_path):
+    out, logs = tmp_path / "out", tmp_path
+    chief, worker = _start_cluster(demo_shards, out, logs, max_steps=40)
+    state = out / "checkpoints" / "checkpoint"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and chief.poll() is None:
+        text = state.read_text() if state.exists() else ""
+        if re.search(r'^model_checkpoint_path: "ckpt-[1-9]\d*"', text, re.M):
+            break
+        time.sleep(0.05)
+    assert chief.poll() is None, "training ended before the worker could be killed"
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    chief_code = _wait([chief], timeout=180)[0]  # it must not hang on the lost peer
+    assert chief_code != 0
+    assert "a worker of the cluster is gone" in (logs / "chief.log").read_text()
+    assert not (out / "model.keras").exists()
+
+    rerun = tmp_path / "rerun"
+    rerun.mkdir()
+    codes = _wait(_start_cluster(demo_shards, out, rerun, max_steps=40))
+    assert codes == [0, 0], (rerun / "chief.log").read_text()[-3000:]
+    for name in ("chief.log", "worker.log"):
+        resumed = re.search(r"resuming from checkpoint \S+: (\d+) step\(s\) already done", (rerun / name).read_text())
+        assert resumed and int(resumed.group(1)) >= 4, name
+    assert _digest(rerun / "chief.log") == _digest(rerun / "worker.log")
+    config = json.loads((out / "train_config.json").read_text())
+    assert "resumed after step" in config["result"]["decisions"]["checkpoints"] and config["result"]["steps"] == 40
