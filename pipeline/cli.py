@@ -17,6 +17,7 @@ from pipeline.cli_types import non_negative_float as _non_negative_float
 from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
+from pipeline.cli_types import pixel_range
 from pipeline.cli_types import (
     CheckFailed,
     DetpipeParser,
@@ -46,7 +47,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def cmd_demo_data(args) -> int:
     from pipeline.demo_data import write_demo_dataset
 
-    summary = write_demo_dataset(Path(args.out), num_train=args.train, num_val=args.val, seed=args.seed)
+    summary = write_demo_dataset(Path(args.out), num_train=args.train, num_val=args.val, seed=args.seed,
+                                 object_size=args.object_size, image_size=args.image_size)
     print(f"wrote {summary.num_images} images with {summary.num_objects} objects "
           f"({', '.join(f'{k}: {v}' for k, v in summary.objects_per_class.items())}) to {summary.output_dir}")
     return EXIT_OK
@@ -225,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=output_dir, help="output folder; gets images/ and annotations/")
     p.add_argument("--train", type=_positive_int, default=1024, help="number of training-sized images (default 1024)")
     p.add_argument("--val", type=_positive_int, default=128, help="number of extra images (default 128)")
+    p.add_argument("--object-size", type=pixel_range, default=(26, 58), metavar="MIN-MAX",
+                   help="side of the shapes in pixels, e.g. 9-22 for small objects (default 26-58)")
+    p.add_argument("--image-size", type=pixel_range, default=(128, 128), metavar="MIN-MAX",
+                   help="width and height of the images in pixels, each drawn from the range, e.g. 280-400 "
+                        "(default 128: squares)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_demo_data)
 

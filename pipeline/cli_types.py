@@ -214,3 +214,15 @@ def tensorflow_error_line(err: Exception) -> str | None:
         return None
     text = getattr(err, "message", None) or str(err)
     return f"{type(err).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
+
+
+def pixel_range(value: str) -> tuple[int, int]:
+    """`MIN-MAX` or `N` pixels (both >= 2, MIN <= MAX)."""
+    low, _, high = value.partition("-")
+    try:
+        pair = (int(low), int(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN-MAX or N in pixels, e.g. 9-22, got {value!r}") from None
+    if pair[0] < 2 or pair[0] > pair[1]:
+        raise argparse.ArgumentTypeError(f"expected 2 <= MIN <= MAX pixels, got {value!r}")
+    return pair

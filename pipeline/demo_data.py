@@ -62,22 +62,22 @@ def _colour(rng: random.Random, lo: int = 0, hi: int = 255) -> tuple[int, int, i
     return (rng.randint(lo, hi), rng.randint(lo, hi), rng.randint(lo, hi))
 
 
-def _background(rng: random.Random, size: int) -> Image.Image:
+def _background(rng: random.Random, width: int, height: int) -> Image.Image:
     """A vertical two-colour gradient with clutter that is not an object."""
     top, bottom = _colour(rng, 40, 215), _colour(rng, 40, 215)
-    image = Image.new("RGB", (size, size))
+    image = Image.new("RGB", (width, height))
     draw = ImageDraw.Draw(image)
-    for y in range(size):
-        t = y / (size - 1)
+    for y in range(height):
+        t = y / (height - 1)
         draw.line(
-            [(0, y), (size, y)],
+            [(0, y), (width, y)],
             fill=tuple(int(top[c] * (1 - t) + bottom[c] * t) for c in range(3)),
         )
     for _ in range(rng.randint(2, 6)):  # thin lines
-        pts = [(rng.randint(0, size), rng.randint(0, size)) for _ in range(2)]
+        pts = [(rng.randint(0, width), rng.randint(0, height)) for _ in range(2)]
         draw.line(pts, fill=_colour(rng), width=rng.randint(1, 2))
     for _ in range(rng.randint(3, 10)):  # specks and small blobs
-        x, y, r = rng.randint(0, size), rng.randint(0, size), rng.randint(1, 5)
+        x, y, r = rng.randint(0, width), rng.randint(0, height), rng.randint(1, 5)
         draw.ellipse([x - r, y - r, x + r, y + r], fill=_colour(rng))
     return image
 
@@ -92,28 +92,37 @@ def _draw_shape(draw: ImageDraw.ImageDraw, name: str, box, fill) -> None:
         draw.polygon([((x0 + x1) / 2, y0), (x1 - 1, y1 - 1), (x0, y1 - 1)], fill=fill)
 
 
-def _place_objects(rng: random.Random, size: int) -> list[DemoObject]:
+def _place_objects(rng: random.Random, width: int, height: int,
+                   object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT)) -> list[DemoObject]:
     objects: list[DemoObject] = []
     wanted = rng.randint(1, 3)
+    smallest, largest = object_size[0], min(object_size[1], width, height)
     for _ in range(50):  # bounded tries; an image keeps what fitted
         if len(objects) == wanted:
             break
         name = rng.choice(CLASSES)
-        w = rng.randint(MIN_OBJECT, MAX_OBJECT)
+        w = rng.randint(min(smallest, largest), largest)
         # Squares and circles stay square; triangles may be a little wide or tall.
-        h = w if name != "triangle" else max(MIN_OBJECT, int(w * rng.uniform(0.8, 1.2)))
-        x0, y0 = rng.randint(0, size - w), rng.randint(0, size - h)
+        h = w if name != "triangle" else min(height, max(smallest, int(w * rng.uniform(0.8, 1.2))))
+        x0, y0 = rng.randint(0, width - w), rng.randint(0, height - h)
         box = (x0, y0, x0 + w, y0 + h)
         if all(_iou(box, o.box) <= MAX_OVERLAP_IOU for o in objects):
             objects.append(DemoObject(name, box))
     return objects
 
 
-def render_demo_image(seed: int, size: int = IMAGE_SIZE) -> tuple[Image.Image, list[DemoObject]]:
-    """Render one image and its objects; the same seed gives the same image."""
+def render_demo_image(seed: int, size: int = IMAGE_SIZE, object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT),
+                      image_size: tuple[int, int] | None = None) -> tuple[Image.Image, list[DemoObject]]:
+    """Render one image and its objects; the same seed gives the same image. With
+    `image_size` (a range of sides) each side is drawn from it; else the image is
+    `size` square. Objects' sides are drawn from `object_size` (capped by the image)."""
     rng = random.Random(seed)
-    image = _background(rng, size)
-    objects = _place_objects(rng, size)
+    if image_size is None or image_size[0] == image_size[1]:
+        width = height = size if image_size is None else image_size[0]
+    else:
+        width, height = rng.randint(*image_size), rng.randint(*image_size)
+    image = _background(rng, width, height)
+    objects = _place_objects(rng, width, height, object_size)
     draw = ImageDraw.Draw(image)
     for obj in objects:
         fill = _colour(rng)
@@ -163,10 +172,13 @@ def csv_rows(entries: list[tuple[str, int, int, list[DemoObject]]]) -> str:
 
 
 def write_demo_dataset(
-    output_dir: Path, num_train: int = 1024, num_val: int = 128, seed: int = 0
+    output_dir: Path, num_train: int = 1024, num_val: int = 128, seed: int = 0,
+    object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT), image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE),
 ) -> DemoSummary:
     """Write `num_train + num_val` images under `output_dir`, annotated three ways:
-    VOC XML in `annotations/`, COCO JSON in `coco.json`, CSV in `labels.csv`.
+    VOC XML in `annotations/`, COCO JSON in `coco.json`, CSV in `labels.csv`. Object and
+    image sides are drawn from the `object_size` and `image_size` ranges (min, max) in
+    pixels; the defaults (26-58 px shapes in 128 px squares) make the built-in demo.
 
     The train/val split is left to `detpipe data build` (a hash of the image id);
     the two counts only set how many images are made.
@@ -179,7 +191,7 @@ def write_demo_dataset(
     num_objects = 0
     entries = []
     for index in range(total):
-        image, objects = render_demo_image(seed * 1_000_003 + index)
+        image, objects = render_demo_image(seed * 1_000_003 + index, object_size=object_size, image_size=image_size)
         stem = f"demo-{index:06d}"
         buffer = io.BytesIO()
         image.save(buffer, format="JPEG", quality=92)
