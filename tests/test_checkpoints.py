@@ -298,24 +298,30 @@ def test_sigterm_mid_chunk_saves_the_current_step_and_the_rerun_resumes_there(de
 
 
 @pytest.mark.slow
-def test_a_sigterm_at_step_k_then_resume_equals_an_uninterrupted_run(demo_shards, tmp_path, monkeypatch):
+def test_a_sigterm_at_step_k_then_resume_equals_an_uninterrupted_run(demo_shards, tmp_path):
     """`term@7` (fault injection: SIGTERM as step 7 starts) with chunks of 3: the checkpoint
     is at step 7, mid-chunk; the resumed run first finishes that chunk, and with
-    --deterministic it ends with the uninterrupted run's weights."""
-    from components.train.loop import Preempted
-    from components.train.trainer import TrainConfig, train_detector
+    --deterministic it ends with the uninterrupted run's weights. (In subprocesses:
+    --deterministic switches op determinism on for the whole process.)"""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    full, stopped = tmp_path / "full", tmp_path / "stopped"
 
-    def config(out):
-        return TrainConfig(data_dir=str(demo_shards), output_dir=str(out), epochs=100, batch_size=4, image_size=64,
-                           max_steps=12, checkpoint_every=3, deterministic=True, seed=5)
+    def command(out):
+        cmd = _command(demo_shards, out)
+        cmd[cmd.index("--max-steps") + 1] = "12"
+        return cmd
 
-    full = train_detector(config(tmp_path / "full"))
-    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "term@7")
-    with pytest.raises(Preempted, match="stopped at step 7 after saving checkpoint .*ckpt-7"):
-        train_detector(config(tmp_path / "stopped"))
-    assert not (tmp_path / "stopped" / "model.keras").exists()
-    resumed = train_detector(config(tmp_path / "stopped"))
-    assert "resumed after step 7" in resumed.decisions["checkpoints"]
-    assert resumed.weights_sha256 and resumed.steps == full.steps == 12
-    for a, b in zip(_weights(tmp_path / "full"), _weights(tmp_path / "stopped")):
+    subprocess.run(command(full), cwd=REPO, env=env, check=True, capture_output=True)
+    first = subprocess.run(command(stopped), cwd=REPO, env={**env, "DETPIPE_INJECT_FAULT": "term@7"},
+                           capture_output=True, text=True)
+    assert first.returncode == 143, first.stderr[-2000:]
+    assert re.search(r"stopped at step 7 after saving checkpoint \S+ckpt-7;", first.stderr), first.stderr[-2000:]
+    assert not (stopped / "model.keras").exists()
+    rerun = subprocess.run(command(stopped), cwd=REPO, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    config = json.loads((stopped / "train_config.json").read_text())
+    assert "resumed after step 7" in config["result"]["decisions"]["checkpoints"]
+    assert config["result"]["steps"] == 12
+    assert config["result"]["weights_sha256"]
+    for a, b in zip(_weights(full), _weights(stopped)):
         np.testing.assert_allclose(a, b, atol=1e-5)
