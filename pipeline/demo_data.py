@@ -111,14 +111,14 @@ def _place_objects(rng: random.Random, width: int, height: int,
     return objects
 
 
-def render_demo_image(seed: int, size: int = IMAGE_SIZE, object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT),
-                      image_size: tuple[int, int] | None = None) -> tuple[Image.Image, list[DemoObject]]:
-    """Render one image and its objects; the same seed gives the same image. With
-    `image_size` (a range of sides) each side is drawn from it; else the image is
-    `size` square. Objects' sides are drawn from `object_size` (capped by the image)."""
+def render_demo_image(seed: int, object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT),
+                      image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE)) -> tuple[Image.Image, list[DemoObject]]:
+    """Render one image and its objects; the same seed gives the same image. Each image
+    side is drawn from the `image_size` range (a square when it is one value), each
+    object side from `object_size` (capped by the image)."""
     rng = random.Random(seed)
-    if image_size is None or image_size[0] == image_size[1]:
-        width = height = size if image_size is None else image_size[0]
+    if image_size[0] == image_size[1]:  # no draw: the built-in demo's random sequence stays as it was
+        width = height = image_size[0]
     else:
         width, height = rng.randint(*image_size), rng.randint(*image_size)
     image = _background(rng, width, height)

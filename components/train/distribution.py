@@ -106,10 +106,6 @@ def make_strategy(role: ClusterRole) -> tuple[tf.distribute.Strategy, str]:
     return tf.distribute.get_strategy(), "one device"
 
 
-def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
-    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-
-
 def fit_across_workers(model: keras.Model, element_spec) -> None:
     """Let Keras 3.15's `fit` run under MultiWorkerMirroredStrategy (tensorflow#72388):
     - its symbolic build reduces a (x, y) tuple of per-replica batches with

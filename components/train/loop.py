@@ -177,13 +177,13 @@ def fit_with_recovery(parts: LoopParts, config: TrainConfig, input_config: Input
                 event = (f"{err}: restored the checkpoint after step {steps_done}, learning rate scaled "
                          f"to {float(parts.schedule.scale.numpy()):g}x")
             except tf.errors.ResourceExhaustedError as err:
-                current = int(parts.micro_batches.numpy())
-                more = next_micro_batches(per_replica, current)
                 if parts.multi_worker:
                     raise OutOfMemory(
                         f"out of memory at step {step.step}: one worker of several cannot shrink its micro-batch "
                         f"alone; use a smaller --batch-size than {batch // input_config.workers} per machine, or "
                         "GPUs with more memory") from err
+                current = int(parts.micro_batches.numpy())
+                more = next_micro_batches(per_replica, current)
                 if more is None:
                     raise OutOfMemory(
                         f"out of memory at step {step.step} even with a micro-batch of 1 image: use a smaller "

@@ -33,7 +33,7 @@ from components.train.artifacts import (
 from components.train.batch_search import measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
 from components.train.config import ProbeAdvice, TrainConfig
-from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers, is_multi_worker,
+from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers,
                                            make_strategy, synchronise_batch_norm, vector_logs,
                                            weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
@@ -126,7 +126,7 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
         augment_strength=config.augment_strength, flip=config.flip, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
         workers=role.workers, worker_index=role.index)
-    multi_worker = is_multi_worker(strategy)
+    multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
     if multi_worker:
         fit_across_workers(model, train_dataset(config.data_dir, input_config).element_spec)
         synchronise_batch_norm(model)
