@@ -270,16 +270,15 @@ def test_sigterm_mid_chunk_saves_the_current_step_and_the_rerun_resumes_there(de
     after a checkpoint at the step it stopped at; the same command resumes from that step."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = _command(demo_shards, tmp_path)
-    command[command.index("--max-steps") + 1] = "60"
+    command[command.index("--max-steps") + 1] = "400"  # long enough that the SIGTERM lands mid-run
     command[command.index("--checkpoint-every") + 1] = "25"
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    events = tmp_path / "tensorboard"
+    state = tmp_path / "checkpoints" / "checkpoint"
     deadline = time.monotonic() + 300
-    # Training has begun once TensorBoard has more than its first step: then send SIGTERM.
-    while proc.poll() is None and time.monotonic() < deadline and sum(
-            f.stat().st_size for f in events.glob("*")) < 2000:
-        time.sleep(0.05)
-    time.sleep(0.5)
+    # Training has begun once the first chunk's checkpoint (after step 25) is recorded.
+    while proc.poll() is None and time.monotonic() < deadline and not (
+            state.exists() and re.search(r'^model_checkpoint_path: "ckpt-[1-9]\d*"', state.read_text(), re.M)):
+        time.sleep(0.02)
     assert proc.poll() is None, "training ended before the SIGTERM"
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
@@ -287,14 +286,14 @@ def test_sigterm_mid_chunk_saves_the_current_step_and_the_rerun_resumes_there(de
     stopped = re.search(r"stopped at step (\d+) after saving checkpoint (\S+);", stderr)
     assert stopped, stderr[-2000:]
     step = int(stopped.group(1))
-    assert 0 < step < 60 and stopped.group(2).endswith(f"ckpt-{step}")
+    assert 25 <= step < 400 and stopped.group(2).endswith(f"ckpt-{step}")
 
     rerun = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert re.search(rf"resuming from checkpoint \S+ckpt-{step}: {step} step\(s\) already done", rerun.stderr)
     config = json.loads((tmp_path / "train_config.json").read_text())
     assert f"resumed after step {step}" in config["result"]["decisions"]["checkpoints"]
-    assert config["result"]["steps"] == 75  # 60 rounded up to whole chunks of 25
+    assert config["result"]["steps"] == 400
 
 
 @pytest.mark.slow
