@@ -95,7 +95,7 @@ def validate_and_convert(
         m["records_in"], m["written_total"], m["rejected"])
 
 
-def probe(data: Input[Dataset], require_gpu: bool, image_size: int, model_size: str, batch_size: str,
+def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: str, batch_size: str,
           report: Output[Markdown], probe_json: Output[Artifact]) -> str:
     """Check the training machine (and read speed of the shards); fails the run on FAIL.
     `probe_json` tells tune and train a starting batch, the precision and the parallelism.
@@ -117,7 +117,7 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: int, model_size: 
     return result.verdict
 
 
-def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: int, model_size: str, seed: int,
+def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: str, model_size: str, seed: int,
                          hparams: Output[Artifact], report: Output[Markdown]) -> float:
     """Search learning rate, weight decay and augmentation strength on short trials
     (`trials` 0: no search, the defaults). Returns the best val mAP (-1 without a search:
@@ -140,7 +140,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tria
     return best_map
 
 
-def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: int,
+def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
           model_size: str, seed: int, model: Output[Model], report: Output[Markdown]) -> float:
     """Train the detector with the tune step's hyperparameters; returns training images per second."""
     import logging
@@ -157,6 +157,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
                                         seed=seed, probe=advice, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
     model.metadata.update({"images_per_second": result.images_per_second, "batch_size": result.batch_size,
                            "micro_batch_size": result.micro_batch_size,
+                           **{f"shape/{k}": v for k, v in result.shape.items()},
                            **{f"decision/{k}": v for k, v in result.decisions.items()}})
     shutil.copyfile(f"{model.path}/{REPORT_FILE}", report.path)
     return result.images_per_second

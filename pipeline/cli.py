@@ -17,6 +17,7 @@ from pipeline.cli_types import non_negative_float as _non_negative_float
 from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
+from pipeline.cli_types import image_size_arg as _image_size
 from pipeline.cli_types import pixel_range
 from pipeline.cli_types import (
     CheckFailed,
@@ -142,10 +143,12 @@ def _hparams_over_defaults(args) -> dict:
 def _common_train_config(args) -> dict:
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     return {"batch_size": batch, "image_size": args.image_size, "model_size": args.model_size,
-            "preset": args.preset, "cache": args.cache, "flip": not args.no_flip}
+            "preset": args.preset, "cache": args.cache, "flip": not args.no_flip,
+            "allow_poor_anchors": args.allow_poor_anchors}
 
 
 def cmd_train(args) -> int:
+    from components.train.fitted_shape import PoorAnchors
     from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
     from components.train.trainer import TrainConfig, train_detector
 
@@ -160,6 +163,8 @@ def cmd_train(args) -> int:
     except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects
         print(f"detpipe: {stopped}", file=sys.stderr)
         return PREEMPTED_EXIT_CODE
+    except PoorAnchors as err:
+        raise _fail_lines([str(err)]) from err
     loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
           f"{result.model_path}")
@@ -197,8 +202,11 @@ def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
         p.add_argument("--epochs", type=_positive_int, default=10, help="passes over the train split (default 10)")
     p.add_argument("--batch-size", type=_batch_size, default="auto",
                    help="images per step, or 'auto' to choose for this machine (default auto)")
-    p.add_argument("--image-size", type=_positive_int, default=128,
-                   help="square model input in pixels; images are resized to it (default 128)")
+    p.add_argument("--image-size", type=_image_size, default="auto",
+                   help="square model input in pixels, images resized to it; or 'auto' (default): fitted to the "
+                        "training boxes so the small ones stay as large as the smallest anchor, at most the "
+                        "images' median long side and 512 on a CPU, 1024 on a GPU. Pyramid levels and anchors "
+                        "are fitted at either; train_report.md says what was chosen and why")
     p.add_argument("--model-size", choices=("tiny", "small", "resnet18"), default="tiny",
                    help="backbone and head size (default tiny)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -210,6 +218,9 @@ def _add_local_train_options(p: argparse.ArgumentParser) -> None:
                                      "(retinanet_resnet50_fpn_coco, a kaggle:// or gs:// handle, or a local preset "
                                      "folder) instead of --model-size; needs network access or a copy")
     p.add_argument("--no-flip", action="store_true", help="no horizontal flips (e.g. text or left/right classes)")
+    p.add_argument("--allow-poor-anchors", action="store_true",
+                   help="train even when fewer than 90%% of the training boxes can match an anchor with IoU 0.5 "
+                        "after fitting the shape (default: refuse, since those boxes teach the model nothing)")
     p.add_argument("--cache", metavar="memory|PATH",
                    help="keep the encoded training records after the first epoch, in memory or in files "
                         "at PATH; saves re-reading slow storage such as gs://")
@@ -283,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=existing_dir, help="folder of shards (output of `data build`) to measure storage read speed on")
     p.add_argument("--baseline", type=existing_file, help="probe.json written on another machine (e.g. your laptop) to compare with")
     p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
-    p.add_argument("--image-size", type=_positive_int, default=128, help="model input the memory check assumes (default 128)")
+    p.add_argument("--image-size", type=_image_size, default="auto",
+                   help="model input the memory check assumes, or 'auto' (default): fitted to --data's training "
+                        "boxes as training fits it (128 without --data)")
     p.add_argument("--model-size", choices=("tiny", "small", "resnet18"), default="tiny",
                    help="model the memory check assumes (default tiny)")
     p.add_argument("--batch-size", type=_batch_size, default="auto", help="batch the memory check assumes (default auto)")

@@ -46,6 +46,16 @@ def batch_size_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
 
 
+def image_size_arg(value: str) -> str:
+    """'auto' or a whole number of pixels >= 32, kept as a string (the pipeline parameter's type)."""
+    if value == "auto":
+        return value
+    try:
+        return str(_int_at_least(value, 32, "--image-size"))
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
+
+
 class DetpipeParser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (the command, the problem, where help is)."""
 

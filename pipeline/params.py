@@ -64,7 +64,8 @@ PARAMS: tuple[Param, ...] = (
     Param("epochs", int, 10, "Passes over the training split.", cli_type=cli_types.positive_int),
     Param("batch_size", str, "auto", "Images per step, or auto to size it to the machine.",
           cli_type=cli_types.batch_size_arg),
-    Param("image_size", int, 128, "Square model input in pixels.", cli_type=cli_types.positive_int),
+    Param("image_size", str, "auto", "Square model input in pixels, or auto: fitted to the training boxes "
+          "(with the pyramid levels and anchors).", cli_type=cli_types.image_size_arg),
     Param("model_size", str, "tiny", "Backbone and head size: tiny, small or resnet18.",
           choices=("tiny", "small", "resnet18")),
     Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),

@@ -54,7 +54,10 @@ def test_trial_steps_run_the_real_model_and_compare_peak_memory(monkeypatch):
 def test_cpu_bound_grows_with_ram_and_auto_is_capped_by_the_data():
     from components.train.plan import choose_batch_size
 
-    small, large = cpu_ram_bound("tiny", 128, 3, 2**30), cpu_ram_bound("tiny", 128, 3, 16 * 2**30)
+    from components.train.model import model_config_for
+
+    config = model_config_for("tiny", 128, 3)
+    small, large = cpu_ram_bound(config, 2**30), cpu_ram_bound(config, 16 * 2**30)
     assert 0 < small < large
     size, reason = choose_batch_size("auto", 10, auto=(16, "auto: test"))
     assert size == 10 and "capped at the dataset size 10" in reason

@@ -219,6 +219,20 @@ def test_memory_estimate_takes_the_classes_of_the_data(raccoon_shards, demo_shar
     assert 0 < safe(80) < safe(1)
 
 
+def test_memory_estimate_uses_the_fitted_shape(demo_shards):
+    """--image-size auto: the probe fits the shape to the data as training does, and
+    estimates memory for that model; a pinned size still gets fitted levels and anchors."""
+    from components.probe.memory_estimate import bytes_per_image
+
+    auto = Expectations.from_train_options("auto", "tiny", "auto", data_dir=str(demo_shards), on_gpu=True)
+    pinned = Expectations.from_train_options("256", "tiny", "auto", data_dir=str(demo_shards), on_gpu=True)
+    assert auto.model_config.image_size == auto.image_size == 128 and pinned.image_size == 256
+    assert auto.shape.startswith("128px, P") and "auto:" in auto.shape
+    assert bytes_per_image(pinned.model(), False) > bytes_per_image(auto.model(), False)
+    rec = recommend(machine(gpus=["NVIDIA T4"], cc=(7, 5), free=1 * GIB), auto)
+    assert rec["model_shape"] == auto.shape and rec["largest_safe_batch"] > 0
+
+
 def test_one_precision_rule_for_the_trainer_and_the_probe():
     """The oldest GPU decides, the same way for the trainer and the probe's recommendation."""
     from components.train.precision import is_mixed, precision_for

@@ -47,15 +47,39 @@ class Expectations:
     batch_size: int | None = None  # None: auto
     images_per_second: float | None = None  # expected training rate, for the storage check
     num_classes: int = DEFAULT_NUM_CLASSES  # the class head's size: from the data's label map when known
+    model_config: object | None = None  # the fitted ModelConfig (input size, levels, anchors) when known
+    shape: str = ""  # how the model's shape was chosen, for the report
+
+    def model(self):
+        """The ModelConfig the memory estimate builds: the fitted one, else the model size's at image_size."""
+        if self.model_config is not None:
+            return self.model_config
+        from components.train.model import model_config_for
+
+        return model_config_for(self.model_size, self.image_size, self.num_classes)
 
     @classmethod
-    def from_train_options(cls, image_size: int, model_size: str, batch_size: str,
-                           data_dir: str | None = None) -> "Expectations":
+    def from_train_options(cls, image_size: int | str, model_size: str, batch_size: str,
+                           data_dir: str | None = None, on_gpu: bool | None = None) -> "Expectations":
         """From the train step's options, where the batch size is a number or 'auto', and
-        the classes of the shards in `data_dir` when given."""
-        num_classes = num_class_slots(read_dataset_label_map(data_dir)) if data_dir else DEFAULT_NUM_CLASSES
-        return cls(image_size=image_size, model_size=model_size, num_classes=num_classes,
-                   batch_size=None if batch_size == "auto" else int(batch_size))
+        the classes of the shards in `data_dir` when given. With data, the model's shape is
+        fitted to the train boxes as training will fit it (`image_size` a number or 'auto');
+        without, 'auto' stands for the fixed 128 px shape."""
+        batch = None if batch_size == "auto" else int(batch_size)
+        if not data_dir:
+            size = 128 if image_size == "auto" else int(image_size)
+            return cls(image_size=size, model_size=model_size, batch_size=batch,
+                       shape=f"{size}px" + (" (auto without --data: the fixed shape)" if image_size == "auto" else ""))
+        from components.train.fitted_shape import gpu_visible, shape_for_data
+        from components.train.model import model_config_for
+
+        num_classes = num_class_slots(read_dataset_label_map(data_dir))
+        fitted = shape_for_data(data_dir, model_config_for(model_size, 128, num_classes), image_size,
+                                gpu_visible() if on_gpu is None else on_gpu, allow_poor_anchors=True)  # the probe reports; training refuses
+        m = fitted.model
+        return cls(image_size=m.image_size, model_size=model_size, num_classes=num_classes, batch_size=batch,
+                   model_config=m, shape=f"{m.image_size}px, P{m.min_level}-P{m.max_level} "
+                                         f"({fitted.decisions['image_size']})")
 
 
 def _version(text) -> tuple[int, ...]:
@@ -171,8 +195,8 @@ def check_gpu_memory(facts: dict, expect: Expectations) -> tuple[CheckResult | N
         return None, None
     free = min(g["memory_free"] for g in nvml_gpus)
     mixed = is_mixed(precision_for([g["compute_capability"][0] for g in facts["tensorflow"]["gpus"]])[0])
-    safe = largest_safe_batch(free, expect.model_size, expect.image_size, expect.num_classes, mixed)
-    need = bytes_per_image(expect.model_size, expect.image_size, expect.num_classes, mixed)
+    safe = largest_safe_batch(free, expect.model(), mixed)
+    need = bytes_per_image(expect.model(), mixed)
     label = f"{free / (1 << 30):.1f} GiB free GPU memory; about {need / (1 << 20):.0f} MiB an image at {expect.image_size}px"
     if safe < 1:
         return CheckResult("gpu_memory", FAIL, f"{label}: not even one image fits",

@@ -9,8 +9,8 @@ trial steps, and the probe's job is to warn early when even small batches cannot
 
 from __future__ import annotations
 
+import json
 import math
-from functools import lru_cache
 
 BACKWARD_FACTOR = 3.0  # forward outputs + their gradients + saved intermediates (BN, ReLU)
 RESERVED_FRACTION = 0.1  # CUDA context, cuDNN workspaces, fragmentation
@@ -30,24 +30,29 @@ def _output_elements(model) -> int:
     return total
 
 
-@lru_cache(maxsize=16)
-def model_footprint(model_size: str, image_size: int, num_classes: int) -> tuple[int, int]:
-    """(activation elements per image, parameter count) of detpipe's detector."""
-    from components.train.model import build_model_for
+def model_footprint(config) -> tuple[int, int]:
+    """(activation elements per image, parameter count) of the detector a `ModelConfig`
+    describes (its input size, levels and anchors: the fitted shape)."""
+    key = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    if key not in _FOOTPRINTS:
+        from components.train.model import build_detector
 
-    model = build_model_for(model_size, image_size, num_classes)
-    return _output_elements(model), model.count_params()
+        model = build_detector(config)
+        _FOOTPRINTS[key] = (_output_elements(model), model.count_params())
+    return _FOOTPRINTS[key]
 
 
-def bytes_per_image(model_size: str, image_size: int, num_classes: int, mixed_precision: bool) -> int:
-    elements, _ = model_footprint(model_size, image_size, num_classes)
+_FOOTPRINTS: dict[str, tuple[int, int]] = {}  # building a model takes seconds; the probe asks twice
+
+
+def bytes_per_image(config, mixed_precision: bool) -> int:
+    elements, _ = model_footprint(config)
     return int(elements * (2 if mixed_precision else 4) * BACKWARD_FACTOR)
 
 
-def largest_safe_batch(memory_bytes: int, model_size: str, image_size: int, num_classes: int,
-                       mixed_precision: bool) -> int:
+def largest_safe_batch(memory_bytes: int, config, mixed_precision: bool) -> int:
     """The largest batch expected to fit in `memory_bytes` (0 when even one image does not).
-    The class head grows with the classes (9 anchors x classes channels at every level)."""
-    _, params = model_footprint(model_size, image_size, num_classes)
+    The class head grows with the classes (anchors x classes channels at every level)."""
+    _, params = model_footprint(config)
     usable = memory_bytes * (1 - RESERVED_FRACTION) - params * 4 * 4  # weights, grads, 2 Adam moments
-    return max(0, int(usable // bytes_per_image(model_size, image_size, num_classes, mixed_precision)))
+    return max(0, int(usable // bytes_per_image(config, mixed_precision)))

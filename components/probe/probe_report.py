@@ -37,7 +37,7 @@ def recommend(facts: dict, expect: Expectations) -> dict:
     gpus = facts["tensorflow"]["gpus"]
     precision, _ = precision_for([g["compute_capability"][0] for g in gpus if g.get("compute_capability")])
     _, safe_batch = check_gpu_memory(facts, expect)
-    return {"largest_safe_batch": safe_batch, "mixed_precision": precision,
+    return {"largest_safe_batch": safe_batch, "mixed_precision": precision, "model_shape": expect.shape,
             "input_parallelism": max(1, int(facts["cpu"]["usable"]))}
 
 
@@ -62,6 +62,7 @@ def probe_markdown(result: ProbeResult) -> str:
         *[f"| {c.name} | {c.status} | {c.reason} | {c.fix} |" for c in result.checks],
         "", "## For training", "",
         f"- largest safe batch: {rec['largest_safe_batch'] if rec['largest_safe_batch'] is not None else 'n/a (no GPU)'}",
+        f"- model shape the estimate assumes: {rec.get('model_shape') or 'n/a'}",
         f"- precision: {rec['mixed_precision']}",
         f"- input pipeline parallelism: {rec['input_parallelism']}",
         "", "## Machine", "", "| fact | value |", "|---|---|",

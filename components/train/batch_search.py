@@ -114,27 +114,26 @@ def trial_step_fits(model, image_size: int, budget_bytes: int,
     return fits
 
 
-def cpu_ram_bound(model_size: str, image_size: int, num_classes: int, available_bytes: int) -> int:
+def cpu_ram_bound(model_config, available_bytes: int) -> int:
     """The largest batch whose estimated training memory fits `TARGET_FRACTION` of RAM."""
     from components.probe.memory_estimate import largest_safe_batch
 
-    return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_size, image_size, num_classes,
-                              mixed_precision=False)
+    return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_config, mixed_precision=False)
 
 
-def measure_auto_batch(config: TrainConfig, num_classes: int, local_replicas: int = 1) -> tuple[int, str]:
-    """`--batch-size auto` for this machine: trial steps on a GPU (the batch of one GPU,
-    times the machine's GPUs), a RAM bound on a CPU."""
+def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 1) -> tuple[int, str]:
+    """`--batch-size auto` for this machine and model (`model_config`: the fitted shape):
+    trial steps on a GPU (the batch of one GPU, times the machine's GPUs), a RAM bound on a CPU."""
     import keras
     import psutil
     import tensorflow as tf
 
     from components.probe.gpu_facts import nvml_facts
-    from components.train.model import build_detector, model_config_for
+    from components.train.model import build_detector
 
     if not tf.config.list_physical_devices("GPU"):
         available = psutil.virtual_memory().available
-        bound = cpu_ram_bound(config.model_size, config.image_size, num_classes, available)
+        bound = cpu_ram_bound(model_config, available)
         return max(1, min(CPU_BATCH_CAP, bound)), (
             f"auto on a CPU: RAM allows about {bound} images ({TARGET_FRACTION:.0%} of {available / 2**30:.1f} GiB "
             f"available, estimated from the model's layer outputs); capped at {CPU_BATCH_CAP}, since on a CPU "
@@ -144,10 +143,10 @@ def measure_auto_batch(config: TrainConfig, num_classes: int, local_replicas: in
     if not gpus:
         return start, f"auto: {start} from the probe's estimate (NVML did not report the GPU's memory)"
     total = gpus[0]["memory_total"]
-    trial_model = build_detector(model_config_for(config.model_size, config.image_size, num_classes, config.preset))
+    trial_model = build_detector(model_config)
     trial_model.compile(optimizer=keras.optimizers.AdamW(1e-4, global_clipnorm=config.clipnorm))
     try:
-        search = search_largest_batch(trial_step_fits(trial_model, config.image_size, int(total * TARGET_FRACTION)),
+        search = search_largest_batch(trial_step_fits(trial_model, model_config.image_size, int(total * TARGET_FRACTION)),
                                       start=start, limit=GPU_BATCH_LIMIT)
     except Exception as err:  # the search itself failed: fall back to the probe's estimate
         logger.warning("train: batch search failed (%s); using the probe's estimate %d", err, start)

@@ -30,6 +30,8 @@ class ModelConfig:
     min_level: int = 3
     max_level: int = 5
     anchor_size: float = 4.0
+    num_scales: int = 3
+    aspect_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)  # anchor height / width
     # Detections below this score are dropped before NMS; low for mAP.
     score_threshold: float = 0.05
     max_detections: int = 100
@@ -41,8 +43,9 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
         data = dict(data)
-        for key in ("backbone_filters", "backbone_blocks"):
-            data[key] = tuple(data[key])
+        for key in ("backbone_filters", "backbone_blocks", "aspect_ratios"):
+            if key in data:  # configs written before the anchor fit have no aspect_ratios
+                data[key] = tuple(data[key])
         return cls(**data)
 
 
@@ -98,8 +101,8 @@ def _detector(backbone, config: ModelConfig, min_level: int, max_level: int):
         BOX_FORMAT,
         min_level=min_level,
         max_level=max_level,
-        num_scales=3,
-        aspect_ratios=[0.5, 1.0, 2.0],
+        num_scales=config.num_scales,
+        aspect_ratios=list(config.aspect_ratios),
         anchor_size=config.anchor_size,
     )
     decoder = keras_hub.layers.NonMaxSuppression(
@@ -131,10 +134,10 @@ MODEL_SIZES = {
 
 
 def model_config_for(model_size: str, image_size: int, num_classes: int, preset: str | None = None) -> ModelConfig:
-    """The detector config of a named size. Pyramid levels 4-6 with 2x anchors: P3's
-    heads would cost most of the compute for little gain at the image sizes used here.
-    With a preset, its pretrained backbone decides the levels (3-7 for KerasHub's RetinaNets)
-    and the heads are KerasHub's standard ones."""
+    """The detector config of a named size with the fixed shape (levels 4-6, anchor size 2,
+    ratios 0.5/1/2); training replaces the size, levels and anchors with those fitted to the
+    boxes (fitted_shape.py). With a preset, its pretrained backbone decides the levels (3-7
+    for KerasHub's RetinaNets) and the heads are KerasHub's standard ones."""
     if preset:
         return ModelConfig(num_classes=num_classes, image_size=image_size, head_conv_layers=4, min_level=3,
                            max_level=7, anchor_size=4.0, extra={"preset": preset})

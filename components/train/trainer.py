@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from beam.label_map import num_class_slots, read_dataset_label_map
 from components.train.accumulation import use_micro_batches
-from components.train.anchor_check import WARN_SHARE, anchor_coverage
 from components.train.artifacts import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -37,6 +36,7 @@ from components.train.distribution import (ClusterRole, cluster_role, fit_across
                                            make_strategy, synchronise_batch_norm, vector_logs,
                                            weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
+from components.train.fitted_shape import FittedShape, shape_for_data
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
 from components.train.model import build_detector, count_params, model_config_for
@@ -62,6 +62,7 @@ class TrainResult:
     final_loss: float | None  # None when a resumed run found nothing left to train
     seconds: float
     weights_sha256: str = ""  # of the final weights: the same on every worker
+    shape: dict = field(default_factory=dict)  # the fitted input size, levels, anchors, coverage (FittedShape.metadata)
     decisions: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -98,16 +99,22 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
         raise ValueError(f"the train split in {config.data_dir} has no records")
     num_classes = num_class_slots(label_map)
     machine = _machine_facts(role, strategy, description)
+    # The input size (for "auto"), pyramid levels and anchors fitted to the train boxes;
+    # refuses (PoorAnchors) when too few boxes could match an anchor. Everything after
+    # this sees the fitted size as a number.
+    shape = shape_for_data(config.data_dir, model_config_for(config.model_size, 128, num_classes, config.preset),
+                           config.image_size, on_gpu=bool(machine.gpu_majors),
+                           allow_poor_anchors=config.allow_poor_anchors)
+    config, model_config = replace(config, image_size=shape.model.image_size), shape.model
     policy, _ = choose_precision(config.probe.precision, machine.gpu_majors)
     keras.mixed_precision.set_global_policy(policy)  # before the batch search: trials use it too
     if config.batch_size == "auto":
-        machine = replace(machine, auto_batch=measure_auto_batch(config, num_classes, machine.local_replicas))
+        machine = replace(machine, auto_batch=measure_auto_batch(config, model_config, machine.local_replicas))
     plan = plan_training(config, machine, num_train)
 
     out = Path(config.output_dir)
     mine = Path(role.write_dir(config.output_dir))  # the chief's output folder, or this worker's scratch
     mine.mkdir(parents=True, exist_ok=True)
-    model_config = model_config_for(config.model_size, config.image_size, num_classes, config.preset)
     schedule = ScaledSchedule(keras.optimizers.schedules.CosineDecay(
         0.0, max(1, plan.total_steps - plan.warmup_steps), warmup_target=plan.peak_lr,
         warmup_steps=plan.warmup_steps))
@@ -141,7 +148,7 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
     use_micro_batches(model, int(micro_batches.numpy()), wrap=wrap)
     if steps_done == 0:
         checkpoints.save(0)  # the state a NaN in the first chunk goes back to
-    decisions = _decisions(plan, config, model, out, steps_done)
+    decisions = _decisions(plan, config, model, out, steps_done, shape)
     for key, value in decisions.items():
         logger.info("train: %s = %s", key, value)
 
@@ -167,7 +174,8 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
         images_per_second=round(monitor.images_per_second, 2),
         input_wait_share=None if monitor.input_wait_share is None else round(monitor.input_wait_share, 3),
         final_loss=losses["loss"][-1] if losses.get("loss") else None,  # no losses: nothing was left to train
-        seconds=round(time.monotonic() - started, 1), weights_sha256=digest, decisions=decisions)
+        seconds=round(time.monotonic() - started, 1), weights_sha256=digest, decisions=decisions,
+        shape=shape.metadata())
     if role.is_chief:
         (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
         (out / CONFIG_FILE).write_text(json.dumps(
@@ -178,17 +186,14 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
     return result
 
 
-def _decisions(plan: TrainPlan, config: TrainConfig, model: keras.Model, out: Path, steps_done: int) -> dict[str, str]:
-    """The plan's decisions plus what only the built model and the data tell."""
-    decisions = dict(plan.decisions)
+def _decisions(plan: TrainPlan, config: TrainConfig, model: keras.Model, out: Path, steps_done: int,
+               shape: FittedShape) -> dict[str, str]:
+    """The plan's and the shape fit's decisions plus what only the built model tells."""
+    decisions = {**shape.decisions, **plan.decisions}
     decisions["model"] = ((f"preset {config.preset} (pretrained backbone, new heads)" if config.preset
                            else config.model_size) + f": {count_params(model):,} parameters, {config.image_size}px input")
     decisions["checkpoints"] = (f"every {plan.chunk} steps to {out / CHECKPOINT_DIR}"
                                 + (f"; resumed after step {steps_done}" if steps_done else ""))
-    coverage = anchor_coverage(model, config.data_dir, config.image_size, records=500)
-    decisions["anchors"] = coverage.describe(config.image_size)
-    if coverage.share > WARN_SHARE:
-        logger.warning("train: %s", decisions["anchors"])
     strength = min(config.augment_strength, 1.0)
     decisions["augmentation"] = (f"strength {strength:g}: {'flips, ' if config.flip else ''}scale jitter "
                                  f"±{40 * strength:.0f}% (zoom in and out, boxes cut away dropped), brightness "

@@ -1,0 +1,139 @@
+"""The model's shape fitted to the boxes: the size rule, the anchor fit, the refusal."""
+
+import numpy as np
+import pytest
+
+from components.train.fitted_shape import PoorAnchors, fit_shape
+from components.train.geometry import (
+    FIXED_SPEC, MIN_AUTO_SIZE, SIZE_STEP, TARGET_COVERAGE, AnchorSpec, BoxSample, CostModel, anchor_half_sizes,
+    best_anchor_iou, choose_image_size, coverage, fit_anchors, fit_aspect_ratios,
+)
+from components.train.model import ModelConfig, model_config_for
+
+
+def boxes_of(heights, widths, seed=0) -> np.ndarray:
+    """Normalised yxyx boxes of the given sizes (fractions of the image) at random places."""
+    rng = np.random.default_rng(seed)
+    heights, widths = np.asarray(heights, float), np.asarray(widths, float)
+    y0, x0 = rng.uniform(0, 1 - heights), rng.uniform(0, 1 - widths)
+    return np.stack([y0, x0, y0 + heights, x0 + widths], 1)
+
+
+def square_sample(sides, image_side=400, n_images=100, seed=0) -> BoxSample:
+    return BoxSample(boxes_of(sides, sides, seed), np.full(n_images, float(image_side)))
+
+
+@pytest.mark.parametrize("spec,size", [(FIXED_SPEC, 128), (AnchorSpec(2, 4, 1.5, 2, (0.3, 1.0)), 352),
+                                       (AnchorSpec(3, 7, 3.0, 1, (0.84, 1.18)), 200)])
+def test_anchor_shapes_and_grid_are_kerashubs(spec, size):
+    import keras_hub
+
+    generator = keras_hub.layers.AnchorGenerator("yxyx", min_level=spec.min_level, max_level=spec.max_level,
+                                                 num_scales=spec.num_scales, aspect_ratios=list(spec.aspect_ratios),
+                                                 anchor_size=spec.anchor_size)
+    anchors = generator(np.zeros([1, size, size, 3], np.float32))
+    for level in range(spec.min_level, spec.max_level + 1):
+        boxes = np.asarray(anchors[f"P{level}"])
+        mine = anchor_half_sizes(spec, level)
+        np.testing.assert_array_equal(np.unique(boxes[:, 2:] - boxes[:, :2], axis=0),
+                                      np.unique(2 * mine, axis=0))
+    # the grid coverage equals a brute-force best IoU over every KerasHub anchor
+    every = np.concatenate([np.asarray(a) for a in anchors.values()])
+    truth = boxes_of(np.linspace(0.03, 0.6, 40), np.linspace(0.6, 0.03, 40), seed=1) * size
+    y0, x0 = np.maximum(truth[:, None, 0], every[None, :, 0]), np.maximum(truth[:, None, 1], every[None, :, 1])
+    y1, x1 = np.minimum(truth[:, None, 2], every[None, :, 2]), np.minimum(truth[:, None, 3], every[None, :, 3])
+    inter = np.clip(y1 - y0, 0, None) * np.clip(x1 - x0, 0, None)
+    area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+    brute = (inter / (area(truth)[:, None] + area(every)[None, :] - inter)).max(1)
+    np.testing.assert_allclose(best_anchor_iou(truth, spec, size), brute, atol=1e-5)
+
+
+def test_size_rule_small_boxes_are_enlarged_up_to_what_the_images_hold():
+    rng = np.random.default_rng(0)
+    small = rng.uniform(10, 22, 500) / 350  # 10-22 px objects in ~350 px photos
+    size, reason = choose_image_size(square_sample(small, image_side=350), on_gpu=False)
+    assert size == 320 and "median long side 350px" in reason  # the images hold 350: rounded down to x32
+    # the same objects in 2000 px photos: the device budget caps it
+    big_images = square_sample(rng.uniform(10, 22, 500) / 2000, image_side=2000)
+    assert choose_image_size(big_images, on_gpu=False)[0] == 512
+    gpu_size, gpu_reason = choose_image_size(big_images, on_gpu=True)
+    assert gpu_size == 1024 and "GPU budget" in gpu_reason
+
+
+def test_size_rule_small_boxes_map_to_the_smallest_anchor():
+    # 10th percentile of the shorter side 0.045 of the image: 16 / 0.045 = 356 px, up to 384
+    sides = np.r_[np.full(20, 0.045), np.full(80, 0.2)]
+    size, reason = choose_image_size(square_sample(sides, image_side=1000), on_gpu=False)
+    assert size == 384 and size % SIZE_STEP == 0 and "rounded up" in reason
+    # large objects: the floor, not less
+    assert choose_image_size(square_sample(np.full(50, 0.5)), on_gpu=True)[0] == MIN_AUTO_SIZE
+    # tiny images: never above what they hold
+    assert choose_image_size(square_sample(np.full(50, 0.5), image_side=64), on_gpu=False)[0] == 64
+
+
+def test_aspect_ratios_come_from_the_boxes():
+    rng = np.random.default_rng(0)
+    wide = np.stack([np.full(300, 10.0), rng.uniform(38, 42, 300)], 1)  # h/w about 1/4
+    (ratio,) = fit_aspect_ratios(wide, 1)
+    assert 0.23 < ratio < 0.27
+    mixed = np.r_[wide, wide[:, ::-1]]
+    low, high = fit_aspect_ratios(mixed, 2)
+    assert low < 0.3 and high > 3.5
+
+
+def test_anchor_fit_reaches_the_target_on_only_wide_boxes():
+    rng = np.random.default_rng(1)
+    w = rng.uniform(0.25, 0.6, 400)  # 4:1 boxes, 32-77 px wide at 128 px
+    boxes = boxes_of(w / 4, w, seed=2) * 128
+    assert coverage(boxes, FIXED_SPEC, 128) < 0.5  # the fixed ratios (0.5, 1, 2) miss 4:1
+    fit = fit_anchors(boxes, 128, CostModel())
+    assert fit.coverage >= TARGET_COVERAGE
+    assert min(fit.spec.aspect_ratios) < 0.3
+
+
+def test_anchor_fit_drops_p3_for_large_objects_and_keeps_fine_levels_for_small_ones():
+    rng = np.random.default_rng(3)
+    large = boxes_of(rng.uniform(0.3, 0.9, 300), rng.uniform(0.3, 0.9, 300)) * 128
+    fit = fit_anchors(large, 128, CostModel())
+    assert fit.spec.min_level >= 4 and fit.coverage >= TARGET_COVERAGE
+    small = boxes_of(rng.uniform(0.03, 0.06, 300), rng.uniform(0.03, 0.06, 300)) * 320  # 10-19 px
+    fit_small = fit_anchors(small, 320, CostModel())
+    assert fit_small.spec.min_level <= 3 and fit_small.coverage >= TARGET_COVERAGE
+    # the cheapest levels that reach the target: no cheaper candidate is skipped
+    costs = CostModel()
+    assert costs.levels(128, fit.spec) < costs.levels(128, AnchorSpec(3, 5))
+
+
+def test_poor_anchors_refuse_with_one_line_and_the_override_trains_on():
+    base = model_config_for("tiny", 128, 3)
+    tiny_boxes = square_sample(np.full(200, 0.01), image_side=2000)  # 1 px at a pinned 128 px
+    with pytest.raises(PoorAnchors) as err:
+        fit_shape(tiny_boxes, base, "128", on_gpu=False)
+    message = str(err.value)
+    assert "\n" not in message and "--allow-poor-anchors" in message and "--image-size" in message
+    allowed = fit_shape(tiny_boxes, base, "128", on_gpu=False, allow_poor_anchors=True)
+    assert allowed.coverage < 0.9 and "WARNING" in allowed.decisions["anchor_coverage"]
+    # auto enlarges the same boxes enough to pass
+    auto = fit_shape(tiny_boxes, base, "auto", on_gpu=True)
+    assert auto.model.image_size == 1024 and auto.coverage >= 0.9
+
+
+def test_fitted_model_config_round_trips_and_builds():
+    from components.train.model import build_detector
+
+    base = model_config_for("tiny", 128, 2)
+    shape = fit_shape(square_sample(np.full(100, 0.25), image_side=128), base, "auto", on_gpu=False)
+    config = ModelConfig.from_dict(shape.model.to_dict())
+    assert config == shape.model and isinstance(config.aspect_ratios, tuple)
+    model = build_detector(config)
+    assert model.anchor_generator.min_level == config.min_level
+    assert list(model.anchor_generator.aspect_ratios) == list(config.aspect_ratios)
+    old = {k: v for k, v in base.to_dict().items() if k not in ("num_scales", "aspect_ratios")}
+    assert ModelConfig.from_dict(old).aspect_ratios == (0.5, 1.0, 2.0)  # configs from before the fit
+
+
+def test_train_report_names_the_shape_and_its_coverage(trained_model):
+    report = (trained_model / "train_report.md").read_text()
+    for row in ("| image_size | auto:", "| pyramid_and_anchors |", "| anchor_coverage |"):
+        assert row in report
+    assert "the fixed shape" in report and "estimated compute" in report
