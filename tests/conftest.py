@@ -50,6 +50,20 @@ def demo_shards(demo_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def small_object_shards(tmp_path_factory) -> Path:
+    """9-22 px objects in 280-400 px photos: boxes the fixed 128 px shape cannot learn."""
+    from beam.convert_job import ConvertOptions, build_dataset
+    from pipeline.demo_data import write_demo_dataset
+
+    raw, out = tmp_path_factory.mktemp("small_objects"), tmp_path_factory.mktemp("small_object_shards")
+    write_demo_dataset(raw, num_train=24, num_val=8, seed=5, object_size=(9, 22), image_size=(280, 400))
+    result = build_dataset(ConvertOptions(images=str(raw / "images"), annotations=str(raw / "annotations"),
+                                          output=str(out), val_fraction=0.25))
+    assert result.ok, result.anomalies
+    return out
+
+
+@pytest.fixture(scope="session")
 def trained_model(demo_shards, tmp_path_factory) -> Path:
     from components.train.trainer import TrainConfig, train_detector
 

@@ -137,3 +137,35 @@ def test_train_report_names_the_shape_and_its_coverage(trained_model):
     for row in ("| image_size | auto:", "| pyramid_and_anchors |", "| anchor_coverage |"):
         assert row in report
     assert "the fixed shape" in report and "estimated compute" in report
+
+
+def test_small_objects_get_a_larger_input_and_fine_levels(small_object_shards):
+    from components.train.fitted_shape import shape_for_data
+
+    base = model_config_for("tiny", 128, 3)
+    shape = shape_for_data(str(small_object_shards), base, "auto", on_gpu=False)
+    assert 256 <= shape.model.image_size <= 400 and shape.model.image_size % SIZE_STEP == 0
+    assert shape.model.min_level <= 3 and shape.coverage >= TARGET_COVERAGE
+    assert shape.coverage_fixed < 0.2 and shape.relative_compute > 1  # the old 128 px shape missed them
+
+
+def test_train_refuses_poor_anchors_in_one_line_and_the_override_trains(small_object_shards, tmp_path, capsys):
+    from pipeline.cli import main
+
+    args = ["train", "--data", str(small_object_shards), "--image-size", "64", "--epochs", "1", "--batch-size",
+            "4", "--max-steps", "1", "--no-export"]
+    assert main([*args, "--output", str(tmp_path / "refused")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--allow-poor-anchors" in err[0] and "--image-size" in err[0]
+    assert not (tmp_path / "refused" / "model.keras").exists()
+    assert main([*args, "--output", str(tmp_path / "allowed"), "--allow-poor-anchors"]) == 0
+    report = (tmp_path / "allowed" / "train_report.md").read_text()
+    assert "WARNING (--allow-poor-anchors)" in report
+
+
+def test_module_example():
+    import doctest
+
+    from components.train import geometry
+
+    assert doctest.testmod(geometry).failed == 0

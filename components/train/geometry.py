@@ -168,7 +168,7 @@ def fit_aspect_ratios(hw: np.ndarray, k: int, iterations: int = 20) -> tuple[flo
     quantiles. Written by hand: no library clusters with this distance, and it is short."""
     ratios = np.log(np.maximum(hw[:, 0], 1e-9) / np.maximum(hw[:, 1], 1e-9))
     if not len(ratios):
-        return (1.0,)[:k] if k == 1 else tuple(np.round(np.exp(np.linspace(-0.7, 0.7, k)), 2))
+        return {1: (1.0,), 2: (0.5, 2.0)}.get(k, FIXED_SPEC.aspect_ratios)
     centres = np.quantile(ratios, (np.arange(k) + 0.5) / k)
     for _ in range(iterations):
         nearest = np.abs(ratios[:, None] - centres[None, :]).argmin(axis=1)
@@ -215,8 +215,7 @@ class AnchorFit:
     spec: AnchorSpec
     coverage: float
     reason: str
-    tried: int = 0  # anchor sets tried
-    levels_tried: list[str] = field(default_factory=list)
+    levels_tried: list[str] = field(default_factory=list)  # cheapest first, the chosen last
 
 
 def _level_pairs(size: int, fixed_levels: tuple[int, int] | None) -> list[tuple[int, int]]:
@@ -240,7 +239,7 @@ def fit_anchors(boxes_px: np.ndarray, image_size: int, cost: CostModel,
     pairs = sorted(_level_pairs(image_size, fixed_levels),
                    key=lambda p: (cost.levels(image_size, AnchorSpec(*p)), -p[1]))
     best: tuple | None = None
-    tried, seen = 0, []
+    seen = []
     for lo, hi in pairs:
         seen.append(f"P{lo}-P{hi}")
         for size in ANCHOR_SIZES:
@@ -248,7 +247,6 @@ def fit_anchors(boxes_px: np.ndarray, image_size: int, cost: CostModel,
                 for ratios in ratio_sets:
                     spec = AnchorSpec(lo, hi, size, scales, ratios)
                     ious = best_anchor_iou(boxes_px, spec, image_size) if len(boxes_px) else np.ones(1)
-                    tried += 1
                     covered = float((ious >= POSITIVE_IOU).mean())
                     # at these levels: most coverage, then best mean IoU, then fewest anchors
                     key = (covered >= TARGET_COVERAGE, covered, float(ious.mean()), -spec.anchors_per_location)
@@ -266,4 +264,4 @@ def fit_anchors(boxes_px: np.ndarray, image_size: int, cost: CostModel,
     else:
         reason = (f"{spec.describe()}: the best coverage found, {covered:.1%} of the training boxes, below the "
                   f"{TARGET_COVERAGE:.0%} target at {image_size}px")
-    return AnchorFit(spec=spec, coverage=covered, reason=reason, tried=tried, levels_tried=seen)
+    return AnchorFit(spec=spec, coverage=covered, reason=reason, levels_tried=seen)
