@@ -99,8 +99,6 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
         f"{fit.coverage:.1%} of {len(sample.boxes)} sampled training boxes reach IoU 0.5 with an anchor (the fixed "
         f"shape, {FIXED_SIZE}px {FIXED_SPEC.describe()}: {before:.1%}); smallest box side {smallest:.0f}px; "
         f"estimated compute {relative:.2f}x the fixed shape's")
-    shape = FittedShape(model=model, coverage=fit.coverage, coverage_fixed=before, relative_compute=relative,
-                        boxes=len(sample.boxes), smallest_box_px=smallest, decisions=decisions)
     if fit.coverage < FAIL_COVERAGE:
         problem = (f"only {fit.coverage:.0%} of {len(sample.boxes)} training boxes can match an anchor with IoU 0.5 at "
                    f"{size}px input even after fitting levels and anchors (needs {FAIL_COVERAGE:.0%}; smallest box "
@@ -110,7 +108,8 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
                               "images around the objects; --allow-poor-anchors trains anyway")
         decisions["anchor_coverage"] += f"; WARNING (--allow-poor-anchors): {problem}"
         logger.warning("train: %s (--allow-poor-anchors)", problem)
-    return shape
+    return FittedShape(model=model, coverage=fit.coverage, coverage_fixed=before, relative_compute=relative,
+                       boxes=len(sample.boxes), smallest_box_px=smallest, decisions=decisions)
 
 
 def gpu_visible() -> bool:
