@@ -142,8 +142,7 @@ def test_train_report_names_the_shape_and_its_coverage(trained_model):
 def test_small_objects_get_a_larger_input_and_fine_levels(small_object_shards):
     from components.train.fitted_shape import shape_for_data
 
-    base = model_config_for("tiny", 128, 3)
-    shape = shape_for_data(str(small_object_shards), base, "auto", on_gpu=False)
+    shape = shape_for_data(str(small_object_shards), "tiny", 3, "auto", on_gpu=False)
     assert 256 <= shape.model.image_size <= 400 and shape.model.image_size % SIZE_STEP == 0
     assert shape.model.min_level <= 3 and shape.coverage >= TARGET_COVERAGE
     assert shape.coverage_fixed < 0.2 and shape.relative_compute > 1  # the old 128 px shape missed them

@@ -71,11 +71,11 @@ class Expectations:
             return cls(image_size=size, model_size=model_size, batch_size=batch,
                        shape=f"{size}px" + (" (auto without --data: the fixed shape)" if image_size == "auto" else ""))
         from components.train.fitted_shape import gpu_visible, shape_for_data
-        from components.train.model import model_config_for
 
         num_classes = num_class_slots(read_dataset_label_map(data_dir))
-        fitted = shape_for_data(data_dir, model_config_for(model_size, 128, num_classes), image_size,
-                                gpu_visible() if on_gpu is None else on_gpu, allow_poor_anchors=True)  # the probe reports; training refuses
+        fitted = shape_for_data(data_dir, model_size, num_classes, image_size,
+                                gpu_visible() if on_gpu is None else on_gpu,
+                                allow_poor_anchors=True)  # the probe reports; training refuses
         m = fitted.model
         return cls(image_size=m.image_size, model_size=model_size, num_classes=num_classes, batch_size=batch,
                    model_config=m, shape=f"{m.image_size}px, P{m.min_level}-P{m.max_level} "

@@ -30,6 +30,9 @@ def _output_elements(model) -> int:
     return total
 
 
+_FOOTPRINTS: dict[str, tuple[int, int]] = {}  # building a model takes seconds; the probe asks twice
+
+
 def model_footprint(config) -> tuple[int, int]:
     """(activation elements per image, parameter count) of the detector a `ModelConfig`
     describes (its input size, levels and anchors: the fitted shape)."""
@@ -40,9 +43,6 @@ def model_footprint(config) -> tuple[int, int]:
         model = build_detector(config)
         _FOOTPRINTS[key] = (_output_elements(model), model.count_params())
     return _FOOTPRINTS[key]
-
-
-_FOOTPRINTS: dict[str, tuple[int, int]] = {}  # building a model takes seconds; the probe asks twice
 
 
 def bytes_per_image(config, mixed_precision: bool) -> int:

@@ -14,10 +14,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from beam import feature_keys as K
 from components.train.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC, BoxSample, CostModel,
                                        choose_image_size, coverage, fit_anchors)
-from components.train.model import ModelConfig
+from components.train.model import ModelConfig, model_config_for
 
 logger = logging.getLogger(__name__)
 
@@ -49,21 +48,17 @@ class FittedShape:
 
 
 def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS) -> BoxSample:
-    """The boxes and image sizes of the first `records` train records."""
+    """The boxes and image sizes of the first `records` train records (in shard order)."""
     import tensorflow as tf
 
-    from components.train.input_pipeline import compression_type, shard_files
+    from components.train.input_pipeline import compression_type, parse_boxes, shard_files
 
-    features = {key: tf.io.VarLenFeature(tf.float32) for key in K.BOX_KEYS}
-    features.update({key: tf.io.FixedLenFeature([], tf.int64, default_value=0) for key in (K.HEIGHT, K.WIDTH)})
     files = shard_files(data_dir, "train")
-    data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records)
+    data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(parse_boxes)
     boxes, sides = [], []
-    for serialized in data:
-        parsed = tf.io.parse_single_example(serialized, features)
-        v = {k: tf.sparse.to_dense(parsed[k]).numpy() for k in K.BOX_KEYS}
-        boxes.append(np.stack([v[K.YMIN], v[K.XMIN], v[K.YMAX], v[K.XMAX]], 1))
-        sides.append(max(int(parsed[K.HEIGHT]), int(parsed[K.WIDTH])))
+    for example in data:
+        boxes.append(example["boxes"].numpy())
+        sides.append(max(int(example["height"]), int(example["width"])))
     return BoxSample(np.concatenate(boxes) if boxes else np.zeros((0, 4)), np.asarray(sides, np.float64))
 
 
@@ -86,12 +81,12 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
         decisions["image_size"] = f"{size}: given with --image-size"
     preset = base.extra.get("preset")
     fixed_levels = (base.min_level, base.max_level) if preset else None
-    fit = fit_anchors(sample.boxes * size, size, cost_model(base), fixed_levels)
+    costs = cost_model(base)
+    fit = fit_anchors(sample.boxes * size, size, costs, fixed_levels)
     spec = fit.spec
     model = replace(base, image_size=size, min_level=spec.min_level, max_level=spec.max_level,
                     anchor_size=spec.anchor_size, num_scales=spec.num_scales, aspect_ratios=spec.aspect_ratios)
     decisions["pyramid_and_anchors"] = fit.reason + (f" (levels fixed by preset {preset})" if preset else "")
-    costs = cost_model(base)
     relative = costs.total(size, spec) / costs.total(FIXED_SIZE, FIXED_SPEC)
     before = coverage(sample.boxes * FIXED_SIZE, FIXED_SPEC, FIXED_SIZE)
     smallest = float((sample.hw * size).min()) if len(sample.boxes) else 0.0
@@ -118,9 +113,10 @@ def gpu_visible() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def shape_for_data(data_dir: str, base: ModelConfig, requested_size: int | str, on_gpu: bool,
-                   allow_poor_anchors: bool = False) -> FittedShape:
-    """`fit_shape` on the train split of the shards in `data_dir`."""
+def shape_for_data(data_dir: str, model_size: str, num_classes: int, requested_size: int | str, on_gpu: bool,
+                   preset: str | None = None, allow_poor_anchors: bool = False) -> FittedShape:
+    """`fit_shape` of the model size's (or preset's) detector on the train split of the
+    shards in `data_dir`."""
+    # the size given here is a placeholder: fit_shape replaces it with the chosen one
+    base = model_config_for(model_size, FIXED_SIZE, num_classes, preset)
     return fit_shape(read_box_sample(data_dir), base, requested_size, on_gpu, allow_poor_anchors)
-
-

@@ -89,7 +89,12 @@ class BoxSample:
     @property
     def hw(self) -> np.ndarray:
         """(N, 2) normalised heights and widths."""
-        return np.stack([self.boxes[:, 2] - self.boxes[:, 0], self.boxes[:, 3] - self.boxes[:, 1]], 1)
+        return box_hw(self.boxes)
+
+
+def box_hw(boxes: np.ndarray) -> np.ndarray:
+    """(N, 2) heights and widths of (N, 4) yxyx boxes."""
+    return np.stack([boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]], 1)
 
 
 def choose_image_size(sample: BoxSample, on_gpu: bool) -> tuple[int, str]:
@@ -234,8 +239,7 @@ def fit_anchors(boxes_px: np.ndarray, image_size: int, cost: CostModel,
     grid); the anchors per location cost little (only each head's last convolution), so
     at given levels the anchor set that covers most boxes, then with the best mean IoU,
     then with the fewest anchors, wins. `fixed_levels`: a pretrained backbone's levels."""
-    hw = np.stack([boxes_px[:, 2] - boxes_px[:, 0], boxes_px[:, 3] - boxes_px[:, 1]], 1)
-    ratio_sets = [fit_aspect_ratios(hw, k) for k in NUM_RATIOS]
+    ratio_sets = [fit_aspect_ratios(box_hw(boxes_px), k) for k in NUM_RATIOS]
     pairs = sorted(_level_pairs(image_size, fixed_levels),
                    key=lambda p: (cost.levels(image_size, AnchorSpec(*p)), -p[1]))
     best: tuple | None = None

@@ -114,21 +114,34 @@ def decode_rgb(encoded: tf.Tensor) -> tf.Tensor:
     return image
 
 
+_BOX_FEATURES = {key: _FEATURES[key] for key in (*K.BOX_KEYS, K.HEIGHT, K.WIDTH)}
+
+
+def _yxyx(dense: dict[str, tf.Tensor]) -> tf.Tensor:
+    return tf.reshape(tf.stack([dense[K.YMIN], dense[K.XMIN], dense[K.YMAX], dense[K.XMAX]], axis=-1), [-1, 4])
+
+
 def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     """One Example → decoded RGB uint8 image, normalised yxyx boxes, 1-based labels."""
     parsed = tf.io.parse_single_example(serialized, _FEATURES)
     dense = {k: tf.sparse.to_dense(v) for k, v in parsed.items() if isinstance(v, tf.SparseTensor)}
     image = decode_rgb(parsed[K.ENCODED])
-    boxes = tf.stack([dense[K.YMIN], dense[K.XMIN], dense[K.YMAX], dense[K.XMAX]], axis=-1)
     return {
         "image": image,
-        "boxes": tf.reshape(boxes, [-1, 4]),
+        "boxes": _yxyx(dense),
         "labels": dense[K.CLASS_LABEL],
         "difficult": dense[K.DIFFICULT],
         "height": parsed[K.HEIGHT],
         "width": parsed[K.WIDTH],
         "source_id": parsed[K.SOURCE_ID],
     }
+
+
+def parse_boxes(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+    """One Example → its normalised yxyx boxes and image size, without decoding the image."""
+    parsed = tf.io.parse_single_example(serialized, _BOX_FEATURES)
+    dense = {k: tf.sparse.to_dense(v) for k, v in parsed.items() if isinstance(v, tf.SparseTensor)}
+    return {"boxes": _yxyx(dense), "height": parsed[K.HEIGHT], "width": parsed[K.WIDTH]}
 
 
 def to_model_image(image: tf.Tensor, image_size: int) -> tf.Tensor:

@@ -39,7 +39,7 @@ from components.train.faults import FaultPlan, FiniteGuard
 from components.train.fitted_shape import FittedShape, shape_for_data
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
-from components.train.model import build_detector, count_params, model_config_for
+from components.train.model import build_detector, count_params
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import MachineFacts, TrainPlan, choose_precision, plan_training
 from components.train.schedules import ScaledSchedule
@@ -102,8 +102,8 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
     # The input size (for "auto"), pyramid levels and anchors fitted to the train boxes;
     # refuses (PoorAnchors) when too few boxes could match an anchor. Everything after
     # this sees the fitted size as a number.
-    shape = shape_for_data(config.data_dir, model_config_for(config.model_size, 128, num_classes, config.preset),
-                           config.image_size, on_gpu=bool(machine.gpu_majors),
+    shape = shape_for_data(config.data_dir, config.model_size, num_classes, config.image_size,
+                           on_gpu=bool(machine.gpu_majors), preset=config.preset,
                            allow_poor_anchors=config.allow_poor_anchors)
     config, model_config = replace(config, image_size=shape.model.image_size), shape.model
     policy, _ = choose_precision(config.probe.precision, machine.gpu_majors)
