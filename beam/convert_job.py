@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import apache_beam as beam
 import tensorflow as tf
@@ -27,6 +27,7 @@ from beam.csv_reader import read_csv
 from beam.dataset_gates import GateOptions, dataset_problems
 from beam.example_codec import encode_example
 from beam.label_map import derive_label_map, extend_label_map
+from beam.manifest import LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_FILE, BoxCounts, Manifest
 from beam.output_files import pop_json, read_rejects, write_json, write_rejects
 from beam.shard_writer import (
     DEFAULT_MIN_SHARDS,
@@ -45,7 +46,6 @@ from beam.voc_reader import list_voc_files, read_voc_file
 logger = logging.getLogger(__name__)
 
 FORMATS = ("voc", "coco", "csv")
-MANIFEST_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ class ConvertOptions:
     gzip: bool = False
     overwrite: bool = False  # empty a non-empty output folder first (else refuse it)
     exif: str = "auto"  # auto | apply | ignore: the frame of the annotations (beam/exif.py)
+    bad_box: str = rc.DROP_BOX  # drop | reject-image: what a box that cannot be trusted costs
     gates: GateOptions = field(default_factory=GateOptions)
     allow_anomalies: bool = False
     runner: str = "DirectRunner"
@@ -76,7 +77,7 @@ class ConvertOptions:
 @dataclass
 class ConvertResult:
     output: str
-    manifest: dict
+    manifest: Manifest
     anomalies: list[str]
     allowed: bool = False  # anomalies were found but --allow-anomalies lets the step pass
 
@@ -253,7 +254,7 @@ def _list_sources(options: ConvertOptions) -> list:
 def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] | None) -> None:
     output = options.output
     check_options = rc.CheckOptions(keep_empty=options.keep_empty, label_map=options.label_map,
-                                    max_pixels=options.max_pixels, exif=options.exif)
+                                    max_pixels=options.max_pixels, exif=options.exif, bad_box=options.bad_box)
     pipeline_options = PipelineOptions(list(options.beam_args), runner=options.runner)
     with beam.Pipeline(runner=_runner(options.runner), options=pipeline_options) as p:
         checked = (
@@ -278,11 +279,12 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
         _ = label_map | "WriteLabelMap" >> beam.Map(
             lambda m: write_json(_job_file(output, "label_map.json"), m))
         assigned = good | "AssignSplit" >> beam.Map(_assign_split, options, split_of)
+        placed = assigned | "Placed" >> beam.Filter(lambda r: not isinstance(r, Reject))
         rejects = (
-            (rejects, assigned | "NotInSplit" >> beam.Filter(lambda r: isinstance(r, Reject)))
+            (rejects, assigned | "NotInSplit" >> beam.Filter(lambda r: isinstance(r, Reject)),
+             placed | "DroppedBoxes" >> beam.FlatMap(_dropped_boxes))
             | "AllRejects" >> beam.Flatten()
         )
-        placed = assigned | "Placed" >> beam.Filter(lambda r: not isinstance(r, Reject))
         totals = (
             placed
             | "SizeBySplit" >> beam.Map(lambda sr: (sr[0], (1, sr[1].image_size)))
@@ -314,12 +316,12 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
         _ = (
             rejects
             | "RejectsToList" >> beam.combiners.ToList()
-            | "WriteRejects" >> beam.Map(lambda rs: write_rejects(FileSystems.join(output, "rejects.jsonl"), rs))
+            | "WriteRejects" >> beam.Map(lambda rs: write_rejects(FileSystems.join(output, REJECTS_FILE), rs))
         )
         _ = (
             placed
-            | "RecordFacts" >> beam.FlatMap(lambda sr: _record_facts(sr[1]))
-            | "CountFacts" >> beam.combiners.Count.PerElement()
+            | "RecordFacts" >> beam.FlatMap(lambda sr: _record_facts(*sr))
+            | "CountFacts" >> beam.CombinePerKey(sum)
             | "FactsToList" >> beam.combiners.ToList()
             | "WriteFacts" >> beam.Map(lambda m: write_json(_job_file(output, "record_facts.json"),
                                                             dict(sorted(m))))
@@ -333,22 +335,39 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             stats_transform(examples, split, FileSystems.join(output, f"stats-{split}.pb"))
 
 
-def _record_facts(record: CheckedRecord) -> list[str]:
-    """What the manifest counts of each written record: its colour mode and, for an image
-    with an EXIF orientation, whether it was applied."""
-    facts = [f"color_modes/{record.color_mode}"]
+def _dropped_boxes(placed: tuple[str, CheckedRecord]) -> list[Reject]:
+    """The box-level rejects of a written record, with the split its image went to."""
+    split, record = placed
+    return [replace(r, split=split) for r in record.dropped_boxes]
+
+
+def _record_facts(split: str, record: CheckedRecord) -> list[tuple[str, int]]:
+    """What the manifest counts of each written record: its colour mode, for an image with
+    an EXIF orientation whether it was applied, and its boxes in and written per split."""
+    facts = [(f"color_modes/{record.color_mode}", 1),
+             (f"boxes_in/{split}", len(record.boxes) + len(record.dropped_boxes)),
+             (f"boxes_written/{split}", len(record.boxes))]
     if record.exif_orientation != 1:
-        facts.append(f"exif_orientation/{'applied' if record.orientation_applied else 'ignored'}")
+        facts.append((f"exif_orientation/{'applied' if record.orientation_applied else 'ignored'}", 1))
     return facts
 
 
 def _facts_by_kind(counts: dict[str, int]) -> dict[str, dict[str, int]]:
     """{"color_modes/L": 3, ...} → {"color_modes": {"L": 3}, ...}"""
-    out: dict[str, dict[str, int]] = {"color_modes": {}, "exif_orientation": {"applied": 0, "ignored": 0}}
+    out: dict[str, dict[str, int]] = {"color_modes": {}, "exif_orientation": {"applied": 0, "ignored": 0},
+                                      "boxes_in": {}, "boxes_written": {}}
     for key, count in counts.items():
         kind, value = key.split("/", 1)
         out.setdefault(kind, {})[value] = count
     return out
+
+
+def _box_counts(facts: dict[str, dict[str, int]], rejects: list[Reject]) -> dict[str, BoxCounts]:
+    """Per split: the boxes of the written images, those written and those dropped by reason
+    (counted from the rejects file itself, so the manifest reconciles with it)."""
+    dropped = {split: Counter(r.reason for r in rejects if r.is_box and r.split == split) for split in (TRAIN, VAL)}
+    return {split: BoxCounts(boxes_in=facts["boxes_in"].get(split, 0), written=facts["boxes_written"].get(split, 0),
+                             rejected_by_reason=dict(dropped[split])) for split in (TRAIN, VAL)}
 
 
 def _fill_empty_shards(output: str, shards: list[dict], counts: dict[str, int], gzip: bool) -> list[dict]:
@@ -390,7 +409,7 @@ def _finish(options: ConvertOptions, sources: list, started: float) -> ConvertRe
     label_map = pop_json(_job_file(out, "label_map.json"), {})
     if not label_map:
         raise DataBuildError("no record with a box passed the checks: no classes to train on "
-                             f"(see {FileSystems.join(out, 'rejects.jsonl')})")
+                             f"(see {FileSystems.join(out, REJECTS_FILE)})")
     shards = pop_json(_job_file(out, "shards.json"), [])
     facts = _facts_by_kind(pop_json(_job_file(out, "record_facts.json"), {}))
     counts = pop_json(_job_file(out, "shard_counts.json"), {TRAIN: 1, VAL: 1})
@@ -398,34 +417,32 @@ def _finish(options: ConvertOptions, sources: list, started: float) -> ConvertRe
     for shard in shards:
         written[shard["split"]] += shard["records"]
     shards = _fill_empty_shards(out, shards, counts, options.gzip)
-    rejects = read_rejects(FileSystems.join(out, "rejects.jsonl"))  # written by the job, empty if none
+    rejects = read_rejects(FileSystems.join(out, REJECTS_FILE))  # written by the job, empty if none
+    images_rejected = Counter(r.reason for r in rejects if not r.is_box)
 
-    anomalies = dataset_problems(out, label_map, written, len(rejects), len(sources), options.gates)
-    manifest = {
-        "version": MANIFEST_VERSION,
-        "format": options.format,
-        "records_in": len(sources),
-        "written": {TRAIN: written[TRAIN], VAL: written[VAL]},
-        "written_total": written[TRAIN] + written[VAL],
-        "rejected": len(rejects),
-        "rejected_by_reason": dict(sorted(Counter(r["reason"] for r in rejects).items())),
-        "color_modes": facts["color_modes"],
+    anomalies = dataset_problems(out, label_map, written, sum(images_rejected.values()), len(sources), options.gates)
+    manifest = Manifest(
+        format=options.format,
+        records_in=len(sources),
+        written={TRAIN: written[TRAIN], VAL: written[VAL]},
+        rejected_by_reason=dict(images_rejected),
+        boxes=_box_counts(facts, rejects),
+        color_modes=facts["color_modes"],
         # Images with an EXIF orientation: written upright (applied) or as stored (ignored).
-        "exif_orientation": {"mode": options.exif, **facts["exif_orientation"]},
-        "num_classes": len(label_map),
-        "shards": shards,
-        "anomalies": anomalies,
-        "anomalies_allowed": bool(anomalies) and options.allow_anomalies,
-        "options": {k: v for k, v in asdict(options).items()
-                    if k not in ("beam_args", "label_map", "base_label_map", "overwrite")},
-        "seconds": round(time.monotonic() - started, 1),
-    }
-    if manifest["written_total"] + manifest["rejected"] != manifest["records_in"]:
-        raise DataBuildError(
-            f"counts do not reconcile: {manifest['records_in']} in, {manifest['written_total']} written, "
-            f"{manifest['rejected']} rejected")
-    write_json(FileSystems.join(out, "label_map.json"), label_map)
-    write_json(FileSystems.join(out, "manifest.json"), manifest)
+        exif_orientation={"mode": options.exif, **facts["exif_orientation"]},
+        num_classes=len(label_map),
+        shards=shards,
+        anomalies=anomalies,
+        anomalies_allowed=bool(anomalies) and options.allow_anomalies,
+        options={k: v for k, v in asdict(options).items()
+                 if k not in ("beam_args", "label_map", "base_label_map", "overwrite")},
+        seconds=round(time.monotonic() - started, 1),
+    )
+    problems = manifest.reconcile_problems()
+    if problems:
+        raise DataBuildError("counts do not reconcile: " + "; ".join(problems))
+    write_json(FileSystems.join(out, LABEL_MAP_FILE), label_map)
+    write_json(FileSystems.join(out, MANIFEST_FILE), manifest.to_dict())
     if anomalies:
         log = logger.warning if options.allow_anomalies else logger.error
         for line in anomalies:

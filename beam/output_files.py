@@ -35,12 +35,13 @@ def pop_json(path: str, default):
 
 def write_rejects(path: str, rejects: list[Reject]) -> None:
     """`rejects.jsonl`: one JSON object a line, sorted by source so reruns match."""
-    rows = sorted((r.to_json_dict() for r in rejects), key=lambda d: (d["source"], d["image_id"]))
+    rows = sorted((r.to_dict() for r in rejects), key=lambda d: (d["source"], d["image_id"], d.get("box", -1)))
     write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
-def read_rejects(path: str) -> list[dict]:
+def read_rejects(path: str) -> list[Reject]:
+    """The rows of `rejects.jsonl` (none when the file is absent)."""
     if not FileSystems.exists(path):
         return []
     with FileSystems.open(path) as handle:
-        return [json.loads(line) for line in handle.read().decode().splitlines() if line.strip()]
+        return [Reject.from_dict(json.loads(line)) for line in handle.read().decode().splitlines() if line.strip()]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from PIL import Image, UnidentifiedImageError
 
 from beam.exif import apply_orientation, check_exif_mode, displayed_size, orientation_of
-from beam.source_records import CheckedRecord, Reject, SourceRecord
+from beam.source_records import CheckedRecord, Reject, SourceBox, SourceRecord
 
 MISSING_IMAGE = "missing_image"
 UNREADABLE_IMAGE = "unreadable_image"
@@ -30,6 +30,12 @@ NOT_IN_SPLIT_FILE = "not_in_split_file"
 
 _FORMATS = {"JPEG": "jpeg", "PNG": "png"}
 
+# What a box that cannot be trusted on its own (empty, inverted, NaN, zero area after
+# clipping, outside the image) costs: itself (the image is written with its other boxes, as
+# the TF OD API converters do) or, as before, the whole image.
+DROP_BOX, REJECT_IMAGE = "drop", "reject-image"
+BAD_BOX_MODES = (DROP_BOX, REJECT_IMAGE)
+
 
 @dataclass(frozen=True)
 class CheckOptions:
@@ -41,9 +47,12 @@ class CheckOptions:
     keep_empty: bool = True
     label_map: dict[str, int] | None = None
     exif: str = "auto"  # beam/exif.py: which frame the annotations were made in
+    bad_box: str = DROP_BOX  # one of BAD_BOX_MODES
 
     def __post_init__(self):
         check_exif_mode(self.exif)  # at once, not at the first photo with an orientation
+        if self.bad_box not in BAD_BOX_MODES:
+            raise ValueError(f"bad_box must be one of {', '.join(BAD_BOX_MODES)}, got {self.bad_box!r}")
 
 
 def _reject(record: SourceRecord, reason: str, message: str) -> Reject:
@@ -69,7 +78,9 @@ def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
 def check_record(
     record: SourceRecord, image_bytes: bytes | None, options: CheckOptions, image_path: str = ""
 ) -> CheckedRecord | Reject:
-    """Run every per-record check; the first failure decides the reject reason."""
+    """Run every per-record check; the first failure of the image decides the reject reason.
+    A box that fails on its own is dropped (`dropped_boxes`) or, with `bad_box="reject-image"`,
+    rejects the image."""
     if image_bytes is None:
         return _reject(record, MISSING_IMAGE, f"image file {record.filename!r} not found")
     try:
@@ -92,28 +103,29 @@ def check_record(
         return _reject(record, SIZE_MISMATCH,
                        f"annotation says {annotated[0]}x{annotated[1]}, image is {width}x{height}{turned}")
     width, height = frame  # boxes are in the annotation's frame, which the shard's pixels now follow
-    if not record.boxes and not options.keep_empty:
-        return _reject(record, NO_BOXES, "no boxes (negatives are rejected by option)")
-    boxes, texts, difficult = [], [], []
-    tol = options.clip_tolerance_px
+    boxes, texts, difficult, dropped = [], [], [], []
     for index, box in enumerate(record.boxes):
         where = f"box {index} ({box.class_text!r})"
-        coords = (box.xmin, box.ymin, box.xmax, box.ymax)
+        # A box with no class, or one outside a given label map, stands for a real object:
+        # dropping it would teach the model that object is background, so the image goes.
         if not box.class_text:
             return _reject(record, BAD_ANNOTATION, f"{where} has no class name")
-        if any(math.isnan(c) or math.isinf(c) for c in coords):
-            return _reject(record, INVALID_BOX, f"{where} has a missing or non-finite coordinate {coords}")
-        if box.xmin >= box.xmax or box.ymin >= box.ymax:
-            return _reject(record, INVALID_BOX, f"{where} is empty or inverted: xmin={box.xmin} xmax={box.xmax} ymin={box.ymin} ymax={box.ymax}")
-        if box.xmin < -tol or box.ymin < -tol or box.xmax > width + tol or box.ymax > height + tol:
-            return _reject(record, BOX_OUTSIDE_IMAGE, f"{where} {coords} lies outside the {width}x{height} image by more than {tol} px")
         if options.label_map is not None and box.class_text not in options.label_map:
             return _reject(record, UNKNOWN_CLASS, f"{where}: class {box.class_text!r} is not in the label map")
-        xmin, xmax = min(max(box.xmin, 0.0), width), min(max(box.xmax, 0.0), width)
-        ymin, ymax = min(max(box.ymin, 0.0), height), min(max(box.ymax, 0.0), height)
-        boxes.append((xmin / width, ymin / height, xmax / width, ymax / height))
+        problem = box_problem(box, width, height, options.clip_tolerance_px)
+        if problem is not None:
+            reason, what = problem
+            if options.bad_box == REJECT_IMAGE:
+                return _reject(record, reason, f"{where} {what}")
+            dropped.append(Reject(record.image_id, reason, f"{where} {what}", record.source_ref,
+                                  box_index=index, class_text=box.class_text))
+            continue
+        boxes.append(clipped_box(box, width, height))
         texts.append(box.class_text)
         difficult.append(box.difficult)
+    if not boxes and not options.keep_empty:
+        why = f"all {len(dropped)} box(es) dropped (first: {dropped[0].message})" if dropped else "no boxes"
+        return _reject(record, NO_BOXES, f"{why} (negatives are rejected by option)")
     notes = (() if mode == "RGB" else (f"color_mode:{mode}",)) + (
         () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",))
     return CheckedRecord(
@@ -122,4 +134,36 @@ def check_record(
         image_format=_FORMATS[fmt], width=width, height=height, color_mode=mode,
         boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
         source_ref=record.source_ref, notes=notes, exif_orientation=orientation, orientation_applied=applied,
+        dropped_boxes=tuple(dropped),
     )
+
+
+def box_problem(box: SourceBox, width: int, height: int, tolerance: float) -> tuple[str, str] | None:
+    """(reason, what is wrong) for a box that cannot be trusted on its own, else None.
+
+    >>> box_problem(SourceBox("cat", 5, 5, 5, 9), 10, 10, 2.0)
+    ('invalid_box', 'is empty or inverted: xmin=5 xmax=5 ymin=5 ymax=9')
+    >>> box_problem(SourceBox("cat", 10, 0, 11, 4), 10, 10, 2.0)[0]
+    'invalid_box'
+    """
+    coords = (box.xmin, box.ymin, box.xmax, box.ymax)
+    if any(math.isnan(c) or math.isinf(c) for c in coords):
+        return INVALID_BOX, f"has a missing or non-finite coordinate {coords}"
+    if box.xmin >= box.xmax or box.ymin >= box.ymax:
+        return INVALID_BOX, f"is empty or inverted: xmin={box.xmin} xmax={box.xmax} ymin={box.ymin} ymax={box.ymax}"
+    if box.xmin < -tolerance or box.ymin < -tolerance or box.xmax > width + tolerance or box.ymax > height + tolerance:
+        return BOX_OUTSIDE_IMAGE, f"{coords} lies outside the {width}x{height} image by more than {tolerance} px"
+    xmin, ymin, xmax, ymax = clipped_box(box, width, height, normalise=False)
+    if xmin >= xmax or ymin >= ymax:
+        return INVALID_BOX, f"{coords} has zero area once clipped to the {width}x{height} image"
+    return None
+
+
+def clipped_box(box: SourceBox, width: int, height: int,
+                normalise: bool = True) -> tuple[float, float, float, float]:
+    """(xmin, ymin, xmax, ymax) clipped to the image, as shares of it unless `normalise` is False."""
+    xmin, xmax = min(max(box.xmin, 0.0), width), min(max(box.xmax, 0.0), width)
+    ymin, ymax = min(max(box.ymin, 0.0), height), min(max(box.ymax, 0.0), height)
+    if not normalise:
+        return xmin, ymin, xmax, ymax
+    return xmin / width, ymin / height, xmax / width, ymax / height

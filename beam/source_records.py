@@ -64,20 +64,45 @@ class SourceRecord:
 
 @dataclass(frozen=True)
 class Reject:
-    """A record that was not written, with a reason code and a one-line message."""
+    """A record that was not written, or one box of a written record that was dropped, with a
+    reason code and a one-line message. One row of `rejects.jsonl`: its writer
+    (`beam/output_files.py::write_rejects`) and every reader go through `to_dict`/`from_dict`.
+
+    A box-level reject (`box_index` set) names the box's index in its annotation and its
+    class; the image it came from was written, with its other boxes, to `split`.
+
+    >>> row = Reject("img1", "invalid_box", "box 2 is empty", "a/img1.xml", box_index=2, class_text="cat",
+    ...              split="train").to_dict()
+    >>> row["box"], row["class"], Reject.from_dict(row).is_box
+    (2, 'cat', True)
+    """
 
     image_id: str
     reason: str
     message: str
     source_ref: str
+    box_index: int | None = None
+    class_text: str | None = None
+    split: str | None = None  # where the image of a dropped box was written
 
-    def to_json_dict(self) -> dict:
-        return {
-            "image_id": self.image_id,
-            "reason": self.reason,
-            "message": self.message,
-            "source": self.source_ref,
-        }
+    @property
+    def is_box(self) -> bool:
+        return self.box_index is not None
+
+    def to_dict(self) -> dict:
+        row = {"image_id": self.image_id, "reason": self.reason, "message": self.message,
+               "source": self.source_ref, "level": "box" if self.is_box else "image"}
+        if self.is_box:
+            row.update({"box": self.box_index, "class": self.class_text, "split": self.split})
+        return row
+
+    @classmethod
+    def from_dict(cls, row: dict) -> "Reject":
+        """The row `to_dict` wrote; a missing key raises KeyError (a renamed field fails at once)."""
+        box = row["level"] == "box"
+        return cls(image_id=row["image_id"], reason=row["reason"], message=row["message"], source_ref=row["source"],
+                   box_index=row["box"] if box else None, class_text=row["class"] if box else None,
+                   split=row["split"] if box else None)
 
 
 @dataclass(frozen=True)
@@ -107,3 +132,6 @@ class CheckedRecord:
     # The shard gets the image as displayed (EXIF applied, beam/exif.py), and width,
     # height and boxes are in that frame.
     orientation_applied: bool = False
+    # Boxes of this record that could not be trusted on their own (--bad-box drop): each a
+    # box-level Reject; the record is written with the others.
+    dropped_boxes: tuple[Reject, ...] = field(default=())

@@ -85,7 +85,7 @@ def baseline_convert(images: Path, annotations: Path, output: Path) -> int:
     return count
 
 
-def detpipe_convert(images: Path, annotations: Path, output: Path) -> dict:
+def detpipe_convert(images: Path, annotations: Path, output: Path) -> "Manifest":
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
 
@@ -149,7 +149,7 @@ def main() -> None:
     manifest = detpipe_convert(images, annotations, root / "detpipe-out")
     ours_s = time.perf_counter() - started
     stats_s = tfdv_seconds(root / "detpipe-out")
-    base_rate, ours_rate = count / base_s, manifest["written_total"] / ours_s
+    base_rate, ours_rate = count / base_s, manifest.written_total / ours_s
     print(f"input: {count} demo images (128x128 JPEG) in {root}")
     print(f"baseline single-process converter: {base_s:7.1f} s  {base_rate:7.1f} images/s")
     print(f"detpipe data build (DirectRunner): {ours_s:7.1f} s  {ours_rate:7.1f} images/s")

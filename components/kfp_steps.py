@@ -85,14 +85,15 @@ def validate_and_convert(
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
             runner=runner, beam_args=tuple(beam_args)))
     m = result.manifest
-    dataset.metadata.update({"records_in": m["records_in"], "written": m["written_total"],
-                             "rejected": m["rejected"], "num_classes": m["num_classes"],
-                             "source_fingerprint": source_fingerprint, "checked_against": champion or "none"})
+    dataset.metadata.update({"records_in": m.records_in, "written": m.written_total, "rejected": m.rejected,
+                             "boxes_written": sum(c.written for c in m.boxes.values()),
+                             "boxes_rejected": sum(c.rejected for c in m.boxes.values()),
+                             "num_classes": m.num_classes, "source_fingerprint": source_fingerprint,
+                             "checked_against": champion or "none"})
     if not result.ok:
         raise RuntimeError("dataset anomalies (feature | problem | detail):\n" + "\n".join(result.anomalies))
     write_dataset_page(dataset.path, stats_html.path)  # self-contained; TFDV's page stays in the dataset folder
-    return namedtuple("ConvertOutputs", ["records_in", "written", "rejected"])(
-        m["records_in"], m["written_total"], m["rejected"])
+    return namedtuple("ConvertOutputs", ["records_in", "written", "rejected"])(m.records_in, m.written_total, m.rejected)
 
 
 def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: str, batch_size: str,

@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from beam.record_checks import BAD_BOX_MODES
 from pipeline.cli_types import add_exif_option as _add_exif_option
 from pipeline.cli_types import batch_size_arg as _batch_size
 from pipeline.cli_types import fraction_arg as _fraction
@@ -81,12 +82,14 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
     from beam.label_map import read_label_map
+    from beam.manifest import REJECTS_FILE
 
     options = ConvertOptions(
         images=args.images, annotations=args.annotations, output=args.output, format=args.format,
         val_fraction=args.val_fraction, seed=args.seed,
         label_map=read_label_map(Path(args.label_map)) if args.label_map else None,
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
+        bad_box=args.bad_box,
         gzip=args.gzip, overwrite=args.overwrite, exif=args.exif, allow_anomalies=args.allow_anomalies,
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
                           previous_stats=args.previous_stats, drift_threshold=args.drift_threshold,
@@ -95,10 +98,14 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
     )
     result = build_dataset(options)
     m = result.manifest
-    print(f"{m['records_in']} records in: {m['written']['train']} train + {m['written']['val']} val written, "
-          f"{m['rejected']} rejected -> {args.output}")
-    for reason, count in m["rejected_by_reason"].items():
-        print(f"  rejected {count}: {reason} (details in {args.output}/rejects.jsonl)")
+    print(f"{m.records_in} records in: {m.written['train']} train + {m.written['val']} val written, "
+          f"{m.rejected} rejected -> {args.output}")
+    for reason, count in m.rejected_by_reason.items():
+        print(f"  rejected {count}: {reason} (details in {args.output}/{REJECTS_FILE})")
+    boxes = sum(c.boxes_in for c in m.boxes.values())
+    for reason, count in m.boxes_rejected_by_reason.items():
+        print(f"  box(es) dropped {count} of {boxes}: {reason}, their images kept (details in "
+              f"{args.output}/{REJECTS_FILE})")
     if result.anomalies:
         table = ["dataset anomalies (feature | problem | detail):", *result.anomalies]
         if not result.allowed:
@@ -264,7 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/val split hash (default 0)")
     p.add_argument("--label-map", type=existing_file, help="JSON file {class name: id}; classes not in it are rejected")
-    p.add_argument("--reject-empty", action="store_true", help="reject images with no boxes (default: keep as negatives)")
+    p.add_argument("--reject-empty", action="store_true",
+                   help="reject images with no boxes, also those whose every box was dropped (default: keep as "
+                        "negatives)")
+    p.add_argument("--bad-box", choices=BAD_BOX_MODES, default=BAD_BOX_MODES[0],
+                   help="a box that cannot be trusted on its own (empty, inverted, NaN, zero area once clipped, "
+                        "outside the image): drop it and keep the image with its other boxes (default; each "
+                        "dropped box is a row of rejects.jsonl), or reject-image: reject the whole image")
     p.add_argument("--max-pixels", type=_positive_int, default=50_000_000,
                    help="reject images with more pixels than this (default 50,000,000)")
     p.add_argument("--split-file", type=existing_file, help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kfp import local
 
+from beam.manifest import read_manifest
 from components.registry.decision import comparison_line
 from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline
@@ -23,6 +24,7 @@ class RunSummary:
     records_in: int
     written: int
     rejected: int
+    boxes_dropped: int  # boxes that could not be trusted, dropped from images that were written
     probe_verdict: str
     images_per_second: float
     metrics: dict
@@ -33,7 +35,8 @@ class RunSummary:
 
     def lines(self) -> list[str]:
         return [
-            f"records: {self.records_in} in, {self.written} written, {self.rejected} rejected",
+            f"records: {self.records_in} in, {self.written} written, {self.rejected} rejected"
+            + (f"; {self.boxes_dropped} bad box(es) dropped from written images" if self.boxes_dropped else ""),
             f"probe: {self.probe_verdict}",
             f"training: {self.images_per_second:.1f} images/s",
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
@@ -54,14 +57,15 @@ def _task_dir(run_dir: Path, task: str) -> Path:
 
 def summarise(run_dir: Path) -> RunSummary:
     """Read the artifacts of one local run folder."""
-    manifest = json.loads((_task_dir(run_dir, "validate-and-convert") / "dataset" / "manifest.json").read_text())
+    manifest = read_manifest(str(_task_dir(run_dir, "validate-and-convert") / "dataset"))
     probe = json.loads((_task_dir(run_dir, "probe") / "probe_json").read_text())
     train_config = json.loads((_task_dir(run_dir, "train") / "model" / "train_config.json").read_text())
     metrics = json.loads((_task_dir(run_dir, "evaluate") / "metrics_json").read_text())
     decision = json.loads((_task_dir(run_dir, "evaluate") / "decision").read_text())
     return RunSummary(
-        run_dir=run_dir, records_in=manifest["records_in"], written=manifest["written_total"],
-        rejected=manifest["rejected"], probe_verdict=probe["verdict"],
+        run_dir=run_dir, records_in=manifest.records_in, written=manifest.written_total,
+        rejected=manifest.rejected, boxes_dropped=sum(c.rejected for c in manifest.boxes.values()),
+        probe_verdict=probe["verdict"],
         images_per_second=train_config["result"]["images_per_second"], metrics=metrics["metrics"],
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),

@@ -34,12 +34,17 @@ def raccoon_out(raccoon, tmp_path_factory):
     return out, result
 
 
-def test_raccoon_all_written_none_rejected(raccoon_out):
+def _raccoon_boxes(raccoon) -> int:
+    return sum(len(ET.parse(p).getroot().findall("object")) for p in (raccoon / "annotations").glob("*.xml"))
+
+
+def test_raccoon_all_written_none_rejected(raccoon, raccoon_out):
     out, result = raccoon_out
     m = result.manifest
-    assert m["records_in"] == 200 and m["written_total"] == 200 and m["rejected"] == 0
-    assert m["written"]["train"] + m["written"]["val"] == 200 and m["written"]["val"] > 0
-    assert m["color_modes"].get("L") == 3
+    assert m.records_in == 200 and m.written_total == 200 and m.rejected == 0
+    assert m.written["train"] + m.written["val"] == 200 and m.written["val"] > 0
+    assert m.color_modes.get("L") == 3
+    assert sum(c.boxes_in for c in m.boxes.values()) == _raccoon_boxes(raccoon) == sum(c.written for c in m.boxes.values())
     assert (out / "rejects.jsonl").read_text() == ""
     assert json.loads((out / "label_map.json").read_text()) == {"raccoon": 1}
     assert result.anomalies == []
@@ -72,7 +77,7 @@ def test_manifest_hashes_match_and_rerun_is_byte_identical(raccoon, raccoon_out,
                                  output=str(tmp_path)))
     import hashlib
 
-    shards = result.manifest["shards"]
+    shards = result.manifest.shards
     assert {s["name"] for s in shards} == {p.name for p in out.glob("*.tfrecord")}
     for shard in shards:
         data = (out / shard["name"]).read_bytes()
@@ -150,7 +155,7 @@ def test_bad_records_rejected_with_reasons_and_counts_reconcile(demo_dir, tmp_pa
     assert len(set(expected)) >= 15
     out = tmp_path / "out"
     result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
-                                          keep_empty=False, max_pixels=100_000,
+                                          keep_empty=False, max_pixels=100_000, bad_box="reject-image",
                                           gates=GateOptions(max_reject_fraction=1.0)))
     rows = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
     got = {}
@@ -164,11 +169,11 @@ def test_bad_records_rejected_with_reasons_and_counts_reconcile(demo_dir, tmp_pa
     m = result.manifest
     written_ids = set(_records(out))
     assert written_ids == {p.stem for p in demo_dir.glob("annotations/*.xml")} | set(modes)
-    assert m["written_total"] == len(written_ids) and m["rejected"] == len(expected)
-    assert m["records_in"] == m["written_total"] + m["rejected"] == len(list(annotations.glob("*.xml")))
-    assert sum(m["rejected_by_reason"].values()) == m["rejected"]
+    assert m.written_total == len(written_ids) and m.rejected == len(expected)
+    assert m.records_in == m.written_total + m.rejected == len(list(annotations.glob("*.xml")))
+    assert sum(m.rejected_by_reason.values()) == m.rejected and m.boxes_rejected_by_reason == {}
     for mode in modes.values():
-        assert m["color_modes"][mode] >= 1
+        assert m.color_modes[mode] >= 1
 
 
 def test_reject_fraction_over_the_limit_fails_unless_allowed(demo_dir, tmp_path):
@@ -180,7 +185,7 @@ def test_reject_fraction_over_the_limit_fails_unless_allowed(demo_dir, tmp_path)
     allowed = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations),
                                            output=str(tmp_path / "b"), allow_anomalies=True,
                                            gates=GateOptions(max_reject_fraction=0.05)))
-    assert allowed.ok and allowed.anomalies and allowed.manifest["anomalies_allowed"]
+    assert allowed.ok and allowed.anomalies and allowed.manifest.anomalies_allowed
 
 
 def test_out_of_tolerance_box_is_clipped_within_tolerance(demo_dir, tmp_path):
@@ -224,7 +229,7 @@ def test_given_label_map_rejects_unknown_classes(demo_dir, tmp_path):
     assert json.loads((out / "label_map.json").read_text()) == {"circle": 1, "square": 2}
     labels = {v for ex in _records(out).values() for v in ex[K.CLASS_LABEL]}
     assert labels <= {1, 2}
-    assert result.manifest["records_in"] == result.manifest["written_total"] + len(rejects)
+    assert result.manifest.records_in == result.manifest.written_total + len(rejects)
 
 
 def test_every_record_rejected_fails_with_pointer_to_rejects(demo_dir, tmp_path):

@@ -75,7 +75,7 @@ def _build(tmp_path, name, photos, exif="auto", fmt="voc"):
     out = tmp_path / f"{name}-shards"
     result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
                                           format=fmt, val_fraction=0.0, exif=exif, allow_anomalies=True))
-    return out, result.manifest
+    return out, result.manifest.to_dict()
 
 
 def _shard_images(out) -> dict[str, tuple[np.ndarray, list]]:
@@ -160,7 +160,7 @@ def test_upright_shards_are_byte_identical_across_runs(tmp_path):
                                          annotations=str(tmp_path / "first" / "annotations"),
                                          output=str(tmp_path / "again"), val_fraction=0.0, allow_anomalies=True))
     assert [s["sha256"] for s in json.loads((first / "manifest.json").read_text())["shards"]] == \
-        [s["sha256"] for s in again.manifest["shards"]]
+        [s["sha256"] for s in again.manifest.shards]
 
 
 def _record(width, height):

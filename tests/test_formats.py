@@ -28,8 +28,9 @@ def test_voc_coco_csv_give_byte_identical_shards(demo_dir, tmp_path):
     assert reference and sum(len(v) for v in reference.values()) > 0
     assert _shard_bytes(tmp_path / "coco") == reference
     assert _shard_bytes(tmp_path / "csv") == reference
-    assert voc.manifest["shards"] == coco.manifest["shards"] == csv.manifest["shards"]
-    assert voc.manifest["records_in"] == coco.manifest["records_in"] == csv.manifest["records_in"] == 64
+    assert voc.manifest.shards == coco.manifest.shards == csv.manifest.shards
+    assert voc.manifest.records_in == coco.manifest.records_in == csv.manifest.records_in == 64
+    assert voc.manifest.boxes == coco.manifest.boxes == csv.manifest.boxes
 
 
 def test_raccoon_voc_and_csv_give_identical_records(raccoon, tmp_path):
@@ -37,8 +38,8 @@ def test_raccoon_voc_and_csv_give_identical_records(raccoon, tmp_path):
     csv = _build(raccoon / "images", raccoon / "labels" / "raccoon_labels.csv", "csv", tmp_path / "csv")
     for result in (voc, csv):
         m = result.manifest
-        assert (m["records_in"], m["written_total"], m["rejected"]) == (200, 200, 0)
-        assert m["color_modes"]["L"] == 3
+        assert (m.records_in, m.written_total, m.rejected) == (200, 200, 0)
+        assert m.color_modes["L"] == 3
     assert _shard_bytes(tmp_path / "voc") == _shard_bytes(tmp_path / "csv")
 
 
@@ -95,8 +96,8 @@ def test_split_file_assigns_and_rejects_unlisted(demo_dir, tmp_path):
     result = build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "annotations"),
                                           output=str(tmp_path / "out"), split_file=str(split_file)))
     m = result.manifest
-    assert m["written"] == {"train": 40, "val": 20}
-    assert m["rejected_by_reason"] == {"not_in_split_file": 4}
+    assert m.written == {"train": 40, "val": 20}
+    assert m.rejected_by_reason == {"not_in_split_file": 4}
 
 
 def test_gzip_shards_are_deterministic_and_readable(demo_dir, tmp_path):

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from components.report.run_report import RunInputs, write_dataset_page, write_run_report
+from components.report.run_report import RunInputs, write_run_report
 
 
 class _Resources(HTMLParser):
@@ -64,22 +64,3 @@ def test_run_report_has_every_section_and_embeds_every_picture(demo_shards, trai
     manifest = json.loads((demo_shards / "manifest.json").read_text())
     assert f'<td class="num">{manifest["records_in"]}</td>' in html
     assert "no champion yet" in html and "Registered as <b>v1</b>" in html
-
-
-def test_dataset_page_with_rejects_and_anomalies(tmp_path, demo_shards):
-    import shutil
-
-    data = tmp_path / "data"
-    shutil.copytree(demo_shards, data)
-    manifest = json.loads((data / "manifest.json").read_text())
-    manifest["rejected_by_reason"] = {"box outside image": 7}
-    manifest["anomalies"] = ["[train] image/object/class/text | new class | <hexagon>"]
-    (data / "manifest.json").write_text(json.dumps(manifest))
-    rows = [{"image_id": f"img{i}", "reason": "box outside image", "detail": f"xmax {i} > width",
-             "source": f"a/{i}.xml"} for i in range(7)]
-    (data / "rejects.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    html = write_dataset_page(str(data), tmp_path / "page.html").read_text()
-    found = check_self_contained(html)
-    assert found.ids == {"dataset"}
-    assert html.count("xmax ") == 5  # five examples of the reason, not all seven
-    assert "&lt;hexagon&gt;" in html  # escaped

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import matplotlib
 
+from beam.manifest import MANIFEST_FILE, REJECTS_FILE, read_manifest
+from beam.output_files import read_rejects
+from beam.source_records import Reject
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -82,28 +86,30 @@ def _box_size_histogram(features) -> str | None:
 
 
 def dataset_section(dataset_dir: str | Path) -> dict | None:
-    """Counts, rejects by reason with examples, class and box-size histograms, anomalies."""
+    """Counts, rejected images and dropped boxes by reason with examples, class and box-size
+    histograms, anomalies. Reads `manifest.json` and `rejects.jsonl` through their one
+    definition (beam/manifest.py, beam/source_records.py)."""
     folder = Path(dataset_dir)
-    manifest = _read_json(folder / "manifest.json")
-    if manifest is None:
+    if not (folder / MANIFEST_FILE).is_file():
         return None
-    examples: dict[str, list[dict]] = defaultdict(list)
-    rejects = folder / "rejects.jsonl"
-    if rejects.is_file():
-        for line in rejects.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                if len(examples[row["reason"]]) < REJECT_EXAMPLES:
-                    examples[row["reason"]].append(row)
+    manifest = read_manifest(str(folder))
+    examples: dict[tuple[bool, str], list[Reject]] = defaultdict(list)
+    for reject in read_rejects(str(folder / REJECTS_FILE)):
+        shown = examples[(reject.is_box, reject.reason)]
+        if len(shown) < REJECT_EXAMPLES:
+            shown.append(reject)
     features = _train_statistics(folder)
     return {
         "manifest": manifest,
-        "rejects": [{"reason": reason, "count": count, "examples": examples.get(reason, [])}
-                    for reason, count in manifest.get("rejected_by_reason", {}).items()],
+        "rejects": [{"reason": reason, "count": count, "examples": examples.get((False, reason), [])}
+                    for reason, count in manifest.rejected_by_reason.items()],
+        "box_rejects": [{"reason": reason, "count": count, "examples": examples.get((True, reason), [])}
+                        for reason, count in manifest.boxes_rejected_by_reason.items()],
+        "boxes": manifest.boxes,
         "class_histogram": _class_histogram(features),
         "box_sizes": _box_size_histogram(features),
-        "anomalies": manifest.get("anomalies", []),
-        "anomalies_allowed": manifest.get("anomalies_allowed", False),
+        "anomalies": manifest.anomalies,
+        "anomalies_allowed": manifest.anomalies_allowed,
     }
 
 

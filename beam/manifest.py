@@ -1,0 +1,119 @@
+"""`manifest.json`: what the data step wrote, with counts that reconcile.
+
+One definition for its writer (`beam/convert_job.py`) and every reader (the CLI, the data
+step's component, the run report, the local run's summary): a renamed or missing field
+fails `Manifest.from_dict` at once instead of a template or a summary far downstream.
+
+>>> boxes = BoxCounts(boxes_in=5, written=4, rejected_by_reason={"invalid_box": 1})
+>>> boxes.rejected, BoxCounts.from_dict(boxes.to_dict()) == boxes
+(1, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from beam.output_files import read_json
+
+MANIFEST_FILE = "manifest.json"
+REJECTS_FILE = "rejects.jsonl"
+LABEL_MAP_FILE = "label_map.json"
+# 2: box-level rejects and the `boxes` counts. A version-1 manifest has no box counts.
+MANIFEST_VERSION = 2
+
+
+class ManifestError(ValueError):
+    """A manifest this detpipe cannot read (another version, or a field missing)."""
+
+
+@dataclass(frozen=True)
+class BoxCounts:
+    """The boxes of the images written to one split: boxes in = written + rejected."""
+
+    boxes_in: int
+    written: int
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.rejected_by_reason.values())
+
+    def to_dict(self) -> dict:
+        return {"in": self.boxes_in, "written": self.written, "rejected": self.rejected,
+                "rejected_by_reason": dict(sorted(self.rejected_by_reason.items()))}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BoxCounts":
+        return cls(boxes_in=data["in"], written=data["written"], rejected_by_reason=dict(data["rejected_by_reason"]))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Counts per split and reason (images and boxes), the shard list, anomalies and options."""
+
+    format: str
+    records_in: int
+    written: dict[str, int]  # images per split
+    rejected_by_reason: dict[str, int]  # images rejected whole
+    boxes: dict[str, BoxCounts]  # per split, for the images written
+    color_modes: dict[str, int]
+    exif_orientation: dict
+    num_classes: int
+    shards: list[dict]  # ShardInfo.to_dict() of each shard, sorted by name
+    anomalies: list[str]
+    anomalies_allowed: bool
+    options: dict
+    seconds: float
+    version: int = MANIFEST_VERSION
+
+    @property
+    def written_total(self) -> int:
+        return sum(self.written.values())
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.rejected_by_reason.values())
+
+    @property
+    def boxes_rejected_by_reason(self) -> dict[str, int]:
+        """Dropped boxes of every split, by reason."""
+        out: dict[str, int] = {}
+        for counts in self.boxes.values():
+            for reason, count in counts.rejected_by_reason.items():
+                out[reason] = out.get(reason, 0) + count
+        return dict(sorted(out.items()))
+
+    def reconcile_problems(self) -> list[str]:
+        """What does not add up: images in = written + rejected; per split, boxes in = written + rejected."""
+        problems = []
+        if self.written_total + self.rejected != self.records_in:
+            problems.append(f"images: {self.records_in} in, {self.written_total} written, {self.rejected} rejected")
+        for split, counts in self.boxes.items():
+            if counts.written + counts.rejected != counts.boxes_in:
+                problems.append(f"{split} boxes: {counts.boxes_in} in, {counts.written} written, "
+                                f"{counts.rejected} rejected")
+        return problems
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["boxes"] = {split: counts.to_dict() for split, counts in self.boxes.items()}
+        data["written_total"], data["rejected"] = self.written_total, self.rejected
+        data["rejected_by_reason"] = dict(sorted(self.rejected_by_reason.items()))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Manifest":
+        if data.get("version") != MANIFEST_VERSION:
+            raise ManifestError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION} (written by "
+                                "another detpipe): rebuild the dataset with `detpipe data build`")
+        try:
+            values = {f.name: data[f.name] for f in fields(cls)}
+        except KeyError as err:
+            raise ManifestError(f"manifest has no {err.args[0]!r} field") from err
+        values["boxes"] = {split: BoxCounts.from_dict(counts) for split, counts in data["boxes"].items()}
+        return cls(**values)
+
+
+def read_manifest(dataset_dir: str) -> Manifest:
+    """DATASET/manifest.json, local or gs:// (Beam FileSystems)."""
+    return Manifest.from_dict(read_json(f"{dataset_dir.rstrip('/')}/{MANIFEST_FILE}"))
