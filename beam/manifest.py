@@ -1,8 +1,9 @@
 """`manifest.json`: what the data step wrote, with counts that reconcile.
 
 One definition for its writer (`beam/convert_job.py`) and every reader (the CLI, the data
-step's component, the run report, the local run's summary): a renamed or missing field
-fails `Manifest.from_dict` at once instead of a template or a summary far downstream.
+step's component, the run report, the local run's summary, the trainer's shard list): a
+renamed or missing field fails `Manifest.from_dict` at once instead of a template or a
+summary far downstream. Pure data; `beam/output_files.py::read_manifest` reads the file.
 
 >>> boxes = BoxCounts(boxes_in=5, written=4, rejected_by_reason={"invalid_box": 1})
 >>> boxes.rejected, BoxCounts.from_dict(boxes.to_dict()) == boxes
@@ -12,8 +13,6 @@ fails `Manifest.from_dict` at once instead of a template or a summary far downst
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-
-from beam.output_files import read_json
 
 MANIFEST_FILE = "manifest.json"
 REJECTS_FILE = "rejects.jsonl"
@@ -113,7 +112,3 @@ class Manifest:
         values["boxes"] = {split: BoxCounts.from_dict(counts) for split, counts in data["boxes"].items()}
         return cls(**values)
 
-
-def read_manifest(dataset_dir: str) -> Manifest:
-    """DATASET/manifest.json, local or gs:// (Beam FileSystems)."""
-    return Manifest.from_dict(read_json(f"{dataset_dir.rstrip('/')}/{MANIFEST_FILE}"))

@@ -6,6 +6,7 @@ import json
 
 from apache_beam.io.filesystems import FileSystems
 
+from beam.manifest import MANIFEST_FILE, Manifest
 from beam.source_records import Reject
 
 
@@ -45,3 +46,8 @@ def read_rejects(path: str) -> list[Reject]:
         return []
     with FileSystems.open(path) as handle:
         return [Reject.from_dict(json.loads(line)) for line in handle.read().decode().splitlines() if line.strip()]
+
+
+def read_manifest(dataset_dir: str) -> Manifest:
+    """DATASET/manifest.json, local or gs://."""
+    return Manifest.from_dict(read_json(FileSystems.join(dataset_dir, MANIFEST_FILE)))

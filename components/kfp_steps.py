@@ -13,8 +13,8 @@ from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 
-def fingerprint_source(images: str, annotations: str, registry: str, model_name: str, pipeline_root: str,
-                       source: Output[Artifact]) -> NamedTuple(
+def fingerprint_source(images: str, annotations: str, split_file: str, registry: str, model_name: str,
+                       pipeline_root: str, source: Output[Artifact]) -> NamedTuple(
         "SourceOutputs", [("fingerprint", str), ("registry", str), ("champion", str)]):
     """List the dataset's files (never cached): their fingerprint is in the data step's
     cache key, so new images retrain. Also resolves the registry and its champion now."""
@@ -26,7 +26,7 @@ def fingerprint_source(images: str, annotations: str, registry: str, model_name:
     from components.registry.registry import Registry, resolve_registry
 
     logging.basicConfig(level=logging.INFO)
-    found = fingerprint(images, annotations)
+    found = fingerprint(images, annotations, split_file=split_file)
     registry = resolve_registry(registry, pipeline_root)
     champion = Registry.open(registry, model_name).champion_version()
     with open(source.path, "w") as handle:
@@ -43,6 +43,8 @@ def validate_and_convert(
     model_name: str,
     data_format: str,
     val_fraction: float,
+    split_file: str,
+    bad_box: str,
     seed: int,
     max_reject_fraction: float,
     allow_anomalies: bool,
@@ -80,7 +82,8 @@ def validate_and_convert(
         champion, files, base = Registry.open(registry, model_name).champion_data(tmp)
         result = build_dataset(ConvertOptions(
             images=images, annotations=annotations, output=dataset.path, format=data_format,
-            val_fraction=val_fraction, seed=seed, allow_anomalies=allow_anomalies, exif=exif,
+            val_fraction=val_fraction, split_file=split_file or None, bad_box=bad_box, seed=seed,
+            allow_anomalies=allow_anomalies, exif=exif,
             overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
             runner=runner, beam_args=tuple(beam_args)))
@@ -156,6 +159,8 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
                                         batch_size=batch_size, image_size=image_size, model_size=model_size,
                                         seed=seed, probe=advice, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
+    if not result.is_chief:  # another replica of a custom job: the chief's files are not there yet
+        return result.images_per_second
     model.metadata.update({"images_per_second": result.images_per_second, "batch_size": result.batch_size,
                            "micro_batch_size": result.micro_batch_size,
                            **{f"shape/{k}": v for k, v in result.shape.items()},

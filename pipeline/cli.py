@@ -175,7 +175,9 @@ def cmd_train(args) -> int:
     loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
     print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
           f"{result.model_path}")
-    if not args.no_export:
+    if not result.is_chief:  # the chief exports; a replica that read its files could race it
+        print("this replica's part is done; the chief writes the model and exports it")
+    elif not args.no_export:
         export_after_train(args.output)
     return EXIT_OK
 

@@ -122,6 +122,11 @@ def existing_file(value: str) -> str:
     return _existing(value, folder=False)
 
 
+def optional_existing_file(value: str) -> str:
+    """"" (none), or an existing file."""
+    return value and existing_file(value)
+
+
 def existing_dir(value: str) -> str:
     return _existing(value, folder=True)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kfp import local
 
-from beam.manifest import read_manifest
+from beam.output_files import read_manifest
 from components.registry.decision import comparison_line
 from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline

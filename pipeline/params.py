@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam.exif import EXIF_MODES
+from beam.record_checks import BAD_BOX_MODES
 from pipeline import cli_types
 
 REQUIRED = inspect.Parameter.empty
@@ -47,6 +48,12 @@ PARAMS: tuple[Param, ...] = (
           choices=("voc", "coco", "csv")),
     Param("val_fraction", float, 0.2, "Share of images for validation (hash of the image id).",
           cli_type=cli_types.fraction_arg),
+    Param("split_file", str, "", 'The split you already have instead of val_fraction\'s hash: a JSON file '
+          '{"train": [image ids], "val": [image ids]}, local or gs://; images listed in neither are rejected '
+          "(not_in_split_file). Empty: the hash split.", path=True, cli_type=cli_types.optional_existing_file),
+    Param("bad_box", str, "drop", "A box that cannot be trusted on its own (empty, inverted, NaN, zero area once "
+          "clipped, outside the image): drop it and keep its image with the other boxes, or reject-image.",
+          choices=BAD_BOX_MODES),
     Param("seed", int, 0, "Seed of the split, of training and of the bootstrap."),
     Param("max_reject_fraction", float, 0.1, "Fail the data step when more records than this share are rejected."),
     Param("allow_anomalies", bool, False, "Let the data step pass despite dataset anomalies (still reported)."),

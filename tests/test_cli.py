@@ -7,7 +7,7 @@ from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser, main
 
 @pytest.mark.parametrize("argv", [[], ["train"], ["data", "build", "--format", "tiff"],
                                   ["train", "--data", "d", "--output", "o", "--batch-size", "0"],
-                                  ["probe", "--nonsense"]])
+                                  ["probe", "--nonsense"], ["run", "--local", "--bad-box", "ignore"]])
 def test_bad_usage_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -139,3 +139,21 @@ def test_error_lines_drop_colour_codes():
     from pipeline.cli_types import error_line
 
     assert error_line(RuntimeError("Pipeline \x1b[95m'detpipe'\x1b[0m failed\nmore")) == "Pipeline 'detpipe' failed"
+
+
+def test_run_takes_a_split_file_and_the_bad_box_mode(tmp_path, capsys):
+    """`detpipe run --split-file` reaches the pipeline's parameters (absolute, as the steps
+    run elsewhere); empty by default: the hash split; a missing one is a usage error."""
+    from pipeline.params import params_from_args
+
+    split = tmp_path / "split.json"
+    split.write_text('{"train": [], "val": []}')
+    source = ["run", "--local", "--images", str(tmp_path), "--annotations", str(tmp_path)]
+    parser = build_parser()
+    given = params_from_args(parser.parse_args(source + ["--split-file", str(split), "--bad-box", "reject-image"]))
+    assert given["split_file"] == str(split.resolve()) and given["bad_box"] == "reject-image"
+    default = params_from_args(parser.parse_args(source))
+    assert default["split_file"] == "" and default["bad_box"] == "drop"
+    with pytest.raises(SystemExit) as exc:
+        main(source + ["--split-file", str(tmp_path / "nope.json")])
+    assert exc.value.code == EXIT_USAGE and "nope.json does not exist" in capsys.readouterr().err

@@ -25,7 +25,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-GOLDEN_SHA256 = "0445e0fe78979ebac22fd5202e7dd47ac2e2f8742006becd49e497081afc34b6"
+GOLDEN_SHA256 = "348d1c5f5ce714ddec0489aa0dbc165f959b352bc65dbae5c4f067e2aa3bcd4d"
 
 
 def test_golden_compile(tmp_path):
@@ -96,6 +96,9 @@ def test_source_fingerprint_is_uncached_and_in_the_data_steps_cache_key(tmp_path
         assert inputs[name]["taskOutputParameter"] == {"outputParameterKey": output,
                                                        "producerTask": "fingerprint-source"}
     assert "champion" not in inputs  # a new champion alone does not convert and retrain unchanged data
+    # A split file is data: the fingerprint lists it, and the data step uses it.
+    for task in ("fingerprint-source", "validate-and-convert"):
+        assert tasks[task]["inputs"]["parameters"]["split_file"] == {"componentInputParameter": "split_file"}
     evaluate = tasks["evaluate"]["inputs"]["parameters"]  # but the comparison is redone with it
     assert evaluate["champion"]["taskOutputParameter"]["producerTask"] == "fingerprint-source"
     assert tasks["fingerprint-source"]["inputs"]["parameters"]["pipeline_root"]["runtimeValue"]["constant"] \

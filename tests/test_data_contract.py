@@ -17,8 +17,8 @@ from beam import record_checks as rc
 from beam.convert_job import ConvertOptions, build_dataset
 from beam.dataset_gates import GateOptions
 from beam.example_codec import decode_example
-from beam.manifest import REJECTS_FILE, read_manifest
-from beam.output_files import read_rejects
+from beam.manifest import REJECTS_FILE
+from beam.output_files import read_manifest, read_rejects
 from components.report.run_report import write_dataset_page
 from dirty_data import make_dirty_copy, split_of
 
@@ -162,3 +162,12 @@ def test_an_image_whose_every_box_is_dropped_follows_reject_empty():
     assert rejected.reason == rc.NO_BOXES and "all 2 box(es) dropped" in rejected.message
     kept = rc.check_record(record, buffer.getvalue(), rc.CheckOptions())
     assert kept.boxes == () and [r.reason for r in kept.dropped_boxes] == [rc.INVALID_BOX, rc.BOX_OUTSIDE_IMAGE]
+
+
+def test_the_examples_in_the_definitions_run():
+    import doctest
+
+    from beam import manifest, source_records
+
+    for module in (manifest, source_records, rc):
+        assert doctest.testmod(module).failed == 0, module.__name__

@@ -25,12 +25,12 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _start_cluster(data, out, logs, max_steps: int) -> list[subprocess.Popen]:
+def _start_cluster(data, out, logs, max_steps: int, export: bool = False) -> list[subprocess.Popen]:
     chief, worker = (f"127.0.0.1:{p}" for p in _free_ports(2))
     cluster = {"chief": [chief], "worker": [worker]}
     command = [sys.executable, "-m", "pipeline.cli", "train", "--data", str(data), "--output", str(out),
                "--batch-size", "4", "--image-size", "64", "--epochs", "100", "--max-steps", str(max_steps),
-               "--checkpoint-every", "4", "--seed", "3", "--no-export"]
+               "--checkpoint-every", "4", "--seed", "3"] + ([] if export else ["--no-export"])
     procs = []
     for task in ({"type": "chief", "index": 0}, {"type": "worker", "index": 0}):
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
@@ -57,8 +57,11 @@ def _digest(log_path) -> str:
 @pytest.mark.slow
 def test_two_workers_train_in_lockstep_and_only_the_chief_writes(demo_shards, tmp_path):
     out, logs = tmp_path / "out", tmp_path
-    codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8))
+    # Every default, export included, as a two-replica custom job runs it.
+    codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8, export=True))
     assert codes == [0, 0], (logs / "chief.log").read_text()[-3000:] + (logs / "worker.log").read_text()[-3000:]
+    assert (out / "saved_model" / "saved_model.pb").is_file() and "exported a SavedModel" in (logs / "chief.log").read_text()
+    assert "the chief writes the model and exports it" in (logs / "worker.log").read_text()
     assert _digest(logs / "chief.log") == _digest(logs / "worker.log")  # the same weights on both
     names = {p.name for p in out.iterdir()}
     assert {"model.keras", "train_report.md", "train_config.json", "checkpoints", "tensorboard"} <= names

@@ -8,6 +8,9 @@ import tensorflow as tf
 
 from beam import feature_keys as K
 from beam.example_codec import decode_example
+from beam.manifest import REJECTS_FILE
+from beam.output_files import read_manifest, read_rejects
+from dirty_data import make_dirty_copy, split_of
 from pipeline.cli import main
 
 
@@ -95,31 +98,61 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     assert v2["fingerprint"]["sha256"] == v1["fingerprint"]["sha256"]
 
 
+@pytest.fixture(scope="module")
+def dirty_raccoon(raccoon, tmp_path_factory):
+    """Raccoon plus a record of every fault the DAG's data step can meet (truncated JPEG,
+    missing image, unparseable XML, bad boxes beside good ones, a duplicate id, a size
+    mismatch, GIF, no class name, an image the split file leaves out) and awkward images it
+    must accept (alpha PNG, greyscale PNG, an EXIF-rotated photo)."""
+    return make_dirty_copy(raccoon / "images", raccoon / "annotations", tmp_path_factory.mktemp("dirty_raccoon"),
+                           split_file=True)
+
+
 @pytest.mark.slow
-def test_run_local_on_real_photos_with_tuning(raccoon, tmp_path):
+def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_raccoon, tmp_path, capsys):
     """The real-data path: 200 raccoon photos (non-square, 178-2000 px, 3 greyscale, one
-    class), 43 val images (not a multiple of any batch), a short schedule and a 2-trial
-    search, through the real DAG with the KFP local runner."""
+    class) made dirty, the user's own split (val not a multiple of any batch), a short
+    schedule and a 2-trial search, through the real DAG with the KFP local runner: the run
+    is green, the report shows every reject, and counts reconcile."""
+    dirty = dirty_raccoon
     summary_file = tmp_path / "summary.json"
-    code = main(["run", "--local", "--images", str(raccoon / "images"), "--annotations", str(raccoon / "annotations"),
-                 "--epochs", "2", "--batch-size", "8", "--tune-trials", "2", "--tune-trial-steps", "4",
-                 "--pipeline-root", str(tmp_path / "root"), "--summary-json", str(summary_file)])
-    assert code == 0
+    code = main(["run", "--local", "--images", str(dirty.images), "--annotations", str(dirty.annotations),
+                 "--split-file", str(dirty.split_file), "--epochs", "2", "--batch-size", "8", "--tune-trials", "2",
+                 "--tune-trial-steps", "4", "--pipeline-root", str(tmp_path / "root"),
+                 "--summary-json", str(summary_file)])
+    out = capsys.readouterr().out
+    assert code == 0, out
     summary = json.loads(summary_file.read_text())
     run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
 
     dataset = run_dir / "validate-and-convert" / "dataset"
-    manifest = json.loads((dataset / "manifest.json").read_text())
-    assert manifest["records_in"] == 200 == manifest["written_total"] + manifest["rejected"]
-    assert manifest["color_modes"] == {"L": 3, "RGB": 197}
-    rejects = [line for line in (dataset / "rejects.jsonl").read_text().splitlines() if line.strip()]
-    assert len(rejects) == manifest["rejected"]
-    written = manifest["written"]
-    assert written["train"] + written["val"] == manifest["written_total"] and written["val"] % 8 != 0
+    manifest = read_manifest(str(dataset))
+    sources = len(list(dirty.annotations.glob("*.xml")))
+    assert manifest.records_in == sources == manifest.written_total + manifest.rejected
+    assert manifest.reconcile_problems() == []
+    assert manifest.color_modes == {"L": 4, "RGB": 199, "RGBA": 1} and manifest.exif_orientation["applied"] == 1
+    rejects = read_rejects(str(dataset / REJECTS_FILE))
+    assert {r.reason for r in rejects if not r.is_box} == set(dirty.image_rejects.values())
+    assert {(r.image_id, r.box_index): r.reason for r in rejects if r.is_box} == dirty.box_rejects
+    assert summary["rejected"] == manifest.rejected and summary["boxes_dropped"] == len(dirty.box_rejects)
+    assert f"{len(dirty.box_rejects)} bad box(es) dropped" in out
+    written = manifest.written
+    assert written["val"] % 8 != 0
+    listed = split_of(dirty)
     for split in ("train", "val"):
         files = sorted(str(p) for p in dataset.glob(f"{split}-*.tfrecord"))
-        assert sum(1 for _ in tf.data.TFRecordDataset(files)) == written[split]
+        ids = [decode_example(r.numpy())[K.SOURCE_ID][0].decode() for r in tf.data.TFRecordDataset(files)]
+        assert len(ids) == written[split] and all(listed[i] == split for i in ids)  # the user's split
+        boxes = sum(len(decode_example(r.numpy())[K.XMIN]) for r in tf.data.TFRecordDataset(files))
+        assert boxes == manifest.boxes[split].written
     assert json.loads((dataset / "label_map.json").read_text()) == {"raccoon": 1}
+
+    # The page a user opens lists every reason with its examples.
+    report = (run_dir / "run_report.html").read_text()
+    for reason in dirty.reasons:
+        assert f"<td>{reason}</td>" in report, reason
+    for image_id in {r.image_id for r in rejects}:
+        assert f"<code>{image_id}</code>" in report
 
     trials = [json.loads(line) for line in
               (run_dir / "tune-hyperparameters" / "hparams" / "trials.jsonl").read_text().splitlines()]

@@ -39,7 +39,16 @@ def test_local_fingerprint_changes_exactly_when_the_source_does(tmp_path):
     xml = tmp_path / "annotations" / "0.xml"  # one annotation edited, same size, later mtime
     xml.write_text("<annotation>9</annotation>")
     os.utime(xml, ns=(xml.stat().st_atime_ns, xml.stat().st_mtime_ns + 10**9))
-    assert fingerprint_source(images, annotations).sha256 != added.sha256
+    edited = fingerprint_source(images, annotations)
+    assert edited.sha256 != added.sha256
+
+    split = tmp_path / "split.json"  # a split file is data too
+    split.write_text('{"train": ["0"], "val": ["1"]}')
+    with_split = fingerprint_source(images, annotations, split_file=str(split))
+    assert with_split.sha256 != edited.sha256 and fingerprint_source(images, annotations) == edited
+    split.write_text('{"train": ["1"], "val": ["0"]}')
+    os.utime(split, ns=(split.stat().st_atime_ns, split.stat().st_mtime_ns + 10**9))
+    assert fingerprint_source(images, annotations, split_file=str(split)).sha256 != with_split.sha256
 
 
 def test_fingerprint_of_a_single_annotations_file_and_a_missing_path(tmp_path):

@@ -109,14 +109,18 @@ def _digest(groups: Iterable[tuple[str, list[FileEntry]]]) -> Iterator[bytes]:
             yield f"{e.name}\t{e.size}\t{e.version}\n".encode()
 
 
-def fingerprint_source(images: str, annotations: str, client=None) -> SourceFingerprint:
-    """The sha256 over both listings. When the annotations lie inside the images folder
-    (a VOC folder with both), each file is still listed once per path; that only
-    affects the hash, which stays stable."""
+def fingerprint_source(images: str, annotations: str, client=None, split_file: str = "") -> SourceFingerprint:
+    """The sha256 over both listings (and the split file's, when one is given: a new split
+    is new data). When the annotations lie inside the images folder (a VOC folder with
+    both), each file is still listed once per path; that only affects the hash, which
+    stays stable."""
     image_files = list_files(images, client)
     annotation_files = list_files(annotations, client)
+    groups = [("images", image_files), ("annotations", annotation_files)]
+    if split_file:
+        groups.append(("split", list_files(split_file, client)))
     digest = hashlib.sha256()
-    for chunk in _digest((("images", image_files), ("annotations", annotation_files))):
+    for chunk in _digest(groups):
         digest.update(chunk)
     return SourceFingerprint(
         sha256=digest.hexdigest(), images=len(image_files), annotations=len(annotation_files),

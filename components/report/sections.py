@@ -15,8 +15,8 @@ from pathlib import Path
 
 import matplotlib
 
-from beam.manifest import MANIFEST_FILE, REJECTS_FILE, read_manifest
-from beam.output_files import read_rejects
+from beam.manifest import MANIFEST_FILE, REJECTS_FILE
+from beam.output_files import read_manifest, read_rejects
 from beam.source_records import Reject
 
 matplotlib.use("Agg")

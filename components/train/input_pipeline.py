@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from beam import feature_keys as K
+from beam.manifest import MANIFEST_FILE, Manifest
 from components.train import augment
 
 logger = logging.getLogger(__name__)
@@ -69,11 +70,12 @@ class ShardsChanged(FileNotFoundError):
 
 
 def _manifest_shards(root: str) -> list[dict] | None:
-    path = f"{root}/manifest.json"
+    """The shard list of `manifest.json` (through its one definition), None without one."""
+    path = f"{root}/{MANIFEST_FILE}"
     if not tf.io.gfile.exists(path):
         return None
     with tf.io.gfile.GFile(path) as handle:
-        return json.load(handle).get("shards")
+        return Manifest.from_dict(json.load(handle)).shards
 
 
 def shard_files(data_dir: str, split: str) -> list[str]:

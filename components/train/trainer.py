@@ -64,6 +64,9 @@ class TrainResult:
     weights_sha256: str = ""  # of the final weights: the same on every worker
     shape: dict = field(default_factory=dict)  # the fitted input size, levels, anchors, coverage (FittedShape.metadata)
     decisions: dict[str, str] = field(default_factory=dict)
+    # This process is the chief: only it writes the job's outputs, and only it may finish
+    # them (export, reports); another replica's job ends when training ends.
+    is_chief: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -175,7 +178,7 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
         input_wait_share=None if monitor.input_wait_share is None else round(monitor.input_wait_share, 3),
         final_loss=losses["loss"][-1] if losses.get("loss") else None,  # no losses: nothing was left to train
         seconds=round(time.monotonic() - started, 1), weights_sha256=digest, decisions=decisions,
-        shape=shape.metadata())
+        shape=shape.metadata(), is_chief=role.is_chief)
     if role.is_chief:
         (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
         (out / CONFIG_FILE).write_text(json.dumps(
