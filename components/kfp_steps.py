@@ -179,7 +179,8 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     import shutil
 
     from components.evaluate.champion import evaluate_against_champion
-    from components.evaluate.evaluator import METRICS_FILE, REPORT_FILE
+    from components.evaluate.evaluator import REPORT_FILE
+    from components.evaluate.metrics_file import METRICS_FILE
     from components.registry.decision import PromotionRule
 
     logging.basicConfig(level=logging.INFO)

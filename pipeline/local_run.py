@@ -11,7 +11,9 @@ from pathlib import Path
 from kfp import local
 
 from beam.output_files import read_manifest
+from components.evaluate.metrics_file import EvalMetrics
 from components.registry.decision import comparison_line
+from components.train.artifacts import TrainConfigFile
 from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline
 
@@ -59,14 +61,14 @@ def summarise(run_dir: Path) -> RunSummary:
     """Read the artifacts of one local run folder."""
     manifest = read_manifest(str(_task_dir(run_dir, "validate-and-convert") / "dataset"))
     probe = json.loads((_task_dir(run_dir, "probe") / "probe_json").read_text())
-    train_config = json.loads((_task_dir(run_dir, "train") / "model" / "train_config.json").read_text())
-    metrics = json.loads((_task_dir(run_dir, "evaluate") / "metrics_json").read_text())
+    train_config = TrainConfigFile.read(_task_dir(run_dir, "train") / "model")
+    metrics = EvalMetrics.read(_task_dir(run_dir, "evaluate") / "metrics_json")
     decision = json.loads((_task_dir(run_dir, "evaluate") / "decision").read_text())
     return RunSummary(
         run_dir=run_dir, records_in=manifest.records_in, written=manifest.written_total,
         rejected=manifest.rejected, boxes_dropped=sum(c.rejected for c in manifest.boxes.values()),
         probe_verdict=probe["verdict"],
-        images_per_second=train_config["result"]["images_per_second"], metrics=metrics["metrics"],
+        images_per_second=train_config.images_per_second, metrics=metrics.metrics,
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
         report=_top_level_report(run_dir),

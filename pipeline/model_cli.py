@@ -22,7 +22,7 @@ PREDICT_CHUNK = 16  # images per call of the model in `detpipe predict`
 def cmd_export(args) -> int:
     from components.export.saved_model import export_trained
 
-    from components.evaluate.evaluator import METRICS_FILE
+    from components.evaluate.metrics_file import METRICS_FILE
 
     metrics_file = str(Path(args.evaluation) / METRICS_FILE) if args.evaluation else None
     config = export_trained(args.model, args.output, metrics_file=metrics_file, score_threshold=args.score_threshold)

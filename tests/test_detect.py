@@ -54,7 +54,7 @@ def test_evaluation_of_any_val_size_gives_finite_metrics_and_one_list_per_image(
     assert saved["num_images"] == size and all(math.isfinite(v) for v in saved["metrics"].values())
     assert "AP/raccoon" in saved["metrics"]
     model, config = load_trained(str(raccoon_model))
-    truths, detections = predict_split(model, str(data), config["model"]["image_size"])
+    truths, detections = predict_split(model, str(data), config.image_size)
     assert len(truths) == len(detections) == size
     assert [t.image_id for t in truths] == [d.image_id for d in detections] == list(range(1, size + 1))
 
@@ -90,7 +90,7 @@ def test_padded_images_never_leak_into_the_detections_or_the_metrics(raccoon_sha
 def test_detect_pads_inside_the_graph_for_a_batch_unknown_until_called(raccoon_model):
     """The same function serves a signature with a [None] batch: any count, 0 included."""
     model, config = load_trained(str(raccoon_model))
-    size = config["model"]["image_size"]
+    size = config.image_size
     images = tf.random.stateless_uniform([5, size, size, 3], seed=[1, 2])
     serving = tf.function(lambda x: detect(model, x, batch_size=4),
                           input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)])

@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics, Gate
+from components.evaluate.threshold import ThresholdChoice
 from components.registry.fingerprint import fingerprint_source
 from components.registry.register import register_run
 from components.registry.registry import Registry, RegistryError
@@ -118,7 +120,8 @@ def _run_files(tmp_path, name="run"):
     (folder / "data").mkdir()
     for file in ("label_map.json", "schema.pbtxt", "stats-train.pb"):
         (folder / "data" / file).write_text("{}" if file.endswith(".json") else "x")
-    (folder / "metrics.json").write_text(json.dumps({"metrics": {"mAP": 0.3, "AP50": 0.6, "AP75": 0.2}}))
+    EvalMetrics({"mAP": 0.3, "AP50": 0.6, "AP75": 0.2}, 10, Gate(0.0, True), ThresholdChoice(0.5, 0.6, 0.7, 0.5),
+                1.0).write(folder / METRICS_FILE)
     return folder
 
 

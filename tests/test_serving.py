@@ -34,8 +34,8 @@ def exported(trained_model, tmp_path_factory):
     """The small trained demo model, exported with threshold 0 (every detection NMS keeps)."""
     model, config = load_trained(str(trained_model))
     out = tmp_path_factory.mktemp("export")
-    export_saved_model(model, config["label_map"], config["model"]["image_size"], str(out), score_threshold=0.0,
-                       max_detections=config["model"]["max_detections"])
+    export_saved_model(model, config.label_map, config.image_size, str(out), score_threshold=0.0,
+                       max_detections=config.max_detections)
     return out
 
 
@@ -85,7 +85,7 @@ def test_the_saved_model_in_a_fresh_process_matches_the_evaluators_path(trained_
     served = json.loads(run.stdout.strip().splitlines()[-1])
 
     model, config = load_trained(str(trained_model))
-    size = config["model"]["image_size"]
+    size = config.image_size
     images = tf.stack([to_model_image(decode_rgb(e), size) for e in encoded])
     evaluated = BatchDetector(model, size, batch_size=32)(images)  # what predict_split runs
     assert len(served["num_detections"]) == len(encoded) >= 10

@@ -7,7 +7,6 @@ Plain function used by the CLI and the KFP component. Writes `metrics.json` and
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import time
@@ -25,11 +24,11 @@ from components.evaluate.detect import BatchDetector
 from components.evaluate.pictures import draw_evaluation
 from components.evaluate.threshold import ThresholdChoice, best_f1_threshold
 from components.train.input_pipeline import eval_examples, read_records, shard_files, to_model_image
-from components.train.artifacts import CONFIG_FILE, MODEL_FILE
+from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics, Gate
+from components.train.artifacts import CONFIG_FILE, MODEL_FILE, TrainConfigFile
 
 logger = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.json"
 REPORT_FILE = "eval_report.md"
 
 
@@ -50,7 +49,7 @@ class GateFailed(RuntimeError):
     """mAP below the configured minimum."""
 
 
-def load_trained(model_dir: str) -> tuple[keras.Model, dict]:
+def load_trained(model_dir: str) -> tuple[keras.Model, TrainConfigFile]:
     model_dir_path = Path(model_dir)
     path = model_dir_path / MODEL_FILE
     if not path.exists():
@@ -58,7 +57,7 @@ def load_trained(model_dir: str) -> tuple[keras.Model, dict]:
     if not (model_dir_path / CONFIG_FILE).exists():
         raise FileNotFoundError(f"{model_dir} has {MODEL_FILE} but no {CONFIG_FILE} (the label map and input size "
                                 "training used): pass the whole output folder of `detpipe train`")
-    config = json.loads((model_dir_path / CONFIG_FILE).read_text())
+    config = TrainConfigFile.read(model_dir_path)
     return keras.saving.load_model(path), config
 
 
@@ -112,9 +111,9 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     `min_map` unless `raise_on_gate` is False (the pipeline decides later, after recording)."""
     started = time.monotonic()
     model, config = load_trained(model_dir)
-    label_map = config["label_map"]
+    label_map = config.label_map
     names = {v: k for k, v in label_map.items()}
-    truths, detections = predict_split(model, data_dir, config["model"]["image_size"])
+    truths, detections = predict_split(model, data_dir, config.image_size)
     if not truths:
         raise ValueError(f"the val split in {data_dir} has no records")
     metrics = coco_box_metrics(truths, detections, names)
@@ -123,10 +122,8 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     gate = f"mAP {metrics['mAP']:.4f} {'>=' if passed else '<'} minimum {min_map:.4f}"
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / METRICS_FILE).write_text(json.dumps(
-        {"metrics": metrics, "num_images": len(truths), "gate": {"min_map": min_map, "passed": passed},
-         "threshold": threshold.to_dict(),
-         "seconds": round(time.monotonic() - started, 1)}, indent=2, sort_keys=True) + "\n")
+    EvalMetrics(metrics, len(truths), Gate(min_map, passed), threshold,
+                round(time.monotonic() - started, 1)).write(out / METRICS_FILE)
     images, val_fingerprint = val_images(data_dir)
     pictures = draw_evaluation(out, truths, detections, names, metrics, threshold.score,
                                images if len(images) == len(truths) else None)

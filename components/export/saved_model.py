@@ -130,15 +130,14 @@ def export_trained(model_dir: str, output_dir: str, metrics_file: str | None = N
     `score_threshold` when given, else the one `detpipe evaluate` chose (its `metrics.json`),
     else DEFAULT_SCORE_THRESHOLD."""
     from components.evaluate.evaluator import load_trained
+    from components.evaluate.metrics_file import EvalMetrics
 
     model, config = load_trained(model_dir)
     source = "given"
     if score_threshold is None and metrics_file:
-        metrics = json.loads(Path(metrics_file).read_text())
-        score_threshold, source = metrics["threshold"]["score"], "evaluation (max F1 at IoU 0.5)"
+        score_threshold, source = EvalMetrics.read(metrics_file).threshold.score, "evaluation (max F1 at IoU 0.5)"
     if score_threshold is None:
         score_threshold, source = DEFAULT_SCORE_THRESHOLD, "default"
-    model_config = config["model"]
-    return export_saved_model(model, config["label_map"], model_config["image_size"], output_dir,
+    return export_saved_model(model, config.label_map, config.image_size, output_dir,
                               score_threshold=score_threshold, threshold_source=source,
-                              max_detections=model_config["max_detections"])
+                              max_detections=config.max_detections)

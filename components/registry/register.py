@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.evaluate.metrics_file import EvalMetrics
 from components.registry.registry import DATA_FILES, Registry
 from components.registry.store import Conflict
 
@@ -58,15 +59,14 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
         blessed, reason = False, (f"the champion moved from {compared_with or 'none'} to {current} during this run; "
                                   "not promoted (the next run compares with the new champion)")
     name = registry.claim_version(run_id)
-    with open(metrics_file) as handle:
-        metrics = json.load(handle)
+    metrics = EvalMetrics.read(metrics_file)
     status = "blessed" if blessed else "rejected"
     record = {
         "run_id": run_id, "status": status, "reason": reason,
         "model_sha256": model_hash,
         "compared_with": compared_with, "fingerprint": fingerprint,
         "val_fingerprint": decision.get("val", {}).get("fingerprint", ""),
-        "metrics": {k: metrics["metrics"][k] for k in ("mAP", "AP50", "AP75")},
+        "metrics": {k: metrics.metrics[k] for k in ("mAP", "AP50", "AP75")},
     }
     with tempfile.TemporaryDirectory() as tmp:
         decision_file = os.path.join(tmp, "decision.json")

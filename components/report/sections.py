@@ -18,6 +18,8 @@ import matplotlib
 from beam.manifest import MANIFEST_FILE, REJECTS_FILE
 from beam.output_files import read_manifest, read_rejects
 from beam.source_records import Reject
+from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
+from components.train.artifacts import CONFIG_FILE, LOSS_CURVE_FILE, TrainConfigFile
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -123,27 +125,26 @@ def probe_section(probe_json: str | Path) -> dict | None:
 
 def training_section(train_dir: str | Path) -> dict | None:
     folder = Path(train_dir)
-    config = _read_json(folder / "train_config.json")
-    if config is None:
+    if not (folder / CONFIG_FILE).is_file():
         return None
-    return {"result": config["result"], "decisions": config["result"].get("decisions", {}),
-            "model": config.get("model", {}), "loss_curve": file_uri(folder / "loss_curve.png")}
+    config = TrainConfigFile.read(folder)
+    return {"result": config.result, "decisions": config.result["decisions"], "model": config.model,
+            "loss_curve": file_uri(folder / LOSS_CURVE_FILE)}
 
 
 def evaluation_section(evaluation_dir: str | Path) -> dict | None:
     from components.evaluate.pictures import CONFUSION_FILE, F1_FILE, GALLERY_FILE, PR_FILE, SIZE_FILE
 
     folder = Path(evaluation_dir)
-    metrics = _read_json(folder / "metrics.json")
-    if metrics is None:
+    if not (folder / METRICS_FILE).is_file():
         return None
+    metrics = EvalMetrics.read(folder / METRICS_FILE)
     titles = {PR_FILE: "Precision-recall per class", F1_FILE: "F1 against the score threshold",
               CONFUSION_FILE: "Confusion matrix", SIZE_FILE: "AP by object size", GALLERY_FILE: "Worst val images"}
     pictures = [{"title": title, "uri": file_uri(folder / name)} for name, title in titles.items()
                 if (folder / name).is_file()]
-    return {"summary": {k: v for k, v in metrics["metrics"].items() if not k.startswith("AP/")},
-            "per_class": {k[3:]: v for k, v in metrics["metrics"].items() if k.startswith("AP/")},
-            "num_images": metrics["num_images"], "threshold": metrics.get("threshold"), "pictures": pictures}
+    return {"summary": metrics.summary, "per_class": metrics.per_class, "num_images": metrics.num_images,
+            "threshold": metrics.threshold, "pictures": pictures}
 
 
 def comparison_section(decision_json: str | Path) -> dict | None:

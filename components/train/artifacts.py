@@ -1,6 +1,12 @@
 """The names of what `detpipe train` writes into its output folder, in one place: readers
 (evaluation, export, the run report) import these instead of the whole trainer."""
 
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
 MODEL_FILE = "model.keras"
 CONFIG_FILE = "train_config.json"  # model config, label map, training options and result
 HISTORY_FILE = "history.json"
@@ -8,3 +14,55 @@ REPORT_FILE = "train_report.md"
 LOSS_CURVE_FILE = "loss_curve.png"
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINT_DIR = "checkpoints"
+
+
+@dataclass(frozen=True)
+class TrainConfigFile:
+    """`train_config.json`: what evaluation, export, tuning, the run report and the local
+    run's summary need of a training run. One definition for the trainer that writes it
+    and every reader: a missing field fails `from_dict` at once, naming the file.
+
+    >>> record = TrainConfigFile({"image_size": 96, "max_detections": 100}, {}, {"images_per_second": 5.0},
+    ...                          {"cat": 1})
+    >>> TrainConfigFile.from_dict(record.to_dict()) == record, record.image_size
+    (True, 96)
+    """
+
+    model: dict  # ModelConfig.to_dict(): what rebuilds and serves the model (image_size, max_detections, ...)
+    train: dict  # the TrainConfig the run used
+    result: dict  # TrainResult.to_dict(): steps, batch, images/s, decisions, shape, ...
+    label_map: dict[str, int]
+
+    @property
+    def image_size(self) -> int:
+        return self.model["image_size"]
+
+    @property
+    def max_detections(self) -> int:
+        return self.model["max_detections"]
+
+    @property
+    def images_per_second(self) -> float:
+        return self.result["images_per_second"]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainConfigFile":
+        missing = [f.name for f in fields(cls) if f.name not in data]
+        if missing:
+            raise ValueError(f"{CONFIG_FILE} has no {', '.join(missing)}: written by another detpipe? "
+                             "train again")
+        record = cls(**{f.name: data[f.name] for f in fields(cls)})
+        for key in ("image_size", "max_detections"):
+            if key not in record.model:
+                raise ValueError(f"{CONFIG_FILE} has no model.{key}: written by another detpipe? train again")
+        return record
+
+    def write(self, folder: str | Path) -> None:
+        (Path(folder) / CONFIG_FILE).write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "TrainConfigFile":
+        return cls.from_dict(json.loads((Path(folder) / CONFIG_FILE).read_text()))

@@ -22,12 +22,12 @@ from beam.label_map import num_class_slots, read_dataset_label_map
 from components.train.accumulation import use_micro_batches
 from components.train.artifacts import (
     CHECKPOINT_DIR,
-    CONFIG_FILE,
     HISTORY_FILE,
     LOSS_CURVE_FILE,
     MODEL_FILE,
     REPORT_FILE,
     TENSORBOARD_DIR,
+    TrainConfigFile,
 )
 from components.train.batch_search import measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
@@ -181,9 +181,8 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
         shape=shape.metadata(), is_chief=role.is_chief)
     if role.is_chief:
         (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
-        (out / CONFIG_FILE).write_text(json.dumps(
-            {"model": model_config.to_dict(), "train": asdict(config), "result": result.to_dict(),
-             "label_map": label_map}, indent=2, default=str) + "\n")
+        TrainConfigFile(model=model_config.to_dict(), train=asdict(config), result=result.to_dict(),
+                        label_map=label_map).write(out)
         has_curve = draw_loss_curve(monitor.step_losses, out / LOSS_CURVE_FILE)
         (out / REPORT_FILE).write_text(training_report(result, losses, has_curve))
     return result

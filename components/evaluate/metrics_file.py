@@ -1,0 +1,61 @@
+"""`metrics.json`: what evaluation measured, as export, register, the run report and the
+local run's summary read it. One definition for the writer (`evaluator.py`) and every
+reader, so a renamed field fails `EvalMetrics.from_dict` at once.
+
+>>> m = EvalMetrics({"mAP": 0.4, "AP50": 0.8, "AP75": 0.3}, 43, Gate(0.0, True),
+...                 ThresholdChoice(0.55, 0.8, 0.9, 0.7), 1.5)
+>>> EvalMetrics.from_dict(m.to_dict()) == m, m.per_class
+(True, {})
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.evaluate.threshold import ThresholdChoice
+
+METRICS_FILE = "metrics.json"
+_PER_CLASS = "AP/"  # per-class AP@[.5:.95] keys in `metrics`: "AP/<class name>"
+
+
+@dataclass(frozen=True)
+class Gate:
+    min_map: float
+    passed: bool
+
+
+@dataclass(frozen=True)
+class EvalMetrics:
+    metrics: dict[str, float]  # COCO summary (mAP, AP50, AP75, AP_small, ..., AR100) and "AP/<class>"
+    num_images: int  # val images evaluated
+    gate: Gate
+    threshold: ThresholdChoice  # the F1-best score threshold at IoU 0.5: the exported model's default
+    seconds: float
+
+    @property
+    def summary(self) -> dict[str, float]:
+        return {k: v for k, v in self.metrics.items() if not k.startswith(_PER_CLASS)}
+
+    @property
+    def per_class(self) -> dict[str, float]:
+        return {k[len(_PER_CLASS):]: v for k, v in self.metrics.items() if k.startswith(_PER_CLASS)}
+
+    def to_dict(self) -> dict:
+        return {"metrics": dict(self.metrics), "num_images": self.num_images,
+                "gate": {"min_map": self.gate.min_map, "passed": self.gate.passed},
+                "threshold": self.threshold.to_dict(), "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EvalMetrics":
+        """The dict `to_dict` wrote; a missing field raises KeyError naming it."""
+        return cls(metrics=dict(data["metrics"]), num_images=data["num_images"], gate=Gate(**data["gate"]),
+                   threshold=ThresholdChoice(**data["threshold"]), seconds=data["seconds"])
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def read(cls, path: str | Path) -> "EvalMetrics":
+        return cls.from_dict(json.loads(Path(path).read_text()))
