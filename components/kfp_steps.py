@@ -181,7 +181,7 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     from components.evaluate.champion import evaluate_against_champion
     from components.evaluate.evaluator import REPORT_FILE
     from components.evaluate.metrics_file import METRICS_FILE
-    from components.registry.decision import PromotionRule
+    from components.registry.decision import DECISION_FILE, PromotionRule
 
     logging.basicConfig(level=logging.INFO)
     out = evaluation.path  # metrics, report, pictures, decision
@@ -190,14 +190,14 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
         model_name=model_name, champion=champion, seed=seed)
     for key, value in result.metrics.items():
         metrics.log_metric(key, value)
-    for key, value in record.get("delta", {}).get("mAP", {}).items():
+    for key, value in (record.delta or {}).get("mAP", {}).items():
         metrics.log_metric(f"vs_champion/mAP_{key}", value)
-    metrics.log_metric("blessed", 1.0 if record["blessed"] else 0.0)
-    decision.metadata.update({"verdict": record["verdict"], "reason": record["reason"],
-                              "champion": (record["champion"] or {}).get("version", "none")})
+    metrics.log_metric("blessed", 1.0 if record.blessed else 0.0)
+    decision.metadata.update({"verdict": record.verdict, "reason": record.reason,
+                              "champion": (record.champion or {}).get("version", "none")})
     shutil.copyfile(f"{out}/{REPORT_FILE}", report.path)
     shutil.copyfile(f"{out}/{METRICS_FILE}", metrics_json.path)
-    shutil.copyfile(f"{out}/decision.json", decision.path)
+    shutil.copyfile(f"{out}/{DECISION_FILE}", decision.path)
     return result.metrics["mAP"]
 
 
@@ -229,18 +229,18 @@ def register(saved_model: Input[Model], metrics_json: Input[Artifact], decision:
     import logging
     from collections import namedtuple
 
+    from components.registry.decision import DecisionRecord
     from components.registry.register import register_and_upload
 
     logging.basicConfig(level=logging.INFO)
-    with open(decision.path) as handle:
-        verdict = json.load(handle)
+    verdict = DecisionRecord.read(decision.path)
     with open(source.path) as handle:
         fingerprint = json.load(handle)
     done = register_and_upload(registry, model_name, saved_model.path, data.path, metrics_json.path, verdict,
                                fingerprint, run_id, vertex_model=vertex_model, vertex_region=vertex_region,
                                serving_image=serving_image)
-    if verdict.get("below_min_map"):
-        raise RuntimeError(f"gate failed: {verdict['reason']} (recorded as {done.version}, rejected)")
+    if verdict.below_min_map:
+        raise RuntimeError(f"gate failed: {verdict.reason} (recorded as {done.version}, rejected)")
     return namedtuple("RegisterOutputs", ["version", "status", "champion"])(done.version, done.status, done.champion)
 
 

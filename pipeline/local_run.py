@@ -12,7 +12,7 @@ from kfp import local
 
 from beam.output_files import read_manifest
 from components.evaluate.metrics_file import EvalMetrics
-from components.registry.decision import comparison_line
+from components.registry.decision import DecisionRecord, comparison_line
 from components.train.artifacts import TrainConfigFile
 from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline
@@ -63,7 +63,7 @@ def summarise(run_dir: Path) -> RunSummary:
     probe = json.loads((_task_dir(run_dir, "probe") / "probe_json").read_text())
     train_config = TrainConfigFile.read(_task_dir(run_dir, "train") / "model")
     metrics = EvalMetrics.read(_task_dir(run_dir, "evaluate") / "metrics_json")
-    decision = json.loads((_task_dir(run_dir, "evaluate") / "decision").read_text())
+    decision = DecisionRecord.read(_task_dir(run_dir, "evaluate") / "decision")
     return RunSummary(
         run_dir=run_dir, records_in=manifest.records_in, written=manifest.written_total,
         rejected=manifest.rejected, boxes_dropped=sum(c.rejected for c in manifest.boxes.values()),

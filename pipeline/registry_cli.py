@@ -43,15 +43,15 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from components.registry.decision import comparison_line
+    from components.registry.decision import DECISION_FILE, DecisionRecord, comparison_line
 
     registry = _registry(args)
     version = registry.version(args.version)
     champion = registry.champion()
     print(json.dumps(version, indent=2, sort_keys=True))
-    text = registry.read_file(args.version, "decision.json")
+    text = registry.read_file(args.version, DECISION_FILE)
     if text:
-        print(f"decision: {comparison_line(json.loads(text))}")
+        print(f"decision: {comparison_line(DecisionRecord.from_dict(json.loads(text)))}")
     if champion and champion["version"] == args.version:
         print(f"{args.version} is the champion since {champion['since']} ({champion['by']}: {champion['reason']})")
     return EXIT_OK

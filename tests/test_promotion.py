@@ -97,10 +97,10 @@ def test_a_clearly_worse_challenger_is_rejected_and_the_record_says_why():
     record = compare_and_decide(truths, found, label_map, 0.3, PromotionRule(),
                                 {"version": "v3", "detections": perfect, "label_map": label_map},
                                 val_fingerprint="ab" * 32, resamples=300)
-    assert record["blessed"] is False and record["verdict"] == "rejected"
-    assert record["delta"]["mAP"]["high"] < -0.01 and record["champion"]["mAP_shared"] == pytest.approx(1.0)
-    assert set(record["delta"]["per_class"]) == set(label_map)
-    assert record["rule"]["resamples"] == 300 and record["val"] == {"images": 80, "fingerprint": "ab" * 32}
+    assert record.blessed is False and record.verdict == "rejected"
+    assert record.delta["mAP"]["high"] < -0.01 and record.champion["mAP_shared"] == pytest.approx(1.0)
+    assert set(record.delta["per_class"]) == set(label_map)
+    assert record.rule["resamples"] == 300 and record.val == {"images": 80, "fingerprint": "ab" * 32}
     line = comparison_line(record)
     assert line.startswith("champion v3 mAP 1.000 vs challenger") and "on the same 80 val images" in line
     assert line.endswith("rejected (not_worse)")
@@ -115,11 +115,11 @@ def test_different_label_maps_are_compared_on_the_shared_classes():
     record = compare_and_decide(truths, found, challenger_map, 0.3, PromotionRule(),
                                 {"version": "v1", "detections": champion_found, "label_map": champion_map},
                                 resamples=100)
-    assert record["classes"] == {"shared": ["circle", "square"], "challenger_only": ["triangle"],
+    assert record.classes == {"shared": ["circle", "square"], "challenger_only": ["triangle"],
                                  "champion_only": ["hexagon"]}
-    assert set(record["delta"]["per_class"]) == {"circle", "square"}
-    assert record["delta"]["mAP"]["delta"] == 0.0  # the same detections on the shared classes
+    assert set(record.delta["per_class"]) == {"circle", "square"}
+    assert record.delta["mAP"]["delta"] == 0.0  # the same detections on the shared classes
     assert "on the same 60 val images (2 shared classes)" in comparison_line(record)
     nothing_shared = compare_and_decide(truths, found, challenger_map, 0.3, PromotionRule(),
                                         {"version": "v1", "detections": found, "label_map": {"car": 1}})
-    assert not nothing_shared["blessed"] and "no class in common" in nothing_shared["reason"]
+    assert not nothing_shared.blessed and "no class in common" in nothing_shared.reason

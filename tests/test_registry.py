@@ -7,6 +7,7 @@ import pytest
 
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics, Gate
 from components.evaluate.threshold import ThresholdChoice
+from components.registry.decision import DecisionRecord, Verdict
 from components.registry.fingerprint import fingerprint_source
 from components.registry.register import register_run
 from components.registry.registry import Registry, RegistryError
@@ -125,10 +126,10 @@ def _run_files(tmp_path, name="run"):
     return folder
 
 
-def _decision(blessed: bool, champion: str | None, reason: str = "because") -> dict:
-    return {"blessed": blessed, "reason": reason, "verdict": "blessed" if blessed else "rejected",
-            "champion": {"version": champion} if champion else None, "val": {"fingerprint": "f" * 64},
-            "rule": {"promote_if": "not_worse"}}
+def _decision(blessed: bool, champion: str | None, reason: str = "because") -> DecisionRecord:
+    return DecisionRecord(rule={"promote_if": "not_worse"}, val={"images": 10, "fingerprint": "f" * 64},
+                          challenger={"mAP": 0.3}, champion={"version": champion} if champion else None,
+                          **Verdict(blessed, reason).as_fields())
 
 
 @pytest.mark.parametrize("kind", ["local", "gcs"])

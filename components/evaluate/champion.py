@@ -18,7 +18,8 @@ from pathlib import Path
 from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
-from components.registry.decision import PromotionRule, Verdict, comparison_line, decide
+from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict, comparison_line,
+                                          decide)
 from components.registry.registry import SAVED_MODEL_DIR, Registry
 
 logger = logging.getLogger(__name__)
@@ -46,50 +47,41 @@ def saved_model_detections(saved_model_dir: str, images: list[bytes], label_map:
 
 def compare_and_decide(truths: list[ImageTruth], challenger: list[ImageDetections], label_map: dict[str, int],
                        challenger_map: float, rule: PromotionRule, champion: dict | None = None,
-                       val_fingerprint: str = "", seed: int = 0, resamples: int = RESAMPLES) -> dict:
-    """The decision record (decision.json). `champion`: {"version", "detections" (on the same
+                       val_fingerprint: str = "", seed: int = 0, resamples: int = RESAMPLES) -> DecisionRecord:
+    """The decision (decision.json). `champion`: {"version", "detections" (on the same
     images, ids from `label_map`), "label_map"} or None when there is none yet."""
-    record = {"rule": {**rule.to_dict(), "resamples": resamples, "seed": seed, "level": 0.95},
-              "val": {"images": len(truths), "fingerprint": val_fingerprint},
-              "challenger": {"mAP": challenger_map}, "champion": None}
+    base = {"rule": {**rule.to_dict(), "resamples": resamples, "seed": seed, "level": 0.95},
+            "val": {"images": len(truths), "fingerprint": val_fingerprint}}
     if champion is None:
-        verdict = decide(rule, challenger_map, None)
-        return {**record, **_verdict(verdict)}
+        return DecisionRecord(**base, challenger={"mAP": challenger_map}, champion=None,
+                              **decide(rule, challenger_map, None).as_fields())
     shared = sorted(set(label_map) & set(champion["label_map"]))
-    record["classes"] = {"shared": shared, "challenger_only": sorted(set(label_map) - set(champion["label_map"])),
-                         "champion_only": sorted(set(champion["label_map"]) - set(label_map))}
-    record["champion"] = {"version": champion["version"]}
+    classes = {"shared": shared, "challenger_only": sorted(set(label_map) - set(champion["label_map"])),
+               "champion_only": sorted(set(champion["label_map"]) - set(label_map))}
     if not shared:
         verdict = Verdict(False, f"no class in common with champion {champion['version']}: nothing to compare; "
                                  "promote by hand (detpipe registry promote) if the new classes are intended")
-        return {**record, **_verdict(verdict)}
+        return DecisionRecord(**base, challenger={"mAP": challenger_map}, champion={"version": champion["version"]},
+                              classes=classes, **verdict.as_fields())
     names = {label_map[name]: name for name in shared}
     result = paired_bootstrap(match_table(truths, challenger, names), match_table(truths, champion["detections"], names),
                               resamples=resamples, seed=seed)
     a, b = result.challenger, result.champion
-    record["challenger"].update({"mAP_shared": float(a.map[0]), "AP50_shared": float(a.ap50[0])})
-    record["champion"].update({"mAP_shared": float(b.map[0]), "AP50_shared": float(b.ap50[0])})
-    record["delta"] = {
+    delta = {
         "mAP": result.delta_map.to_dict(), "AP50": result.delta_ap50.to_dict(),
         "per_class": {names[k]: (round(float(a.per_class[0][i] - b.per_class[0][i]), 6)
                                  if a.per_class[0][i] > -1 and b.per_class[0][i] > -1 else None)
                       for i, k in enumerate(sorted(names))},
     }
-    verdict = decide(rule, challenger_map, result.delta_map)
-    return {**record, **_verdict(verdict)}
-
-
-def _verdict(verdict: Verdict) -> dict:
-    return {"blessed": verdict.blessed, "verdict": verdict.word, "reason": verdict.reason,
-            "below_min_map": verdict.below_min_map}
-
-
-DECISION_FILE = "decision.json"
+    return DecisionRecord(
+        **base, challenger={"mAP": challenger_map, "mAP_shared": float(a.map[0]), "AP50_shared": float(a.ap50[0])},
+        champion={"version": champion["version"], "mAP_shared": float(b.map[0]), "AP50_shared": float(b.ap50[0])},
+        classes=classes, delta=delta, **decide(rule, challenger_map, result.delta_map).as_fields())
 
 
 def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, rule: PromotionRule,
                               registry: str = "", model_name: str = "detpipe", champion: str = "",
-                              seed: int = 0, resamples: int = RESAMPLES) -> tuple[EvalResult, dict]:
+                              seed: int = 0, resamples: int = RESAMPLES) -> tuple[EvalResult, DecisionRecord]:
     """Evaluate the challenger (metrics.json, eval_report.md), re-score `champion` (a
     version of the registry; "" for none) on the same val images, and decide
     (decision.json, and a section of the report)."""
@@ -109,31 +101,31 @@ def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, ru
     record = compare_and_decide(result.truths, result.detections, result.label_map, result.metrics["mAP"], rule,
                                 scored, val_fingerprint=val_fingerprint, seed=seed, resamples=resamples)
     out = Path(output_dir)
-    (out / DECISION_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    record.write(out / DECISION_FILE)
     with open(out / REPORT_FILE, "a") as handle:
         handle.write(decision_markdown(record))
     logger.info("promotion: %s", comparison_line(record))
     return result, record
 
 
-def decision_markdown(record: dict) -> str:
+def decision_markdown(record: DecisionRecord) -> str:
     """The report's section on the champion comparison."""
     lines = ["", "## Champion comparison", "", comparison_line(record) + ".", ""]
-    if record.get("delta"):
-        d = record["delta"]
+    if record.delta:
+        d = record.delta
         lines += ["| | champion | challenger | Δ (95% CI) |", "|---|---|---|---|"]
         for key, name in (("mAP", "mAP@[.5:.95]"), ("AP50", "AP50")):
-            lines.append(f"| {name} | {record['champion'][key + '_shared']:.3f} | "
-                         f"{record['challenger'][key + '_shared']:.3f} | {d[key]['delta']:+.3f} "
+            lines.append(f"| {name} | {record.champion[key + '_shared']:.3f} | "
+                         f"{record.challenger[key + '_shared']:.3f} | {d[key]['delta']:+.3f} "
                          f"({d[key]['low']:+.3f} .. {d[key]['high']:+.3f}) |")
         lines += ["", "| class | ΔAP@[.5:.95] |", "|---|---|"]
         lines += [f"| {name} | {'n/a' if v is None else f'{v:+.3f}'} |" for name, v in d["per_class"].items()]
-        classes = record["classes"]
+        classes = record.classes
         if classes["challenger_only"] or classes["champion_only"]:
             lines += ["", f"Compared on the shared classes only; new: {', '.join(classes['challenger_only']) or 'none'}"
                           f"; no longer present: {', '.join(classes['champion_only']) or 'none'}."]
-        rule = record["rule"]
+        rule = record.rule
         lines += ["", f"Rule: promote_if={rule['promote_if']}, max_regression={rule['max_regression']}, "
                       f"min_map={rule['min_map']}; paired bootstrap over val images, {rule['resamples']} "
-                      f"resamples, seed {rule['seed']}. Val set fingerprint {record['val']['fingerprint'][:16]}."]
+                      f"resamples, seed {rule['seed']}. Val set fingerprint {record.val['fingerprint'][:16]}."]
     return "\n".join(lines) + "\n"

@@ -18,9 +18,12 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 
 RULES = ("not_worse", "better")
+DECISION_FILE = "decision.json"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,11 @@ class Verdict:
     def word(self) -> str:
         return "blessed" if self.blessed else "rejected"
 
+    def as_fields(self) -> dict:
+        """The verdict's fields of a DecisionRecord."""
+        return {"blessed": self.blessed, "verdict": self.word, "reason": self.reason,
+                "below_min_map": self.below_min_map}
+
 
 def decide(rule: PromotionRule, challenger_map: float, delta: DeltaInterval | None) -> Verdict:
     if challenger_map < rule.min_map:
@@ -78,17 +86,65 @@ def decide(rule: PromotionRule, challenger_map: float, delta: DeltaInterval | No
     return Verdict(True, f"ΔmAP {delta.text()} is not below {-rule.max_regression:+.3f}: not worse than the champion")
 
 
-def comparison_line(decision: dict) -> str:
+@dataclass(frozen=True)
+class DecisionRecord:
+    """`decision.json`: the promotion decision, as evaluation writes it and register, the run
+    report, the local run's summary and `detpipe registry show` read it. One definition: a
+    missing field fails `from_dict` at once.
+
+    >>> record = DecisionRecord(rule={"promote_if": "not_worse"}, val={"images": 3, "fingerprint": ""},
+    ...                         challenger={"mAP": 0.2}, champion=None, **Verdict(True, "first").as_fields())
+    >>> DecisionRecord.from_dict(record.to_dict()) == record, comparison_line(record)
+    (True, 'blessed (not_worse): first')
+    """
+
+    rule: dict  # PromotionRule.to_dict() and the bootstrap's resamples, seed, level
+    val: dict  # {"images", "fingerprint"} of the val split both models were scored on
+    challenger: dict  # {"mAP"} and, against a champion, {"mAP_shared", "AP50_shared"}
+    champion: dict | None  # None, or {"version"} and, when compared, {"mAP_shared", "AP50_shared"}
+    blessed: bool
+    verdict: str  # "blessed" | "rejected"
+    reason: str
+    below_min_map: bool
+    classes: dict | None = None  # {"shared", "challenger_only", "champion_only"} against a champion
+    delta: dict | None = None  # {"mAP", "AP50"}: DeltaInterval.to_dict(); "per_class": {name: ΔAP or None}
+    version: str | None = None  # the registry version it was recorded as (set by register)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "champion"}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DecisionRecord":
+        required = [f.name for f in fields(cls) if f.default is not None or f.name == "champion"]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ValueError(f"{DECISION_FILE} has no {', '.join(missing)}: written by another detpipe?")
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    def with_outcome(self, blessed: bool, reason: str, version: str) -> "DecisionRecord":
+        """As recorded in the registry: register may overrule the verdict (the champion moved)."""
+        return replace(self, blessed=blessed, reason=reason, verdict="blessed" if blessed else "rejected",
+                       version=version)
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def read(cls, path: str | Path) -> "DecisionRecord":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def comparison_line(decision: DecisionRecord) -> str:
     """One line for people: the summary of a run ends with it."""
-    rule = decision["rule"]["promote_if"]
-    champion = decision.get("champion")
+    rule = decision.rule["promote_if"]
+    champion = decision.champion
     if not champion or "mAP_shared" not in champion:
-        return f"{decision['verdict']} ({rule}): {decision['reason']}"
-    delta = decision["delta"]["mAP"]
-    shared = decision["classes"]["shared"]
-    scope = "" if not (decision["classes"]["challenger_only"] or decision["classes"]["champion_only"]) else \
+        return f"{decision.verdict} ({rule}): {decision.reason}"
+    delta = decision.delta["mAP"]
+    shared = decision.classes["shared"]
+    scope = "" if not (decision.classes["challenger_only"] or decision.classes["champion_only"]) else \
         f" ({len(shared)} shared class{'es' if len(shared) != 1 else ''})"
     return (f"champion {champion['version']} mAP {champion['mAP_shared']:.3f} vs challenger "
-            f"{decision['challenger']['mAP_shared']:.3f} on the same {decision['val']['images']} val images{scope}: "
+            f"{decision.challenger['mAP_shared']:.3f} on the same {decision.val['images']} val images{scope}: "
             f"Δ {delta['delta']:+.3f} (95% CI {delta['low']:+.3f} .. {delta['high']:+.3f}): "
-            f"{decision['verdict']} ({rule})")
+            f"{decision.verdict} ({rule})")

@@ -4,14 +4,14 @@ the evaluation blessed it (and the champion is still the one it was compared wit
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.evaluate.metrics_file import EvalMetrics
+from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
+from components.registry.decision import DECISION_FILE, DecisionRecord
 from components.registry.registry import DATA_FILES, Registry
 from components.registry.store import Conflict
 
@@ -39,7 +39,7 @@ def model_sha256(saved_model_dir: str) -> str:
     return digest.hexdigest()
 
 
-def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metrics_file: str, decision: dict,
+def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metrics_file: str, decision: DecisionRecord,
                  fingerprint: dict, run_id: str) -> Registered:
     """Write the version (SavedModel, data files, metrics, decision), then `champion.json`.
 
@@ -52,8 +52,8 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
             return Registered(known["version"], "unchanged", f"the same model as {known['version']} "
                               "(unchanged data: every step came from the cache)", registry.champion_version(),
                               known)
-    compared_with = (decision.get("champion") or {}).get("version")
-    blessed, reason = decision["blessed"], decision["reason"]
+    compared_with = (decision.champion or {}).get("version")
+    blessed, reason = decision.blessed, decision.reason
     current = registry.champion_version() or None
     if blessed and current != compared_with:
         blessed, reason = False, (f"the champion moved from {compared_with or 'none'} to {current} during this run; "
@@ -65,16 +65,14 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
         "run_id": run_id, "status": status, "reason": reason,
         "model_sha256": model_hash,
         "compared_with": compared_with, "fingerprint": fingerprint,
-        "val_fingerprint": decision.get("val", {}).get("fingerprint", ""),
+        "val_fingerprint": decision.val["fingerprint"],
         "metrics": {k: metrics.metrics[k] for k in ("mAP", "AP50", "AP75")},
     }
     with tempfile.TemporaryDirectory() as tmp:
-        decision_file = os.path.join(tmp, "decision.json")
-        with open(decision_file, "w") as handle:
-            json.dump({**decision, "version": name, "blessed": blessed, "reason": reason, "verdict": status},
-                      handle, indent=2, sort_keys=True)
+        decision_file = os.path.join(tmp, DECISION_FILE)
+        decision.with_outcome(blessed, reason, name).write(decision_file)
         files = {n: os.path.join(data_dir, n) for n in DATA_FILES if os.path.exists(os.path.join(data_dir, n))}
-        files.update({"metrics.json": metrics_file, "decision.json": decision_file})
+        files.update({METRICS_FILE: metrics_file, DECISION_FILE: decision_file})
         record = registry.write_version(name, saved_model_dir, files, record)
     champion = current or ""
     if blessed:
@@ -89,7 +87,7 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
 
 
 def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str, data_dir: str, metrics_file: str,
-                        decision: dict, fingerprint: dict, run_id: str, vertex_model: str = "",
+                        decision: DecisionRecord, fingerprint: dict, run_id: str, vertex_model: str = "",
                         vertex_region: str = "", serving_image: str = "") -> Registered:
     """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version."""
     from components.registry.vertex_model import ModelVersion, find_parent_model, upload_version

@@ -19,6 +19,7 @@ from beam.manifest import MANIFEST_FILE, REJECTS_FILE
 from beam.output_files import read_manifest, read_rejects
 from beam.source_records import Reject
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
+from components.registry.decision import DecisionRecord, comparison_line
 from components.train.artifacts import CONFIG_FILE, LOSS_CURVE_FILE, TrainConfigFile
 
 matplotlib.use("Agg")
@@ -148,9 +149,7 @@ def evaluation_section(evaluation_dir: str | Path) -> dict | None:
 
 
 def comparison_section(decision_json: str | Path) -> dict | None:
-    from components.registry.decision import comparison_line
-
-    decision = _read_json(Path(decision_json))
-    if decision is None:
+    if not Path(decision_json).is_file():
         return None
+    decision = DecisionRecord.read(decision_json)
     return {"line": comparison_line(decision), "decision": decision}
