@@ -125,6 +125,18 @@ def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: 
         data.box_rejects[(boxes_id, index)] = reason
     data.kept_boxes[boxes_id] = originals
 
+    # Every box bad: a negative (no boxes left), or with reject_empty a `no_boxes` reject.
+    def only_bad_boxes(root_el):
+        for obj in root_el.findall("object"):
+            root_el.remove(obj)
+        for _, coords in bad_boxes[:2]:
+            root_el.append(_object(class_name, coords))
+
+    negative_id = variant("all-bad", jpeg, edit=only_bad_boxes, reason="no_boxes" if reject_empty else None)
+    if not reject_empty:
+        data.box_rejects.update({(negative_id, i): reason for i, (reason, _) in enumerate(bad_boxes[:2])})
+        data.kept_boxes[negative_id] = 0
+
     # Accepted as they are: colour modes and an EXIF-rotated phone photo annotated as displayed.
     data.accepted[variant("alpha", _encoded(photo.convert("RGBA"), "PNG"), ext="png")] = "RGBA"
     data.accepted[variant("grey", _encoded(photo.convert("L"), "PNG"), ext="png")] = "L"

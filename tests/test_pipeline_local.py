@@ -138,13 +138,16 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     assert f"{len(dirty.box_rejects)} bad box(es) dropped" in out
     written = manifest.written
     assert written["val"] % 8 != 0
-    listed = split_of(dirty)
+    listed, boxes_of = split_of(dirty), {}
     for split in ("train", "val"):
         files = sorted(str(p) for p in dataset.glob(f"{split}-*.tfrecord"))
-        ids = [decode_example(r.numpy())[K.SOURCE_ID][0].decode() for r in tf.data.TFRecordDataset(files)]
+        examples = [decode_example(r.numpy()) for r in tf.data.TFRecordDataset(files)]
+        ids = [ex[K.SOURCE_ID][0].decode() for ex in examples]
         assert len(ids) == written[split] and all(listed[i] == split for i in ids)  # the user's split
-        boxes = sum(len(decode_example(r.numpy())[K.XMIN]) for r in tf.data.TFRecordDataset(files))
-        assert boxes == manifest.boxes[split].written
+        boxes_of.update({i: len(ex[K.XMIN]) for i, ex in zip(ids, examples)})
+        assert sum(len(ex[K.XMIN]) for ex in examples) == manifest.boxes[split].written
+    # Images with dropped boxes are written with the others (none left: a negative).
+    assert {i: boxes_of[i] for i in dirty.kept_boxes} == dirty.kept_boxes
     assert json.loads((dataset / "label_map.json").read_text()) == {"raccoon": 1}
 
     # The page a user opens lists every reason with its examples.
