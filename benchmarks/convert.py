@@ -29,6 +29,10 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the annotation only: the repository goes on sys.path below
+    from beam.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -85,7 +89,7 @@ def baseline_convert(images: Path, annotations: Path, output: Path) -> int:
     return count
 
 
-def detpipe_convert(images: Path, annotations: Path, output: Path) -> "Manifest":
+def detpipe_convert(images: Path, annotations: Path, output: Path) -> Manifest:
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
 

@@ -15,7 +15,6 @@ import tensorflow as tf
 from beam import feature_keys as K
 from beam import record_checks as rc
 from beam.convert_job import ConvertOptions, build_dataset
-from beam.dataset_gates import GateOptions
 from beam.example_codec import decode_example
 from beam.manifest import REJECTS_FILE
 from beam.output_files import read_manifest, read_rejects

@@ -22,7 +22,7 @@ from beam import feature_keys as K
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 from components.evaluate.detect import BatchDetector
 from components.evaluate.pictures import draw_evaluation
-from components.evaluate.threshold import ThresholdChoice, best_f1_threshold
+from components.evaluate.threshold import best_f1_threshold
 from components.train.input_pipeline import eval_examples, read_records, shard_files, to_model_image
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics, Gate
 from components.train.artifacts import CONFIG_FILE, MODEL_FILE, TrainConfigFile
@@ -122,12 +122,12 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     gate = f"mAP {metrics['mAP']:.4f} {'>=' if passed else '<'} minimum {min_map:.4f}"
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    EvalMetrics(metrics, len(truths), Gate(min_map, passed), threshold,
-                round(time.monotonic() - started, 1)).write(out / METRICS_FILE)
+    measured = EvalMetrics(metrics, len(truths), Gate(min_map, passed), threshold, round(time.monotonic() - started, 1))
+    measured.write(out / METRICS_FILE)
     images, val_fingerprint = val_images(data_dir)
     pictures = draw_evaluation(out, truths, detections, names, metrics, threshold.score,
                                images if len(images) == len(truths) else None)
-    (out / REPORT_FILE).write_text(_report(metrics, len(truths), gate, threshold, pictures))
+    (out / REPORT_FILE).write_text(_report(measured, gate, pictures))
     result = EvalResult(metrics, len(truths), passed, gate, label_map, truths, detections, images, val_fingerprint)
     if not passed and raise_on_gate:
         raise GateFailed(gate)
@@ -138,13 +138,13 @@ def _fmt(value: float) -> str:
     return "n/a" if value < 0 or not math.isfinite(value) else f"{value:.3f}"
 
 
-def _report(metrics: dict[str, float], num_images: int, gate: str, threshold: ThresholdChoice,
-            pictures: dict[str, str]) -> str:
-    lines = ["# Evaluation report", "", f"{num_images} val images. Gate: {gate}.", "",
+def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str]) -> str:
+    threshold = measured.threshold
+    lines = ["# Evaluation report", "", f"{measured.num_images} val images. Gate: {gate}.", "",
              "| metric | value |", "|---|---|"]
-    lines += [f"| {k} | {_fmt(v)} |" for k, v in metrics.items() if not k.startswith("AP/")]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in measured.summary.items()]
     lines += ["", "| class | AP@[.5:.95] |", "|---|---|"]
-    lines += [f"| {k[3:]} | {_fmt(v)} |" for k, v in metrics.items() if k.startswith("AP/")]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in measured.per_class.items()]
     lines += ["", f"Default score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "
                   f"{threshold.iou}: F1 {threshold.f1:.3f}, precision {threshold.precision:.3f}, "
                   f"recall {threshold.recall:.3f})."]

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import keras
 import tensorflow as tf
