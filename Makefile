@@ -44,10 +44,10 @@ run: $(DEMO)/.done  ## run the whole pipeline locally on the demo dataset
 	$(DETPIPE) run --local --images $(DEMO)/images --annotations $(DEMO)/annotations --val-fraction $(VAL_FRACTION) --epochs $(EPOCHS)
 
 test: $(VENV)/.synced $(IAC_VENV)/.synced  ## run the tests (what CI runs: every test, end-to-end runs on real data included)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
 
 test-fast: $(VENV)/.synced $(IAC_VENV)/.synced  ## the tests without the slow end-to-end and long training ones, for iteration
-	$(VENV)/bin/python -m pytest -q -m "not slow"
+	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 compile: $(VENV)/.synced  ## compile the pipeline to detpipe.yaml and print its sha256
 	$(DETPIPE) compile --output detpipe.yaml
