@@ -71,3 +71,12 @@ def trained_model(demo_shards, tmp_path_factory) -> Path:
     train_detector(TrainConfig(data_dir=str(demo_shards), output_dir=str(out), epochs=1, batch_size=8,
                                max_steps=3))
     return out
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Modules with the most slow tests first: `make test` gives each module to one of the
+    cores (pytest-xdist, --dist loadfile), and a long module that starts last finishes alone."""
+    from collections import Counter
+
+    slow = Counter(item.module.__name__ for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.module.__name__])  # stable: the order within a module is kept
