@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny demo dataset, its converted shards, the raccoon dataset and its shards."""
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,5 @@ def trained_model(demo_shards, tmp_path_factory) -> Path:
 def pytest_collection_modifyitems(session, config, items):
     """Modules with the most slow tests first: `make test` gives each module to one of the
     cores (pytest-xdist, --dist loadfile), and a long module that starts last finishes alone."""
-    from collections import Counter
-
     slow = Counter(item.module.__name__ for item in items if item.get_closest_marker("slow"))
     items.sort(key=lambda item: -slow[item.module.__name__])  # stable: the order within a module is kept
