@@ -12,6 +12,7 @@ summary far downstream. Pure data; `beam/output_files.py::read_manifest` reads t
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 
 MANIFEST_FILE = "manifest.json"
@@ -76,11 +77,7 @@ class Manifest:
     @property
     def boxes_rejected_by_reason(self) -> dict[str, int]:
         """Dropped boxes of every split, by reason."""
-        out: dict[str, int] = {}
-        for counts in self.boxes.values():
-            for reason, count in counts.rejected_by_reason.items():
-                out[reason] = out.get(reason, 0) + count
-        return dict(sorted(out.items()))
+        return dict(sorted(sum((Counter(c.rejected_by_reason) for c in self.boxes.values()), Counter()).items()))
 
     def reconcile_problems(self) -> list[str]:
         """What does not add up: images in = written + rejected; per split, boxes in = written + rejected."""
