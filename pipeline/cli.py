@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from beam.record_checks import BAD_BOX_MODES
+from components.train.config import BOX_LOSSES
 from pipeline.cli_types import add_exif_option as _add_exif_option
 from pipeline.cli_types import batch_size_arg as _batch_size
 from pipeline.cli_types import fraction_arg as _fraction
@@ -151,7 +152,7 @@ def _common_train_config(args) -> dict:
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     return {"batch_size": batch, "image_size": args.image_size, "model_size": args.model_size,
             "preset": args.preset, "cache": args.cache, "flip": not args.no_flip,
-            "allow_poor_anchors": args.allow_poor_anchors}
+            "allow_poor_anchors": args.allow_poor_anchors, "box_loss": args.box_loss, "ema": not args.no_ema}
 
 
 def cmd_train(args) -> int:
@@ -228,8 +229,14 @@ def _add_local_train_options(p: argparse.ArgumentParser) -> None:
                                      "folder) instead of --model-size; needs network access or a copy")
     p.add_argument("--no-flip", action="store_true", help="no horizontal flips (e.g. text or left/right classes)")
     p.add_argument("--allow-poor-anchors", action="store_true",
-                   help="train even when fewer than 90%% of the training boxes can match an anchor with IoU 0.5 "
-                        "after fitting the shape (default: refuse, since those boxes teach the model nothing)")
+                   help="train even when, after fitting the shape, fewer than 75%% of some class's training boxes "
+                        "can match an anchor with IoU 0.5 (default: refuse, since such boxes only train an anchor "
+                        "that overlaps them poorly)")
+    p.add_argument("--box-loss", choices=tuple(BOX_LOSSES), default="giou",
+                   help="; ".join(f"{name}: {what}" for name, what in BOX_LOSSES.items()) + " (default giou)")
+    p.add_argument("--no-ema", action="store_true",
+                   help="evaluate and export the last step's weights instead of their moving average over "
+                        "about the last tenth of training (the default; train_report.md says the window)")
     p.add_argument("--cache", metavar="memory|PATH",
                    help="keep the encoded training records after the first epoch, in memory or in files "
                         "at PATH; saves re-reading slow storage such as gs://")

@@ -129,6 +129,7 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
     import tensorflow as tf
 
     from components.probe.gpu_facts import nvml_facts
+    from components.train.losses import compile_detector
     from components.train.model import build_detector
 
     if not tf.config.list_physical_devices("GPU"):
@@ -144,7 +145,7 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
         return start, f"auto: {start} from the probe's estimate (NVML did not report the GPU's memory)"
     total = gpus[0]["memory_total"]
     trial_model = build_detector(model_config)
-    trial_model.compile(optimizer=keras.optimizers.AdamW(1e-4, global_clipnorm=config.clipnorm))
+    compile_detector(trial_model, keras.optimizers.AdamW(1e-4, global_clipnorm=config.clipnorm), config.box_loss)
     try:
         search = search_largest_batch(trial_step_fits(trial_model, model_config.image_size, int(total * TARGET_FRACTION)),
                                       start=start, limit=GPU_BATCH_LIMIT)

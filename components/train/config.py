@@ -8,6 +8,13 @@ import json
 from dataclasses import dataclass, field
 
 
+# The box losses a run can use (components/train/losses.py), with what each is.
+BOX_LOSSES = {
+    "giou": "1 - GIoU of the predicted and true boxes, weight 2 beside the focal loss (localises tightly)",
+    "huber": "Huber (delta 1) on the anchor-relative deltas, KerasHub's default (boxes placed loosely)",
+}
+
+
 @dataclass(frozen=True)
 class ProbeAdvice:
     """What the probe measured on this machine (components/probe): starting points."""
@@ -40,6 +47,8 @@ class TrainConfig:
     weight_decay: float = 1e-4
     clipnorm: float = 10.0
     augment: bool = True
+    box_loss: str = "giou"  # "giou" (1 - GIoU of the decoded boxes) or "huber" (KerasHub's default); losses.py
+    ema: bool = True  # evaluate and export a moving average of the weights (losses.AveragedAdamW)
     augment_strength: float = 0.25
     flip: bool = True
     cache: str | None = None  # "memory" or a file path: keep encoded records after the first epoch

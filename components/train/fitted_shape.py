@@ -10,12 +10,13 @@ before this existed works as well as a new one.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from components.train.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC, BoxSample, CostModel,
-                                       choose_image_size, coverage, fit_anchors)
+from components.train.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC, MIN_CLASS_BOXES,
+                                       PREFERRED_LOWEST_LEVEL, SIZE_STEP, AnchorFit, BoxSample,
+                                       CostModel, choose_image_size, coverage, fit_anchors, size_cap)
 from components.train.model import ModelConfig, model_config_for
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class FittedShape:
     boxes: int  # training boxes sampled
     smallest_box_px: float  # the smallest sampled box side at the chosen input size
     decisions: dict[str, str]
+    class_coverage: dict[str, float] = field(default_factory=dict)  # per class with enough boxes
 
     def metadata(self) -> dict[str, object]:
         """Flat facts for the Model artifact's metadata."""
@@ -47,19 +49,23 @@ class FittedShape:
                 "relative_compute": round(self.relative_compute, 2)}
 
 
-def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS) -> BoxSample:
-    """The boxes and image sizes of the first `records` train records (in shard order)."""
+def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dict[str, int] | None = None) -> BoxSample:
+    """The boxes, classes and image sizes of the first `records` train records (in shard order)."""
     import tensorflow as tf
 
     from components.train.input_pipeline import compression_type, parse_boxes, shard_files
 
     files = shard_files(data_dir, "train")
     data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(parse_boxes)
-    boxes, sides = [], []
+    boxes, labels, sides = [], [], []
     for example in data:
         boxes.append(example["boxes"].numpy())
+        labels.append(example["labels"].numpy())
         sides.append(max(int(example["height"]), int(example["width"])))
-    return BoxSample(np.concatenate(boxes) if boxes else np.zeros((0, 4)), np.asarray(sides, np.float64))
+    names = {index: name for name, index in (label_map or {}).items()}
+    return BoxSample(np.concatenate(boxes) if boxes else np.zeros((0, 4)), np.asarray(sides, np.float64),
+                     labels=np.concatenate(labels).astype(np.int64) if labels else np.zeros(0, np.int64),
+                     class_names=names)
 
 
 def cost_model(config: ModelConfig) -> CostModel:
@@ -71,7 +77,7 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
               allow_poor_anchors: bool = False) -> FittedShape:
     """`base` (model_config_for's config of the model size) with the input size (when
     `requested_size` is "auto"), levels and anchors fitted to `sample`. Raises PoorAnchors
-    when fewer than FAIL_COVERAGE of the boxes can match an anchor, unless allowed."""
+    when fewer than FAIL_COVERAGE of the boxes (of any class) can match an anchor, unless allowed."""
     decisions = {}
     if requested_size == "auto":
         size, decisions["image_size"] = choose_image_size(sample, on_gpu)
@@ -82,7 +88,12 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
     preset = base.extra.get("preset")
     fixed_levels = (base.min_level, base.max_level) if preset else None
     costs = cost_model(base)
-    fit = fit_anchors(sample.boxes * size, size, costs, fixed_levels)
+    groups = sample.classes()
+    fit = fit_anchors(sample.boxes * size, size, costs, fixed_levels, groups)
+    if requested_size == "auto" and fit.spec.min_level < PREFERRED_LOWEST_LEVEL:
+        size, fit, decisions["size_candidates"] = _cheaper_without_p2(sample, size, fit, costs, groups, on_gpu)
+        if not decisions["size_candidates"].startswith(f"{size}px P2"):
+            decisions["image_size"] += f"; then raised to {size}px, where P3 and up cover the boxes at less compute"
     spec = fit.spec
     model = replace(base, image_size=size, min_level=spec.min_level, max_level=spec.max_level,
                     anchor_size=spec.anchor_size, num_scales=spec.num_scales, aspect_ratios=spec.aspect_ratios)
@@ -94,17 +105,51 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
         f"{fit.coverage:.1%} of {len(sample.boxes)} sampled training boxes reach IoU 0.5 with an anchor (the fixed "
         f"shape, {FIXED_SIZE}px {FIXED_SPEC.describe()}: {before:.1%}); smallest box side {smallest:.0f}px; "
         f"estimated compute {relative:.2f}x the fixed shape's")
-    if fit.coverage < FAIL_COVERAGE:
-        problem = (f"only {fit.coverage:.0%} of {len(sample.boxes)} training boxes can match an anchor with IoU 0.5 at "
-                   f"{size}px input even after fitting levels and anchors (needs {FAIL_COVERAGE:.0%}; smallest box "
-                   f"side {smallest:.0f}px), so the rest would teach the model nothing")
+    if -1 not in fit.class_coverage:
+        decisions["class_coverage"] = class_coverage_line(sample, fit)
+    if fit.weakest < FAIL_COVERAGE:
+        worst = "" if -1 in fit.class_coverage else (
+            f" ({sample.name(min(fit.class_coverage, key=fit.class_coverage.get))}: {fit.weakest:.0%})")
+        problem = (f"only {min(fit.coverage, fit.weakest):.0%} of {len(sample.boxes)} training boxes{worst} can match "
+                   f"an anchor with IoU 0.5 at {size}px input even after fitting levels and anchors (needs "
+                   f"{FAIL_COVERAGE:.0%} of every class; smallest box side {smallest:.0f}px), so the rest would "
+                   "teach the model nothing")
         if not allow_poor_anchors:
             raise PoorAnchors(f"{problem}: pin a larger --image-size (e.g. --image-size {2 * size}) or crop the "
                               "images around the objects; --allow-poor-anchors trains anyway")
         decisions["anchor_coverage"] += f"; WARNING (--allow-poor-anchors): {problem}"
         logger.warning("train: %s (--allow-poor-anchors)", problem)
     return FittedShape(model=model, coverage=fit.coverage, coverage_fixed=before, relative_compute=relative,
-                       boxes=len(sample.boxes), smallest_box_px=smallest, decisions=decisions)
+                       boxes=len(sample.boxes), smallest_box_px=smallest, decisions=decisions,
+                       class_coverage={sample.name(c): v for c, v in fit.class_coverage.items() if c != -1})
+
+
+def class_coverage_line(sample: BoxSample, fit: AnchorFit) -> str:
+    """Per class: boxes sampled, their smallest side, and the share an anchor reaches."""
+    counts = {int(c): int((sample.labels == c).sum()) for c in np.unique(sample.labels)}
+    parts = [f"{sample.name(c)} {fit.class_coverage[c]:.1%} of {counts[c]}" for c in sorted(fit.class_coverage)]
+    few = [sample.name(c) for c in sorted(counts) if c not in fit.class_coverage]
+    return ("per class, share of sampled boxes an anchor reaches with IoU 0.5: " + ", ".join(parts)
+            + (f"; not fitted to (fewer than {MIN_CLASS_BOXES} boxes sampled): {', '.join(few)}" if few else ""))
+
+
+def _cheaper_without_p2(sample: BoxSample, size: int, fit: AnchorFit, costs: CostModel,
+                        groups: dict[int, np.ndarray], on_gpu: bool) -> tuple[int, AnchorFit, str]:
+    """The shape at `size` needs P2; a larger input with P3 and up may cover the boxes at
+    less compute (P2's grid is 4x P3's). Tries each larger size up to the cap, takes the
+    first where every class reaches FAIL_COVERAGE from P3 up, and keeps the cheaper. Returns the size, its fit, and the
+    candidates with their cost, for the plan."""
+    fixed = costs.total(FIXED_SIZE, FIXED_SPEC)
+    options = [(costs.total(size, fit.spec), size, fit)]
+    for larger in range(size + SIZE_STEP, size_cap(sample, on_gpu) + 1, SIZE_STEP):
+        other = fit_anchors(sample.boxes * larger, larger, costs, groups=groups, allow_p2=False)
+        if other.weakest >= FAIL_COVERAGE:
+            options.append((costs.total(larger, other.spec), larger, other))
+            break  # larger sizes only cost more at the same levels
+    cost, chosen_size, chosen = min(options, key=lambda o: o[0])
+    lines = [f"{s}px P{f.spec.min_level}-P{f.spec.max_level}: compute {c / fixed:.1f}x the fixed shape's, worst class "
+             f"{f.weakest:.1%} covered" for c, s, f in sorted(options, key=lambda o: o[0])]
+    return chosen_size, chosen, "; ".join(lines) + " (the cheapest kept)"
 
 
 def gpu_visible() -> bool:
@@ -117,6 +162,9 @@ def shape_for_data(data_dir: str, model_size: str, num_classes: int, requested_s
                    preset: str | None = None, allow_poor_anchors: bool = False) -> FittedShape:
     """`fit_shape` of the model size's (or preset's) detector on the train split of the
     shards in `data_dir`."""
+    from beam.label_map import read_dataset_label_map
+
     # the size given here is a placeholder: fit_shape replaces it with the chosen one
     base = model_config_for(model_size, FIXED_SIZE, num_classes, preset)
-    return fit_shape(read_box_sample(data_dir), base, requested_size, on_gpu, allow_poor_anchors)
+    sample = read_box_sample(data_dir, label_map=read_dataset_label_map(data_dir))
+    return fit_shape(sample, base, requested_size, on_gpu, allow_poor_anchors)

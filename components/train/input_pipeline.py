@@ -116,7 +116,7 @@ def decode_rgb(encoded: tf.Tensor) -> tf.Tensor:
     return image
 
 
-_BOX_FEATURES = {key: _FEATURES[key] for key in (*K.BOX_KEYS, K.HEIGHT, K.WIDTH)}
+_BOX_FEATURES = {key: _FEATURES[key] for key in (*K.BOX_KEYS, K.CLASS_LABEL, K.HEIGHT, K.WIDTH)}
 
 
 def _yxyx(dense: dict[str, tf.Tensor]) -> tf.Tensor:
@@ -140,10 +140,11 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
 
 
 def parse_boxes(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-    """One Example → its normalised yxyx boxes and image size, without decoding the image."""
+    """One Example → its normalised yxyx boxes, 1-based labels and image size, without decoding the image."""
     parsed = tf.io.parse_single_example(serialized, _BOX_FEATURES)
     dense = {k: tf.sparse.to_dense(v) for k, v in parsed.items() if isinstance(v, tf.SparseTensor)}
-    return {"boxes": _yxyx(dense), "height": parsed[K.HEIGHT], "width": parsed[K.WIDTH]}
+    return {"boxes": _yxyx(dense), "labels": dense[K.CLASS_LABEL], "height": parsed[K.HEIGHT],
+            "width": parsed[K.WIDTH]}
 
 
 def to_model_image(image: tf.Tensor, image_size: int) -> tf.Tensor:

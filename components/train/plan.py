@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from components.train.config import TrainConfig
+from components.train.config import BOX_LOSSES, TrainConfig
 from components.train.precision import precision_for
 
 
@@ -50,6 +50,7 @@ class TrainPlan:
     chunk: int  # steps between checkpoints
     peak_lr: float
     warmup_steps: int
+    ema_momentum: float = 0.99  # of the weights' moving average (used when config.ema)
     decisions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -81,6 +82,20 @@ def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | No
     return size, reason
 
 
+def ema_momentum(total_steps: int) -> tuple[float, str]:
+    """The moving average's momentum for a run of `total_steps`, and why: it averages over
+    about a tenth of the run (at least 10 steps, at most 2,000), so a short run's average is
+    not dominated by its untrained start and a long run's follows its end.
+
+    >>> ema_momentum(1040)[0]
+    0.9904
+    """
+    window = min(2000, max(10, round(total_steps / 10)))
+    momentum = round(1.0 - 1.0 / window, 4)
+    return momentum, (f"momentum {momentum:g}: the weights evaluated and exported are an exponential moving "
+                      f"average over about the last {window} of {total_steps} steps")
+
+
 def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int) -> TrainPlan:
     """Every number of the run and its reason."""
     if num_train < 1:
@@ -107,13 +122,17 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int) ->
     total = math.ceil(total / chunk) * chunk
     peak_lr = config.base_lr_per_64 * batch / 64
     warmup = max(1, int(total * config.warmup_fraction))
+    momentum, ema_reason = ema_momentum(total)
     decisions = {
         "batch_size": f"{batch}: {batch_reason}",
         "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch}/64; "
                          f"linear warmup {warmup} steps, cosine decay to 0 at step {total}",
         "precision": f"{precision}: {precision_reason}",
+        "weight_average": ema_reason if config.ema else "off: the last step's weights are evaluated and exported",
+        "box_loss": f"{config.box_loss}: {BOX_LOSSES[config.box_loss]}",
         "devices": machine.strategy + (f", global batch {batch}" if machine.replicas > 1 else ""),
     }
     return TrainPlan(batch_size=batch, machine_batch=machine_batch, replicas=machine.replicas,
                      workers=machine.workers, precision=precision, steps_per_epoch=steps_per_epoch,
-                     total_steps=total, chunk=chunk, peak_lr=peak_lr, warmup_steps=warmup, decisions=decisions)
+                     total_steps=total, chunk=chunk, peak_lr=peak_lr, warmup_steps=warmup, ema_momentum=momentum,
+                     decisions=decisions)

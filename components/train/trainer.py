@@ -38,6 +38,7 @@ from components.train.distribution import (ClusterRole, cluster_role, fit_across
 from components.train.faults import FaultPlan, FiniteGuard
 from components.train.fitted_shape import FittedShape, shape_for_data
 from components.train.input_pipeline import InputConfig, count_records, train_dataset
+from components.train.losses import AveragedAdamW, compile_detector
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
 from components.train.model import build_detector, count_params
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
@@ -126,8 +127,9 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
     micro_batches = tf.Variable(1, dtype=tf.int64, trainable=False, name="micro_batches")
     with strategy.scope():  # weights and optimizer state mirrored on every device (a no-op on one)
         model = build_detector(model_config)
-        model.compile(optimizer=keras.optimizers.AdamW(
-            schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm))
+        compile_detector(model, AveragedAdamW(schedule, weight_decay=config.weight_decay,
+                                              global_clipnorm=config.clipnorm, use_ema=config.ema,
+                                              ema_momentum=plan.ema_momentum), config.box_loss)
         checkpoints = StepCheckpoints(model, str(out / CHECKPOINT_DIR), str(mine / CHECKPOINT_DIR),
                                       lr_scale=schedule.scale, micro_batches=micro_batches)
     steps_done = checkpoints.restore()
@@ -168,6 +170,7 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
     if recoveries:
         decisions["recoveries"] = "; ".join(recoveries)
     synchronise_batch_norm(model, on=False)
+    model.optimizer.use_averages(model.trainable_variables)  # the moving average is the model (with --ema)
     model.save(mine / MODEL_FILE)  # every worker saves (it may read synchronised variables); only the chief's stays
     digest = weights_digest(model)
     logger.info("train: %s final weights sha256 %s", role.name, digest)
