@@ -94,9 +94,12 @@ def test_anchor_fit_covers_only_wide_boxes():
 
 def test_anchor_fit_drops_p3_for_large_objects_and_keeps_fine_levels_for_small_ones():
     rng = np.random.default_rng(3)
-    large = boxes_of(rng.uniform(0.3, 0.9, 300), rng.uniform(0.3, 0.9, 300)) * 128
+    large = boxes_of(rng.uniform(0.6, 0.9, 300), rng.uniform(0.6, 0.9, 300)) * 128  # 77-115 px
     fit = fit_anchors(large, 128, CostModel())
     assert fit.spec.min_level >= 4 and fit.coverage >= TARGET_COVERAGE
+    # boxes of 27 px span 1.7 cells of P4: P3 is kept for localisation, though P4 would cover them
+    mid = boxes_of(np.full(300, 27 / 128), np.full(300, 27 / 128)) * 128
+    assert fit_anchors(mid, 128, CostModel()).spec.min_level == 3
     small = boxes_of(rng.uniform(0.03, 0.06, 300), rng.uniform(0.03, 0.06, 300)) * 320  # 10-19 px
     fit_small = fit_anchors(small, 320, CostModel())
     # P3 (not P2 at 4x the compute) while every class stays above the refusal line
