@@ -75,9 +75,11 @@ def test_a_finished_run_resumes_to_nothing_left(trained_model, demo_shards, tmp_
 
     copy = tmp_path / "model"
     shutil.copytree(trained_model, copy)  # the fixture is shared: work on a copy
-    result = train_detector(TrainConfig(data_dir=str(demo_shards), output_dir=str(copy), epochs=1,
-                                        batch_size=8, max_steps=3))
-    assert "resumed after step 3" in result.decisions["checkpoints"]
+    steps = json.loads((trained_model / "train_config.json").read_text())["result"]["steps"]
+    result = train_detector(TrainConfig(data_dir=str(demo_shards), output_dir=str(copy), epochs=7, batch_size=8))
+    assert f"resumed after step {steps}" in result.decisions["checkpoints"]
+    assert result.weights_sha256 == json.loads((trained_model / "train_config.json").read_text())["result"][
+        "weights_sha256"]  # the same averaged weights as the finished run's
     assert result.final_loss is None and json.loads((copy / "history.json").read_text()) == {}
 
 

@@ -58,7 +58,7 @@ def load_trained(model_dir: str) -> tuple[keras.Model, TrainConfigFile]:
         raise FileNotFoundError(f"{model_dir} has {MODEL_FILE} but no {CONFIG_FILE} (the label map and input size "
                                 "training used): pass the whole output folder of `detpipe train`")
     config = TrainConfigFile.read(model_dir_path)
-    return keras.saving.load_model(path), config
+    return keras.saving.load_model(path, compile=False), config  # for inference: no optimizer or losses
 
 
 def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size: int = 32,
