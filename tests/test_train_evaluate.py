@@ -46,13 +46,15 @@ def test_auto_batch_size_is_capped_by_the_data():
 
 def test_train_writes_model_history_and_report(trained_model, demo_shards):
     config = json.loads((trained_model / "train_config.json").read_text())
-    assert config["result"]["steps"] == 3 and config["result"]["batch_size"] == 8
+    num_train = count_records(str(demo_shards), TRAIN)
+    assert config["result"]["steps"] == 7 * (num_train // 8) and config["result"]["batch_size"] == 8  # 7 epochs
     assert config["label_map"] == {"circle": 1, "square": 2, "triangle": 3}
-    assert config["result"]["num_train"] == count_records(str(demo_shards), TRAIN)
+    assert config["result"]["num_train"] == num_train
     history = json.loads((trained_model / "history.json").read_text())
     assert all(math.isfinite(v) for v in history["loss"])
     report = (trained_model / "train_report.md").read_text()
     assert "learning_rate" in report and "per 64 images" in report
+    assert "| weight_average | momentum" in report and "| box_loss | giou:" in report
     assert "![training loss](loss_curve.png)" in report and "waiting for input" in report
     from PIL import Image
 
