@@ -119,6 +119,13 @@ def box_hw(boxes: np.ndarray) -> np.ndarray:
     return np.stack([boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]], 1)
 
 
+def small_sides(hw: np.ndarray, groups: dict[int, np.ndarray]) -> dict[int, float]:
+    """Per group (class) of the (N, 2) heights and widths, the SMALL_BOX_PERCENTILE-th
+    percentile of the shorter side: what the size rule and the finest level serve."""
+    shorter = hw.min(axis=1)
+    return {c: float(np.percentile(shorter[idx], SMALL_BOX_PERCENTILE)) for c, idx in groups.items() if len(idx)}
+
+
 def size_cap(sample: BoxSample, on_gpu: bool) -> int:
     """The largest input size `auto` may choose: the images' median long side or the
     device's budget, whichever is smaller, as a multiple of SIZE_STEP."""
@@ -134,8 +141,7 @@ def choose_image_size(sample: BoxSample, on_gpu: bool) -> tuple[int, str]:
     if not len(sample.boxes):
         return FIXED_SIZE, f"{FIXED_SIZE}: no training boxes to fit to"
     # Per class, so a class of small objects is not outvoted by a numerous class of large ones.
-    shorter = sample.hw.min(axis=1)
-    per_class = {c: float(np.percentile(shorter[idx], SMALL_BOX_PERCENTILE)) for c, idx in sample.classes().items()}
+    per_class = small_sides(sample.hw, sample.classes())
     smallest = min(per_class, key=per_class.get)
     short = per_class[smallest]
     need = SMALLEST_ANCHOR_PX / max(float(short), 1e-6)
@@ -290,11 +296,10 @@ def finest_level_needed(boxes_px: np.ndarray, groups: dict[int, np.ndarray]) -> 
     >>> finest_level_needed(np.array([[0, 0, 27, 27.0]]), {-1: np.arange(1)})
     3
     """
-    shorter = box_hw(boxes_px).min(axis=1) if len(boxes_px) else np.zeros(0)
-    sides = [np.percentile(shorter[idx], SMALL_BOX_PERCENTILE) for idx in groups.values() if len(idx)]
+    sides = small_sides(box_hw(boxes_px) if len(boxes_px) else np.zeros((0, 2)), groups)
     if not sides:
         return MIN_TOP_LEVEL
-    level = math.floor(math.log2(max(min(sides) / MIN_CELLS_PER_BOX, 1.0)))
+    level = math.floor(math.log2(max(min(sides.values()) / MIN_CELLS_PER_BOX, 1.0)))
     return int(min(max(level, PREFERRED_LOWEST_LEVEL), MIN_TOP_LEVEL))
 
 
