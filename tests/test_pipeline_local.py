@@ -69,10 +69,21 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     dataset_page = (run_dir / "validate-and-convert" / "stats_html").read_text()
     assert 'id="dataset"' in dataset_page and "https://" not in dataset_page
 
-    # The registry under the pipeline root: the first version is blessed with no champion.
+    # The registry under the pipeline root: with no champion, the first version is blessed
+    # when it beats the box-prior baseline on the same val images, and recorded either way.
     registry = tmp_path / "root" / "registry" / "detpipe"
-    assert json.loads((registry / "champion.json").read_text())["version"] == "v1" == summary["version"]
-    assert "no champion yet" in summary["comparison"]
+    assert summary["version"] == "v1"
+    first = json.loads((registry / "versions" / "v1" / "decision.json").read_text())
+    assert first["baseline"]["mAP"] >= 0 and "train box" in first["baseline"]["description"]
+    assert first["blessed"] == (metrics["metrics"]["mAP"] > first["baseline"]["mAP"])
+    if first["blessed"]:
+        assert "no champion yet" in summary["comparison"]
+    else:  # one epoch on 64 images learned less than the baseline: a person can still promote it
+        assert "does not beat the box-prior baseline" in summary["comparison"]
+        assert not (registry / "champion.json").exists()
+        assert main(["registry", "promote", "v1", "--reason", "a smoke test", "--registry",
+                     str(tmp_path / "root" / "registry")]) == 0
+    assert json.loads((registry / "champion.json").read_text())["version"] == "v1"
     v1 = json.loads((registry / "versions" / "v1" / "version.json").read_text())
     assert v1["run_id"] == run_dir.name and len(v1["fingerprint"]["sha256"]) == 64
     assert (registry / "versions" / "v1" / "saved_model" / "saved_model.pb").exists()

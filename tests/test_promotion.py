@@ -9,7 +9,8 @@ from components.evaluate.bootstrap import match_table, paired_bootstrap, resampl
 from components.evaluate.champion import compare_and_decide, decision_markdown
 from components.registry.decision import comparison_line
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
-from components.registry.decision import DeltaInterval, PromotionRule, decide
+from components.evaluate.baseline import box_prior_baseline, prototypes
+from components.registry.decision import DeltaInterval, PromotionRule, decide, readable
 from tests.scenes import NAMES, pycocotools_evaluation
 from tests.scenes import scene as _scene
 
@@ -123,3 +124,67 @@ def test_different_label_maps_are_compared_on_the_shared_classes():
     nothing_shared = compare_and_decide(truths, found, challenger_map, 0.3, PromotionRule(),
                                         {"version": "v1", "detections": found, "label_map": {"car": 1}})
     assert not nothing_shared.blessed and "no class in common" in nothing_shared.reason
+
+
+def _train_boxes(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A train split drawn like the scene's val split."""
+    truths, _ = _scene(seed, images=200)
+    return (np.array([b for t in truths for b in t.boxes]).reshape(-1, 4),
+            np.array([label for t in truths for label in t.labels]))
+
+
+def test_a_model_that_learned_nothing_is_recorded_but_never_blessed_even_first():
+    truths, found = _scene(8, images=60)
+    label_map = {v: k for k, v in NAMES.items()}
+    baseline = box_prior_baseline(truths, NAMES, *_train_boxes(9))
+    assert 0 < baseline.metrics["mAP"] < 0.1 and baseline.boxes_per_class == 10
+    nothing = [ImageDetections(t.image_id, [], [], []) for t in truths]
+    for detections, score in ((nothing, 0.0), (found, baseline.metrics["mAP"] / 2)):
+        record = compare_and_decide(truths, detections, label_map, score, PromotionRule(), baseline=baseline)
+        assert not record.blessed and not record.below_min_map  # rejected, but the run does not fail
+        assert "does not beat the box-prior baseline" in record.reason
+        assert record.baseline["mAP"] == pytest.approx(baseline.metrics["mAP"], abs=1e-8)
+        assert "does not beat the box-prior baseline" in comparison_line(record)
+        assert "Floor: the box-prior baseline" in decision_markdown(record)
+    good = compare_and_decide(truths, found, label_map, 0.3, PromotionRule(), baseline=baseline)
+    assert good.blessed and good.reason.startswith("no champion yet")
+
+
+def test_against_a_champion_the_floor_still_decides_and_the_line_says_both():
+    truths, found = _scene(10, images=60)
+    label_map = {v: k for k, v in NAMES.items()}
+    baseline = box_prior_baseline(truths, NAMES, *_train_boxes(11))
+    nothing = [ImageDetections(t.image_id, [], [], []) for t in truths]
+    record = compare_and_decide(truths, nothing, label_map, 0.0, PromotionRule(max_regression=1.0),
+                                {"version": "v2", "detections": nothing, "label_map": label_map},
+                                resamples=50, baseline=baseline)
+    line = comparison_line(record)
+    assert not record.blessed and line.startswith("champion v2 mAP 0.000 vs challenger 0.000")
+    assert line.endswith("the model learned nothing usable")
+
+
+def test_prototypes_are_the_most_common_boxes_first():
+    common = [[0.1, 0.1, 0.5, 0.5]] * 5 + [[0.12, 0.1, 0.5, 0.5]] * 3
+    rare = [[0.6, 0.6, 0.9, 0.95]] * 2
+    chosen = prototypes(np.array(common + rare + [[0.0, 0.0, 0.01, 0.01]]), limit=2)
+    assert [box for box, _ in chosen] == [(0.1, 0.1, 0.5, 0.5), (0.6, 0.6, 0.9, 0.95)]
+    assert [score for _, score in chosen] == pytest.approx([8 / 11, 2 / 11])
+    assert len(prototypes(np.zeros((0, 4)), limit=3)) == 0
+
+
+def test_numbers_that_round_to_zero_are_printed_with_digits_to_read():
+    assert DeltaInterval(-0.0000016, -0.0000031, -0.0000004).text() == \
+        "-0.0000016 (95% CI -0.0000031 .. -0.0000004)"
+    assert DeltaInterval(0.011, -0.004, 0.027).text() == "+0.011 (95% CI -0.004 .. +0.027)"
+    assert readable(0.00009, 0.0123) == ["0.000090", "0.012300"]
+    assert "0.000090" in decide(PromotionRule(min_map=0.01), 0.00009, None).reason
+
+
+def test_the_examples_in_the_promotion_modules_run():
+    import doctest
+
+    from components.evaluate import baseline
+    from components.registry import decision
+
+    for module in (baseline, decision):
+        assert doctest.testmod(module).failed == 0, module.__name__

@@ -2,10 +2,12 @@
 every section present, every picture embedded."""
 
 import json
+from markupsafe import escape  # as jinja2 escapes the page
 from html.parser import HTMLParser
 
 import pytest
 
+from components.registry.decision import DecisionRecord
 from components.report.run_report import RunInputs, write_run_report
 
 
@@ -63,4 +65,8 @@ def test_run_report_has_every_section_and_embeds_every_picture(demo_shards, trai
     assert len(found.images) >= 8
     manifest = json.loads((demo_shards / "manifest.json").read_text())
     assert f'<td class="num">{manifest["records_in"]}</td>' in html
-    assert "no champion yet" in html and "Registered as <b>v1</b>" in html
+    # The evaluation's own decision, whichever way it went, with the floor it was held to.
+    decision = DecisionRecord.read(evaluated / "decision.json")
+    assert decision.champion is None and decision.baseline is not None
+    assert escape(decision.reason) in html and escape(decision.floor_line()) in html
+    assert "Registered as <b>v1</b>" in html

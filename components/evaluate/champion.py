@@ -15,16 +15,20 @@ import os
 import tempfile
 from pathlib import Path
 
+from components.evaluate.baseline import Baseline, box_prior_baseline
 from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
-from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict, comparison_line,
-                                          decide)
+from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict,
+                                          comparison_line, decide, readable)
 from components.registry.registry import SAVED_MODEL_DIR, Registry
+from components.train.fitted_shape import read_box_sample
 
 logger = logging.getLogger(__name__)
 
 RESAMPLES = 1000
+# The box-prior baseline learns its boxes from this many train records (the first, in shard order).
+BASELINE_RECORDS = 5000
 
 
 def saved_model_detections(saved_model_dir: str, images: list[bytes], label_map: dict[str, int],
@@ -47,14 +51,18 @@ def saved_model_detections(saved_model_dir: str, images: list[bytes], label_map:
 
 def compare_and_decide(truths: list[ImageTruth], challenger: list[ImageDetections], label_map: dict[str, int],
                        challenger_map: float, rule: PromotionRule, champion: dict | None = None,
-                       val_fingerprint: str = "", seed: int = 0, resamples: int = RESAMPLES) -> DecisionRecord:
+                       val_fingerprint: str = "", seed: int = 0, resamples: int = RESAMPLES,
+                       baseline: Baseline | None = None) -> DecisionRecord:
     """The decision (decision.json). `champion`: {"version", "detections" (on the same
-    images, ids from `label_map`), "label_map"} or None when there is none yet."""
+    images, ids from `label_map`), "label_map"} or None when there is none yet. With
+    `baseline` (the pipeline always has one), the challenger must beat it either way."""
+    floor = baseline.metrics["mAP"] if baseline else None
     base = {"rule": {**rule.to_dict(), "resamples": resamples, "seed": seed, "level": 0.95},
-            "val": {"images": len(truths), "fingerprint": val_fingerprint}}
+            "val": {"images": len(truths), "fingerprint": val_fingerprint},
+            "baseline": baseline.to_dict() if baseline else None}
     if champion is None:
         return DecisionRecord(**base, challenger={"mAP": challenger_map}, champion=None,
-                              **decide(rule, challenger_map, None).as_fields())
+                              **decide(rule, challenger_map, None, floor).as_fields())
     shared = sorted(set(label_map) & set(champion["label_map"]))
     classes = {"shared": shared, "challenger_only": sorted(set(label_map) - set(champion["label_map"])),
                "champion_only": sorted(set(champion["label_map"]) - set(label_map))}
@@ -76,7 +84,7 @@ def compare_and_decide(truths: list[ImageTruth], challenger: list[ImageDetection
     return DecisionRecord(
         **base, challenger={"mAP": challenger_map, "mAP_shared": float(a.map[0]), "AP50_shared": float(a.ap50[0])},
         champion={"version": champion["version"], "mAP_shared": float(b.map[0]), "AP50_shared": float(b.ap50[0])},
-        classes=classes, delta=delta, **decide(rule, challenger_map, result.delta_map).as_fields())
+        classes=classes, delta=delta, **decide(rule, challenger_map, result.delta_map, floor).as_fields())
 
 
 def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, rule: PromotionRule,
@@ -98,8 +106,12 @@ def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, ru
             logger.info("re-scoring champion %s on %d val images", champion, len(images))
             scored = {"version": champion, "label_map": champion_labels,
                       "detections": saved_model_detections(tmp, images, result.label_map)}
+    train = read_box_sample(data_dir, records=BASELINE_RECORDS)
+    baseline = box_prior_baseline(result.truths, {v: k for k, v in result.label_map.items()}, train.boxes,
+                                  train.labels, seed=seed)
     record = compare_and_decide(result.truths, result.detections, result.label_map, result.metrics["mAP"], rule,
-                                scored, val_fingerprint=val_fingerprint, seed=seed, resamples=resamples)
+                                scored, val_fingerprint=val_fingerprint, seed=seed, resamples=resamples,
+                                baseline=baseline)
     out = Path(output_dir)
     record.write(out / DECISION_FILE)
     with open(out / REPORT_FILE, "a") as handle:
@@ -111,13 +123,14 @@ def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, ru
 def decision_markdown(record: DecisionRecord) -> str:
     """The report's section on the champion comparison."""
     lines = ["", "## Champion comparison", "", comparison_line(record) + ".", ""]
+    if record.baseline:
+        lines += [record.floor_line(), ""]
     if record.delta:
         d = record.delta
         lines += ["| | champion | challenger | Δ (95% CI) |", "|---|---|---|---|"]
         for key, name in (("mAP", "mAP@[.5:.95]"), ("AP50", "AP50")):
-            lines.append(f"| {name} | {record.champion[key + '_shared']:.3f} | "
-                         f"{record.challenger[key + '_shared']:.3f} | {d[key]['delta']:+.3f} "
-                         f"({d[key]['low']:+.3f} .. {d[key]['high']:+.3f}) |")
+            theirs, mine = readable(record.champion[key + "_shared"], record.challenger[key + "_shared"])
+            lines.append(f"| {name} | {theirs} | {mine} | {record.interval(key).replace('95% CI ', '')} |")
         lines += ["", "| class | ΔAP@[.5:.95] |", "|---|---|"]
         lines += [f"| {name} | {'n/a' if v is None else f'{v:+.3f}'} |" for name, v in d["per_class"].items()]
         classes = record.classes

@@ -5,8 +5,11 @@
   A challenger statistically indistinguishable from the champion wins: it has seen newer
   data, and a schedule that never promotes on a tie keeps an ever older model.
 - `promote_if="better"`: the interval must lie entirely above 0.
-- Either way a challenger below `min_map` (mAP@[.5:.95] on its own val split) loses, and
-  with no champion the challenger is blessed.
+- Either way a challenger below `min_map` (mAP@[.5:.95] on its own val split) loses, and so
+  does one whose mAP does not beat the box-prior baseline on the same val images (each
+  class's most common boxes placed on every image: components/evaluate/baseline.py), a
+  first version included: a model that learned nothing is recorded, never promoted. With no
+  champion, a challenger above both floors is blessed.
 
 Example:
     >>> rule = PromotionRule()
@@ -14,16 +17,34 @@ Example:
     True
     >>> decide(rule, 0.30, DeltaInterval(-0.2, -0.25, -0.15)).reason
     'ΔmAP -0.200 (95% CI -0.250 .. -0.150) lies entirely below -0.010: worse than the champion'
+    >>> decide(rule, 0.00009, None, baseline_map=0.0123).reason
+    "mAP 0.000090 does not beat the box-prior baseline's 0.012300: the model learned nothing usable"
+    >>> DeltaInterval(-0.0000016, -0.0000031, -0.0000004).text()
+    '-0.0000016 (95% CI -0.0000031 .. -0.0000004)'
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 RULES = ("not_worse", "better")
 DECISION_FILE = "decision.json"
+
+
+def readable(*values: float) -> list[str]:
+    """The values with one number of decimals: 3, or, when a non-zero value would print as
+    0.000, enough for the smallest to show two significant digits (at most 7): 0.000088 is
+    not printed as 0.000.
+
+    >>> readable(0.0123, -0.004), readable(0.000088, 0.0123), readable(0.0, 0.5)
+    (['0.012', '-0.004'], ['0.000088', '0.012300'], ['0.000', '0.500'])
+    """
+    smallest = min((abs(v) for v in values if v), default=1.0)
+    decimals = 3 if smallest >= 0.0005 else min(7, 1 - math.floor(math.log10(smallest)))
+    return [f"{v:.{decimals}f}" for v in values]
 
 
 @dataclass(frozen=True)
@@ -49,7 +70,8 @@ class DeltaInterval:
     high: float
 
     def text(self) -> str:
-        return f"{self.delta:+.3f} (95% CI {self.low:+.3f} .. {self.high:+.3f})"
+        delta, low, high = (v if v.startswith("-") else "+" + v for v in readable(self.delta, self.low, self.high))
+        return f"{delta} (95% CI {low} .. {high})"
 
     def to_dict(self) -> dict:
         return {"delta": round(self.delta, 6), "low": round(self.low, 6), "high": round(self.high, 6)}
@@ -59,7 +81,7 @@ class DeltaInterval:
 class Verdict:
     blessed: bool
     reason: str
-    below_min_map: bool = False
+    below_min_map: bool = False  # the min_map gate: the pipeline fails after recording
 
     @property
     def word(self) -> str:
@@ -71,9 +93,16 @@ class Verdict:
                 "below_min_map": self.below_min_map}
 
 
-def decide(rule: PromotionRule, challenger_map: float, delta: DeltaInterval | None) -> Verdict:
+def decide(rule: PromotionRule, challenger_map: float, delta: DeltaInterval | None,
+           baseline_map: float | None = None) -> Verdict:
+    """`baseline_map`: the box-prior baseline's mAP on the same val images (None: no floor)."""
     if challenger_map < rule.min_map:
-        return Verdict(False, f"mAP {challenger_map:.3f} is below min_map {rule.min_map:.3f}", below_min_map=True)
+        mine, floor = readable(challenger_map, rule.min_map)
+        return Verdict(False, f"mAP {mine} is below min_map {floor}", below_min_map=True)
+    if baseline_map is not None and not challenger_map > baseline_map:
+        mine, floor = readable(challenger_map, baseline_map)
+        return Verdict(False, f"mAP {mine} does not beat the box-prior baseline's {floor}: "
+                              "the model learned nothing usable")
     if delta is None:
         return Verdict(True, "no champion yet: the first version is blessed")
     if rule.promote_if == "better":
@@ -109,6 +138,7 @@ class DecisionRecord:
     classes: dict | None = None  # {"shared", "challenger_only", "champion_only"} against a champion
     delta: dict | None = None  # {"mAP", "AP50"}: DeltaInterval.to_dict(); "per_class": {name: ΔAP or None}
     version: str | None = None  # the registry version it was recorded as (set by register)
+    baseline: dict | None = None  # Baseline.to_dict(): the floor on the same val images (None in records written before the floor)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "champion"}
@@ -126,6 +156,18 @@ class DecisionRecord:
         return replace(self, blessed=blessed, reason=reason, verdict="blessed" if blessed else "rejected",
                        version=version)
 
+    def interval(self, key: str) -> str:
+        """ΔmAP ("mAP") or ΔAP50 ("AP50") against the champion, readable however small."""
+        return DeltaInterval(**{k: self.delta[key][k] for k in ("delta", "low", "high")}).text()
+
+    def floor_line(self) -> str | None:
+        """The box-prior baseline against this model, for the report and the markdown."""
+        if self.baseline is None:
+            return None
+        mine, floor = readable(self.challenger["mAP"], self.baseline["mAP"])
+        return (f"Floor: the box-prior baseline ({self.baseline['description']}) scores mAP {floor} on the same val "
+                f"images; this model {mine}.")
+
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
@@ -135,16 +177,22 @@ class DecisionRecord:
 
 
 def comparison_line(decision: DecisionRecord) -> str:
-    """One line for people: the summary of a run ends with it."""
+    """One line for people: the summary of a run ends with it. When a floor (min_map, the
+    baseline) decided rather than the champion, the line ends with that reason."""
     rule = decision.rule["promote_if"]
     champion = decision.champion
     if not champion or "mAP_shared" not in champion:
         return f"{decision.verdict} ({rule}): {decision.reason}"
-    delta = decision.delta["mAP"]
     shared = decision.classes["shared"]
     scope = "" if not (decision.classes["challenger_only"] or decision.classes["champion_only"]) else \
         f" ({len(shared)} shared class{'es' if len(shared) != 1 else ''})"
-    return (f"champion {champion['version']} mAP {champion['mAP_shared']:.3f} vs challenger "
-            f"{decision.challenger['mAP_shared']:.3f} on the same {decision.val['images']} val images{scope}: "
-            f"Δ {delta['delta']:+.3f} (95% CI {delta['low']:+.3f} .. {delta['high']:+.3f}): "
-            f"{decision.verdict} ({rule})")
+    theirs, mine = readable(champion["mAP_shared"], decision.challenger["mAP_shared"])
+    interval = decision.interval("mAP")
+    floor = f": {decision.reason}" if decision.below_min_map or below_baseline(decision) else ""
+    return (f"champion {champion['version']} mAP {theirs} vs challenger {mine} on the same "
+            f"{decision.val['images']} val images{scope}: Δ {interval}: {decision.verdict} ({rule}){floor}")
+
+
+def below_baseline(decision: DecisionRecord) -> bool:
+    """Whether the challenger failed to beat the box-prior baseline (False when none was recorded)."""
+    return decision.baseline is not None and not decision.challenger["mAP"] > decision.baseline["mAP"]
