@@ -87,8 +87,11 @@ class ConvertResult:
 
 
 # What the Beam job hands back to `build_dataset` (label map, shard list and counts, record
-# facts): small files in OUTPUT/_job/, read once and removed, also when the build fails.
+# facts, split-file ids that match no record): small files in OUTPUT/_job/, read once and
+# removed, also when the build fails.
 JOB_DIR = "_job"
+# Split-file ids that match no record: how many the manifest and the error line name.
+UNKNOWN_EXAMPLES = 5
 
 
 def _job_file(output: str, name: str) -> str:
@@ -257,15 +260,29 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
                                     max_pixels=options.max_pixels, exif=options.exif, bad_box=options.bad_box)
     pipeline_options = PipelineOptions(list(options.beam_args), runner=options.runner)
     with beam.Pipeline(runner=_runner(options.runner), options=pipeline_options) as p:
-        checked = (
+        by_id = (
             p
             | "Sources" >> beam.Create(sources, reshuffle=False)
             | "Read" >> beam.Map(lambda src: _read_source(src) if isinstance(src, str) else src)
             | "KeyById" >> beam.Map(lambda r: (r.image_id, r))
             | "GroupById" >> beam.GroupByKey()
+        )
+        checked = (
+            by_id
             | "Dedupe" >> beam.FlatMap(lambda kv: _dedupe((kv[0], list(kv[1]))))
             | "Check" >> beam.ParDo(_CheckRecord(options.images, check_options, len(sources)))
         )
+        if split_of is not None:
+            # Ids of the split file that no annotation record has (typos, images left out of the copy).
+            _ = (
+                {"listed": p | "SplitIds" >> beam.Create(sorted(split_of)) | "KeySplitIds" >> beam.Map(lambda i: (i, 1)),
+                 "records": by_id | "RecordIds" >> beam.Map(lambda kv: (kv[0], 1))}
+                | "MatchSplitIds" >> beam.CoGroupByKey()
+                | "Unknown" >> beam.FlatMap(lambda kv: [kv[0]] if not kv[1]["records"] else [])
+                | "UnknownToList" >> beam.combiners.ToList()
+                | "WriteUnknown" >> beam.Map(lambda ids: write_json(_job_file(output, "split_unknown.json"),
+                                                                    sorted(ids)))
+            )
         rejects = checked | "Rejects" >> beam.Filter(lambda r: isinstance(r, Reject))
         good = checked | "Good" >> beam.Filter(lambda r: isinstance(r, CheckedRecord))
         # Derived from the records that passed the checks (a given map is used as is).
@@ -347,6 +364,7 @@ def _record_facts(split: str, record: CheckedRecord) -> list[tuple[str, int]]:
     facts = [(f"color_modes/{record.color_mode}", 1),
              (f"boxes_in/{split}", len(record.boxes) + len(record.dropped_boxes)),
              (f"boxes_written/{split}", len(record.boxes))]
+    facts += [(f"class_boxes/{split}/{name}", count) for name, count in sorted(Counter(record.class_texts).items())]
     if record.exif_orientation != 1:
         facts.append((f"exif_orientation/{'applied' if record.orientation_applied else 'ignored'}", 1))
     return facts
@@ -360,6 +378,31 @@ def _facts_by_kind(counts: dict[str, int]) -> dict[str, dict[str, int]]:
         kind, value = key.split("/", 1)
         out.setdefault(kind, {})[value] = count
     return out
+
+
+def _class_counts(facts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Boxes written per split and class name: {"train": {"cat": 12}, "val": {...}}."""
+    out: dict[str, dict[str, int]] = {TRAIN: {}, VAL: {}}
+    for key, count in sorted(facts.get("class_boxes", {}).items()):
+        split, name = key.split("/", 1)
+        out[split][name] = count
+    return out
+
+
+def _split_file_counts(options: ConvertOptions, split_of: dict[str, str] | None,
+                       unknown: list[str]) -> tuple[dict | None, list[str]]:
+    """The manifest's `split_file` entry, and the anomaly line when listed ids match no record."""
+    if split_of is None:
+        return None, []
+    counts = {"listed": len(split_of), "matched": len(split_of) - len(unknown), "unknown": len(unknown),
+              "unknown_examples": unknown[:UNKNOWN_EXAMPLES]}
+    if not unknown:
+        return counts, []
+    shown = ", ".join(unknown[:UNKNOWN_EXAMPLES]) + (f", ... ({len(unknown) - UNKNOWN_EXAMPLES} more)"
+                                                     if len(unknown) > UNKNOWN_EXAMPLES else "")
+    return counts, [f"(split file) | ids that match no image | {len(unknown)} of the {len(split_of)} ids in "
+                    f"{options.split_file} match no annotation record: {shown} (a typo, or images missing from "
+                    "--images/--annotations?)"]
 
 
 def _box_counts(facts: dict[str, dict[str, int]], rejects: list[Reject]) -> dict[str, BoxCounts]:
@@ -398,14 +441,17 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         raise DataBuildError(f"--split-file: {err}") from err
     try:
         _run_beam(options, sources, split_of)
-        return _finish(options, sources, started)
+        return _finish(options, sources, started, split_of)
     finally:
         _remove_job_files(options.output)
 
 
-def _finish(options: ConvertOptions, sources: list, started: float) -> ConvertResult:
+def _finish(options: ConvertOptions, sources: list, started: float,
+            split_of: dict[str, str] | None = None) -> ConvertResult:
     """Read back what the job handed over, run the dataset gates, write the manifest."""
     out = options.output
+    split_file, split_problems = _split_file_counts(options, split_of,
+                                                    pop_json(_job_file(out, "split_unknown.json"), []))
     label_map = pop_json(_job_file(out, "label_map.json"), {})
     if not label_map:
         raise DataBuildError("no record with a box passed the checks: no classes to train on "
@@ -420,13 +466,16 @@ def _finish(options: ConvertOptions, sources: list, started: float) -> ConvertRe
     rejects = read_rejects(FileSystems.join(out, REJECTS_FILE))  # written by the job, empty if none
     images_rejected = Counter(r.reason for r in rejects if not r.is_box)
 
-    anomalies = dataset_problems(out, label_map, written, sum(images_rejected.values()), len(sources), options.gates)
+    anomalies = dataset_problems(out, label_map, written, sum(images_rejected.values()), len(sources), options.gates,
+                                 split_problems)
     manifest = Manifest(
         format=options.format,
         records_in=len(sources),
         written={TRAIN: written[TRAIN], VAL: written[VAL]},
         rejected_by_reason=dict(images_rejected),
         boxes=_box_counts(facts, rejects),
+        class_boxes=_class_counts(facts),
+        split_file=split_file,
         color_modes=facts["color_modes"],
         # Images with an EXIF orientation: written upright (applied) or as stored (ignored).
         exif_orientation={"mode": options.exif, **facts["exif_orientation"]},

@@ -70,10 +70,11 @@ def _new_class_problems(new: list[str], options: GateOptions) -> list[str]:
 
 
 def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int], rejected: int,
-                     records_in: int, options: GateOptions) -> list[str]:
-    """Write `schema.pbtxt`, `anomalies.txt`, `stats.html`; return every dataset-level problem."""
-    problems = [f"(split {split}) | no examples | every split needs at least one example"
-                for split in (TRAIN, VAL) if not written.get(split)]
+                     records_in: int, options: GateOptions, found: list[str] = ()) -> list[str]:
+    """Write `schema.pbtxt`, `anomalies.txt`, `stats.html`; return every dataset-level problem
+    (`found`: those the caller found already, in the same "scope | problem | detail" form)."""
+    problems = list(found) + [f"(split {split}) | no examples | every split needs at least one example"
+                              for split in (TRAIN, VAL) if not written.get(split)]
     fraction = rejected / records_in if records_in else 0.0
     if fraction > options.max_reject_fraction:
         problems.append(f"(records) | too many rejects | {rejected} of {records_in} records rejected "

@@ -65,6 +65,10 @@ class Manifest:
     options: dict
     seconds: float
     version: int = MANIFEST_VERSION
+    # Boxes written per split and class name. Absent ({}) in manifests written before it.
+    class_boxes: dict[str, dict[str, int]] = field(default_factory=dict)
+    # With a split file: {"listed", "matched", "unknown", "unknown_examples"}; None without one.
+    split_file: dict | None = None
 
     @property
     def written_total(self) -> int:
@@ -102,8 +106,9 @@ class Manifest:
         if data.get("version") != MANIFEST_VERSION:
             raise ManifestError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION} (written by "
                                 "another detpipe): rebuild the dataset with `detpipe data build`")
+        optional = {"class_boxes", "split_file"}  # added later: older manifests lack them
         try:
-            values = {f.name: data[f.name] for f in fields(cls)}
+            values = {f.name: data[f.name] for f in fields(cls) if f.name not in optional or f.name in data}
         except KeyError as err:
             raise ManifestError(f"manifest has no {err.args[0]!r} field") from err
         values["boxes"] = {split: BoxCounts.from_dict(counts) for split, counts in data["boxes"].items()}

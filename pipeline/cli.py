@@ -103,6 +103,9 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
           f"{m.rejected} rejected -> {args.output}")
     for reason, count in m.rejected_by_reason.items():
         print(f"  rejected {count}: {reason} (details in {args.output}/{REJECTS_FILE})")
+    if m.split_file:
+        print(f"  split file: {m.split_file['matched']} of its {m.split_file['listed']} ids matched a record"
+              + (f", {m.split_file['unknown']} matched none" if m.split_file["unknown"] else ""))
     boxes = sum(c.boxes_in for c in m.boxes.values())
     for reason, count in m.boxes_rejected_by_reason.items():
         print(f"  box(es) dropped {count} of {boxes}: {reason}, their images kept (details in "

@@ -31,6 +31,12 @@ def test_voc_coco_csv_give_byte_identical_shards(demo_dir, tmp_path):
     assert voc.manifest.shards == coco.manifest.shards == csv.manifest.shards
     assert voc.manifest.records_in == coco.manifest.records_in == csv.manifest.records_in == 64
     assert voc.manifest.boxes == coco.manifest.boxes == csv.manifest.boxes
+    # Boxes per split and class, reconciling with the box counts.
+    classes = voc.manifest.class_boxes
+    assert classes == coco.manifest.class_boxes == csv.manifest.class_boxes
+    assert set(classes["train"]) == {"circle", "square", "triangle"}
+    for split in ("train", "val"):
+        assert sum(classes[split].values()) == voc.manifest.boxes[split].written
 
 
 def test_raccoon_voc_and_csv_give_identical_records(raccoon, tmp_path):
@@ -98,6 +104,31 @@ def test_split_file_assigns_and_rejects_unlisted(demo_dir, tmp_path):
     m = result.manifest
     assert m.written == {"train": 40, "val": 20}
     assert m.rejected_by_reason == {"not_in_split_file": 4}
+    assert m.split_file == {"listed": 60, "matched": 60, "unknown": 0, "unknown_examples": []}
+    assert result.anomalies == []
+
+
+def test_split_file_ids_that_match_no_image_are_named_and_fail_the_build(demo_dir, tmp_path, capsys):
+    from beam.output_files import read_manifest
+    from pipeline.cli import main
+
+    ids = sorted(p.stem for p in (demo_dir / "annotations").glob("*.xml"))
+    typos = [f"{ids[0]}x", "img_0007", "BloodImage_0001", "a", "b", "c"]
+    split_file = tmp_path / "split.json"
+    split_file.write_text(json.dumps({"train": ids[:40] + typos[:3], "val": ids[40:] + typos[3:]}))
+    build = ["data", "build", "--format", "voc", "--images", str(demo_dir / "images"), "--annotations",
+             str(demo_dir / "annotations"),
+             "--split-file", str(split_file), "--output"]
+    assert main(build + [str(tmp_path / "strict")]) == 1
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if "ids that match no image" in line)
+    assert "6 of the 70 ids" in line and "BloodImage_0001" in line and "(1 more)" in line
+    assert "--allow-anomalies" in err
+    assert main(build + [str(tmp_path / "allowed"), "--allow-anomalies"]) == 0
+    m = read_manifest(str(tmp_path / "allowed"))
+    assert m.split_file["unknown"] == 6 and m.split_file["matched"] == 64 == m.written_total
+    assert m.split_file["unknown_examples"] == sorted(typos)[:5]
+    assert any("ids that match no image" in a for a in m.anomalies)
 
 
 def test_gzip_shards_are_deterministic_and_readable(demo_dir, tmp_path):
