@@ -27,7 +27,7 @@ from beam.csv_reader import read_csv
 from beam.dataset_gates import GateOptions, dataset_problems
 from beam.example_codec import encode_example
 from beam.label_map import derive_label_map, extend_label_map
-from beam.manifest import LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_FILE, BoxCounts, Manifest
+from beam.manifest import LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_FILE, BoxCounts, Manifest, near_duplicate_line
 from beam.output_files import pop_json, read_rejects, write_json, write_rejects
 from beam.shard_writer import (
     DEFAULT_MIN_SHARDS,
@@ -92,6 +92,8 @@ class ConvertResult:
 JOB_DIR = "_job"
 # Split-file ids that match no record: how many the manifest and the error line name.
 UNKNOWN_EXAMPLES = 5
+# Near-duplicate box pairs: how many the manifest and the warning show.
+NEAR_DUPLICATE_EXAMPLES = 5
 
 
 def _job_file(output: str, name: str) -> str:
@@ -343,6 +345,13 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             | "WriteFacts" >> beam.Map(lambda m: write_json(_job_file(output, "record_facts.json"),
                                                             dict(sorted(m))))
         )
+        _ = (
+            placed
+            | "NearDuplicates" >> beam.FlatMap(_near_duplicate_examples)
+            | "FirstNearDuplicates" >> beam.combiners.Top.Smallest(NEAR_DUPLICATE_EXAMPLES)
+            | "WriteNearDuplicates" >> beam.Map(lambda rows: write_json(_job_file(output, "near_duplicates.json"),
+                                                                        rows))
+        )
         for split in (TRAIN, VAL):
             examples = (
                 written[EXAMPLES]
@@ -358,6 +367,13 @@ def _dropped_boxes(placed: tuple[str, CheckedRecord]) -> list[Reject]:
     return [replace(r, split=split) for r in record.dropped_boxes]
 
 
+def _near_duplicate_examples(placed: tuple[str, CheckedRecord]) -> list[str]:
+    """One line per near-duplicate pair of a written record (sorted by image id in the manifest)."""
+    _, record = placed
+    return [f"{record.image_id}: boxes {i} and {j} ({record.class_texts[i]!r}, IoU {iou:.2f})"
+            for i, j, iou in rc.near_duplicates(record)]
+
+
 def _record_facts(split: str, record: CheckedRecord) -> list[tuple[str, int]]:
     """What the manifest counts of each written record: its colour mode, for an image with
     an EXIF orientation whether it was applied, and its boxes in and written per split."""
@@ -365,6 +381,7 @@ def _record_facts(split: str, record: CheckedRecord) -> list[tuple[str, int]]:
              (f"boxes_in/{split}", len(record.boxes) + len(record.dropped_boxes)),
              (f"boxes_written/{split}", len(record.boxes))]
     facts += [(f"class_boxes/{split}/{name}", count) for name, count in sorted(Counter(record.class_texts).items())]
+    facts.append(("near_duplicates/pairs", len(rc.near_duplicates(record))))
     if record.exif_orientation != 1:
         facts.append((f"exif_orientation/{'applied' if record.orientation_applied else 'ignored'}", 1))
     return facts
@@ -476,6 +493,8 @@ def _finish(options: ConvertOptions, sources: list, started: float,
         boxes=_box_counts(facts, rejects),
         class_boxes=_class_counts(facts),
         split_file=split_file,
+        near_duplicates={"iou_above": rc.NEAR_DUPLICATE_IOU, "pairs": facts.get("near_duplicates", {}).get("pairs", 0),
+                         "examples": pop_json(_job_file(out, "near_duplicates.json"), [])},
         color_modes=facts["color_modes"],
         # Images with an EXIF orientation: written upright (applied) or as stored (ignored).
         exif_orientation={"mode": options.exif, **facts["exif_orientation"]},
@@ -487,6 +506,8 @@ def _finish(options: ConvertOptions, sources: list, started: float,
                  if k not in ("beam_args", "label_map", "base_label_map", "overwrite")},
         seconds=round(time.monotonic() - started, 1),
     )
+    if manifest.near_duplicates["pairs"]:
+        logger.warning("%s", near_duplicate_line(manifest))
     problems = manifest.reconcile_problems()
     if problems:
         raise DataBuildError("counts do not reconcile: " + "; ".join(problems))

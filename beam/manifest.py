@@ -69,6 +69,8 @@ class Manifest:
     class_boxes: dict[str, dict[str, int]] = field(default_factory=dict)
     # With a split file: {"listed", "matched", "unknown", "unknown_examples"}; None without one.
     split_file: dict | None = None
+    # Same-class box pairs on one image with IoU above "iou_above": {"iou_above", "pairs", "examples"}.
+    near_duplicates: dict = field(default_factory=lambda: {"iou_above": 0.8, "pairs": 0, "examples": []})
 
     @property
     def written_total(self) -> int:
@@ -106,7 +108,7 @@ class Manifest:
         if data.get("version") != MANIFEST_VERSION:
             raise ManifestError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION} (written by "
                                 "another detpipe): rebuild the dataset with `detpipe data build`")
-        optional = {"class_boxes", "split_file"}  # added later: older manifests lack them
+        optional = {"class_boxes", "split_file", "near_duplicates"}  # added later: older manifests lack them
         try:
             values = {f.name: data[f.name] for f in fields(cls) if f.name not in optional or f.name in data}
         except KeyError as err:
@@ -114,3 +116,12 @@ class Manifest:
         values["boxes"] = {split: BoxCounts.from_dict(counts) for split, counts in data["boxes"].items()}
         return cls(**values)
 
+
+
+def near_duplicate_line(manifest: Manifest) -> str:
+    """The warning about near-duplicate boxes, for the console and the logs ("" when none)."""
+    dup = manifest.near_duplicates
+    if not dup["pairs"]:
+        return ""
+    return (f"{dup['pairs']} near-duplicate box pair(s) (same class, IoU > {dup['iou_above']}: the same object "
+            f"labelled twice?), kept; e.g. {'; '.join(dup['examples'])}")

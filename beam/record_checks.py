@@ -167,3 +167,32 @@ def clipped_box(box: SourceBox, width: int, height: int,
     if not normalise:
         return xmin, ymin, xmax, ymax
     return xmin / width, ymin / height, xmax / width, ymax / height
+
+
+# Two boxes of one class on one image overlapping this much are most likely the same object
+# labelled twice (a known quirk of hand-labelled sets): kept, but counted and shown.
+NEAR_DUPLICATE_IOU = 0.8
+
+
+def near_duplicates(record: CheckedRecord) -> list[tuple[int, int, float]]:
+    """(i, j, IoU) of each pair of the record's boxes (i < j, indices of its written boxes)
+    with the same class and IoU above NEAR_DUPLICATE_IOU.
+
+    >>> r = CheckedRecord("a", "a.jpg", "a.jpg", "", 0, "jpeg", 100, 100, "RGB",
+    ...                   ((0.1, 0.1, 0.5, 0.5), (0.11, 0.1, 0.5, 0.5), (0.1, 0.1, 0.5, 0.5)),
+    ...                   ("cat", "cat", "dog"), (False,) * 3, "a.xml")
+    >>> near_duplicates(r)
+    [(0, 1, 0.975)]
+    """
+    import numpy as np
+
+    boxes = np.asarray(record.boxes, dtype=np.float64).reshape(-1, 4)
+    left, top = np.maximum(boxes[:, None, 0], boxes[None, :, 0]), np.maximum(boxes[:, None, 1], boxes[None, :, 1])
+    right, bottom = np.minimum(boxes[:, None, 2], boxes[None, :, 2]), np.minimum(boxes[:, None, 3], boxes[None, :, 3])
+    inter = np.clip(right - left, 0, None) * np.clip(bottom - top, 0, None)
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = inter / (area[:, None] + area[None, :] - inter)
+    classes = np.asarray(record.class_texts)
+    same = (classes[:, None] == classes[None, :]) & (iou > NEAR_DUPLICATE_IOU)
+    return [(int(i), int(j), round(float(iou[i, j]), 3)) for i, j in zip(*np.nonzero(np.triu(same, k=1)))]

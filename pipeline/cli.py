@@ -83,7 +83,7 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
     from beam.label_map import read_label_map
-    from beam.manifest import REJECTS_FILE
+    from beam.manifest import REJECTS_FILE, near_duplicate_line
 
     options = ConvertOptions(
         images=args.images, annotations=args.annotations, output=args.output, format=args.format,
@@ -103,6 +103,8 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
           f"{m.rejected} rejected -> {args.output}")
     for reason, count in m.rejected_by_reason.items():
         print(f"  rejected {count}: {reason} (details in {args.output}/{REJECTS_FILE})")
+    if m.near_duplicates["pairs"]:
+        print(f"detpipe: warning: {near_duplicate_line(m)}", file=sys.stderr)
     if m.split_file:
         print(f"  split file: {m.split_file['matched']} of its {m.split_file['listed']} ids matched a record"
               + (f", {m.split_file['unknown']} matched none" if m.split_file["unknown"] else ""))

@@ -140,3 +140,29 @@ def test_gzip_shards_are_deterministic_and_readable(demo_dir, tmp_path):
     a = sorted((tmp_path / "a").glob("*.tfrecord.gz"))
     assert a and [p.read_bytes() for p in a] == [(tmp_path / "b" / p.name).read_bytes() for p in a]
     assert count_records(str(tmp_path / "a"), "train") + count_records(str(tmp_path / "a"), "val") == 64
+
+
+def test_near_duplicate_boxes_are_kept_counted_and_shown(demo_dir, tmp_path, capsys):
+    """The same object labelled twice (same class, IoU > 0.8) is a warning with examples, not a reject."""
+    import re
+    import shutil
+
+    from beam.output_files import read_manifest
+    from pipeline.cli import main
+
+    annotations = tmp_path / "annotations"
+    shutil.copytree(demo_dir / "annotations", annotations)
+    twice = sorted(annotations.glob("*.xml"))[:2]
+    for path in twice:  # the first object again, one pixel lower
+        text = path.read_text()
+        first = re.search(r"<object>.*?</object>", text, re.S).group(0)
+        again = re.sub(r"<ymin>(\d+)</ymin>", lambda m: f"<ymin>{int(m.group(1)) + 1}</ymin>", first)
+        path.write_text(text.replace("</annotation>", again + "</annotation>"))
+    assert main(["data", "build", "--format", "voc", "--images", str(demo_dir / "images"), "--annotations",
+                 str(annotations), "--output", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "2 near-duplicate box pair(s)" in err and twice[0].stem in err and twice[1].stem in err
+    m = read_manifest(str(tmp_path / "out"))
+    assert m.near_duplicates["pairs"] == 2 and m.rejected == 0
+    assert [e.split(":")[0] for e in m.near_duplicates["examples"]] == sorted(p.stem for p in twice)
+    assert sum(c.written for c in m.boxes.values()) == sum(c.boxes_in for c in m.boxes.values())
