@@ -30,6 +30,8 @@ class RunSummary:
     probe_verdict: str
     images_per_second: float
     metrics: dict
+    per_class: list[tuple[str, float, float]]  # (class, AP@[.5:.95], AP50), weakest AP50 first
+    cap_warning: str | None  # the detection cap decided most val images
     saved_model: Path
     version: str
     comparison: str  # the champion comparison and the decision, one line
@@ -43,11 +45,20 @@ class RunSummary:
             f"training: {self.images_per_second:.1f} images/s",
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
             f"AP75 {self.metrics['AP75']:.3f}",
+            "per class (AP@[.5:.95] / AP50): " + ", ".join(
+                f"{name} {ap:.3f} / {ap50:.3f}" for name, ap, ap50 in self.per_class[:PER_CLASS_SHOWN])
+            + (f", ... ({len(self.per_class) - PER_CLASS_SHOWN} more in the report)"
+               if len(self.per_class) > PER_CLASS_SHOWN else ""),
+            *([f"warning: {self.cap_warning}"] if self.cap_warning else []),
             f"model to serve: detpipe serve --model {self.saved_model}",
             f"artifacts: {self.run_dir}",
             f"report: {self.report or 'not written'}",
             f"registry: {self.version}: {self.comparison}",
         ]
+
+
+# Classes named on the summary's per-class line (the weakest first); the report has them all.
+PER_CLASS_SHOWN = 8
 
 
 def _task_dir(run_dir: Path, task: str) -> Path:
@@ -69,6 +80,9 @@ def summarise(run_dir: Path) -> RunSummary:
         rejected=manifest.rejected, boxes_dropped=sum(c.rejected for c in manifest.boxes.values()),
         probe_verdict=probe["verdict"],
         images_per_second=train_config.images_per_second, metrics=metrics.metrics,
+        per_class=sorted(((name, ap, metrics.per_class_ap50.get(name, -1.0)) for name, ap in metrics.per_class.items()),
+                         key=lambda row: (row[2], row[0])),
+        cap_warning=metrics.cap.warning(metrics.num_images) if metrics.cap else None,
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
         report=_top_level_report(run_dir),

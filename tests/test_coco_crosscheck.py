@@ -48,3 +48,17 @@ def test_faster_coco_eval_and_pycocotools_agree_on_all_twelve_numbers(seed):
     for key in SUMMARY_KEYS:
         assert ours[key] == pytest.approx(reference[key], abs=1e-6), key
     assert np.isfinite([ours[k] for k in SUMMARY_KEYS]).all()
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_per_class_ap_and_ap50_agree_with_pycocotools(seed):
+    from tests.scenes import pycocotools_evaluation
+
+    truths, found = scene(seed, images=120)
+    ours = coco_box_metrics(truths, found, NAMES)
+    precision = pycocotools_evaluation(truths, found, NAMES).eval["precision"][:, :, :, 0, -1]
+    for k, name in enumerate(NAMES[c] for c in sorted(NAMES)):
+        every_iou, at_half = precision[:, :, k], precision[0, :, k]
+        assert ours[f"AP/{name}"] == pytest.approx(every_iou[every_iou > -1].mean(), abs=1e-6)
+        assert ours[f"AP50/{name}"] == pytest.approx(at_half[at_half > -1].mean(), abs=1e-6)
+        assert ours[f"AP50/{name}"] >= ours[f"AP/{name}"]

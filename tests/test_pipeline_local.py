@@ -23,6 +23,7 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "detpipe run summary" in out and "mAP@[.5:.95]" in out
+    assert "per class (AP@[.5:.95] / AP50): " in out and "circle" in out.split("per class", 1)[1]
     # Quiet: one line per step and the summary; no ANSI codes when stdout is not a terminal.
     assert len(out.strip().splitlines()) <= 25 and "\x1b[" not in out
     assert "✓ validate-and-convert" in out and "64 written" in out and "✓ register" in out

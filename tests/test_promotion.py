@@ -188,3 +188,12 @@ def test_the_examples_in_the_promotion_modules_run():
 
     for module in (baseline, decision):
         assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_the_detection_cap_warning_names_how_often_it_decided():
+    from components.evaluate.metrics_file import DetectionCap
+
+    assert DetectionCap(100, 10).warning(20) is None  # half: not most
+    line = DetectionCap(100, 11).warning(20)
+    assert line.startswith("11 of 20 val images have 100 detections (the cap)")
+    assert DetectionCap(100, 0).warning(0) is None

@@ -79,8 +79,13 @@ def test_evaluate_writes_finite_metrics_and_gates(trained_model, demo_shards, tm
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved["num_images"] == count_records(str(demo_shards), "val") == result.num_images
     assert all(math.isfinite(v) for v in saved["metrics"].values())
-    assert "AP/circle" in saved["metrics"]
+    assert "AP/circle" in saved["metrics"] and saved["metrics"]["AP50/circle"] >= saved["metrics"]["AP/circle"]
+    # How many val images the detection cap decided, at the exported threshold, recounted here.
+    threshold = saved["threshold"]["score"]
+    at_cap = sum(1 for d in result.detections if sum(s >= threshold for s in d.scores) >= 100)
+    assert saved["cap"] == {"max_detections": 100, "images_at_cap": at_cap}
     report = (tmp_path / "eval_report.md").read_text()
+    assert "| class | AP@[.5:.95] | AP50 |" in report and "| circle |" in report
     for picture in ("pr_curves.png", "f1_threshold.png", "confusion.png", "ap_by_size.png", "gallery.png"):
         assert f"]({picture})" in report and (tmp_path / picture).stat().st_size > 1000
     with pytest.raises(GateFailed, match="minimum 1.1"):

@@ -84,12 +84,13 @@ def to_coco(
 def coco_box_metrics(
     truths: list[ImageTruth], detections: list[ImageDetections], label_names: dict[int, str]
 ) -> dict[str, float]:
-    """The 12 COCO summary numbers plus per-class AP (`AP/<name>`); -1 means undefined."""
+    """The 12 COCO summary numbers plus per-class AP@[.5:.95] (`AP/<name>`) and AP at IoU 0.5
+    (`AP50/<name>`); -1 means undefined."""
     gt_dict, results = to_coco(truths, detections, label_names)
     if not results:
         logger.warning("no detections at all: every metric is 0")
         metrics = {key: 0.0 for key in SUMMARY_KEYS}
-        metrics.update({f"AP/{name}": 0.0 for name in label_names.values()})
+        metrics.update({f"{prefix}/{name}": 0.0 for prefix in ("AP", "AP50") for name in label_names.values()})
         return metrics
     coco_gt = COCO(gt_dict)
     coco_dt = coco_gt.loadRes(results)
@@ -101,10 +102,10 @@ def coco_box_metrics(
     # precision: [iou thresholds, recall points, classes, area ranges, max dets]
     precision = evaluator.eval["precision"]
     for index, cat_id in enumerate(evaluator.params.catIds):
-        values = precision[:, :, index, 0, -1]
-        values = values[values > -1]
-        ap = float(np.mean(values)) if values.size else -1.0
-        metrics[f"AP/{label_names.get(cat_id, cat_id)}"] = ap
+        name = label_names.get(cat_id, cat_id)
+        for key, values in ((f"AP/{name}", precision[:, :, index, 0, -1]), (f"AP50/{name}", precision[0, :, index, 0, -1])):
+            values = values[values > -1]
+            metrics[key] = float(np.mean(values)) if values.size else -1.0
     for key, value in metrics.items():
         if not math.isfinite(value):
             raise ValueError(f"COCO metric {key} is not finite: {value}")

@@ -24,7 +24,7 @@ from components.evaluate.detect import BatchDetector
 from components.evaluate.pictures import draw_evaluation
 from components.evaluate.threshold import best_f1_threshold
 from components.train.input_pipeline import eval_examples, read_records, shard_files, to_model_image
-from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics, Gate
+from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
 from components.train.artifacts import CONFIG_FILE, MODEL_FILE, TrainConfigFile
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,12 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     gate = f"mAP {metrics['mAP']:.4f} {'>=' if passed else '<'} minimum {min_map:.4f}"
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    measured = EvalMetrics(metrics, len(truths), Gate(min_map, passed), threshold, round(time.monotonic() - started, 1))
+    cap = DetectionCap(config.max_detections, sum(
+        1 for d in detections if sum(score >= threshold.score for score in d.scores) >= config.max_detections))
+    measured = EvalMetrics(metrics, len(truths), Gate(min_map, passed), threshold, round(time.monotonic() - started, 1),
+                           cap)
+    if cap.warning(len(truths)):
+        logger.warning("%s", cap.warning(len(truths)))
     measured.write(out / METRICS_FILE)
     images, val_fingerprint = val_images(data_dir)
     pictures = draw_evaluation(out, truths, detections, names, metrics, threshold.score,
@@ -143,8 +148,11 @@ def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str]) -> str:
     lines = ["# Evaluation report", "", f"{measured.num_images} val images. Gate: {gate}.", "",
              "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in measured.summary.items()]
-    lines += ["", "| class | AP@[.5:.95] |", "|---|---|"]
-    lines += [f"| {k} | {_fmt(v)} |" for k, v in measured.per_class.items()]
+    ap50 = measured.per_class_ap50
+    lines += ["", "| class | AP@[.5:.95] | AP50 |", "|---|---|---|"]
+    lines += [f"| {k} | {_fmt(v)} | {_fmt(ap50.get(k, -1.0))} |" for k, v in measured.per_class.items()]
+    if measured.cap and measured.cap.warning(measured.num_images):
+        lines += ["", f"**Warning:** {measured.cap.warning(measured.num_images)}."]
     lines += ["", f"Default score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "
                   f"{threshold.iou}: F1 {threshold.f1:.3f}, precision {threshold.precision:.3f}, "
                   f"recall {threshold.recall:.3f})."]

@@ -144,8 +144,9 @@ def evaluation_section(evaluation_dir: str | Path) -> dict | None:
               CONFUSION_FILE: "Confusion matrix", SIZE_FILE: "AP by object size", GALLERY_FILE: "Worst val images"}
     pictures = [{"title": title, "uri": file_uri(folder / name)} for name, title in titles.items()
                 if (folder / name).is_file()]
-    return {"summary": metrics.summary, "per_class": metrics.per_class, "num_images": metrics.num_images,
-            "threshold": metrics.threshold, "pictures": pictures}
+    return {"summary": metrics.summary, "per_class": metrics.per_class, "per_class_ap50": metrics.per_class_ap50,
+            "num_images": metrics.num_images, "threshold": metrics.threshold, "pictures": pictures,
+            "cap_warning": metrics.cap.warning(metrics.num_images) if metrics.cap else None}
 
 
 def comparison_section(decision_json: str | Path) -> dict | None:
