@@ -28,12 +28,15 @@ from pipeline.cli_types import (
     tensorflow_error_line,
     UsageError,
     fail_lines as _fail_lines,
-    existing_dir,
     existing_file,
     existing_path,
+    images_dir,
     output_dir,
     output_file,
+    shards_dir,
+    trained_model_dir,
 )
+from pipeline.preflight import annotations_problem
 from pipeline.model_cli import add_model_commands, export_after_train
 from pipeline.compile_cli import add_compile_command
 from pipeline.run_cli import add_run_command
@@ -59,13 +62,9 @@ def cmd_demo_data(args) -> int:
 
 def _check_data_build_usage(args, beam_args: list[str]) -> None:
     """What the command line alone can tell, before Beam and TensorFlow load."""
-    local = "://" not in args.annotations
-    if local and args.format == "voc" and not os.path.isdir(args.annotations):
-        raise UsageError(f"--format voc takes a folder of *.xml as --annotations; {args.annotations} is a file "
-                         "(a COCO JSON? then --format coco)")
-    if local and args.format in ("coco", "csv") and not os.path.isfile(args.annotations):
-        raise UsageError(f"--format {args.format} takes a file as --annotations; {args.annotations} is a folder "
-                         "(Pascal VOC XML files? then --format voc)")
+    problem = annotations_problem(args.annotations, args.format)
+    if problem:
+        raise UsageError(f"--annotations {problem}")
     if beam_args:
         from pipeline.beam_options import unknown_beam_options
 
@@ -275,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "sharded TFRecords. Unknown options are passed to Beam (e.g. --project, --region, "
                     "--temp_location, --sdk_container_image for DataflowRunner).")
     p.add_argument("--format", choices=("voc", "coco", "csv"), required=True, help="annotation format")
-    p.add_argument("--images", required=True, type=existing_dir, help="folder of images (local or gs://)")
+    p.add_argument("--images", required=True, type=images_dir, help="folder of images (local or gs://)")
     p.add_argument("--annotations", required=True, type=existing_path,
                    help="VOC: folder of *.xml; COCO: instances JSON file; CSV: file with columns "
                         "filename,width,height,class,xmin,ymin,xmax,ymax")
@@ -318,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Collect facts about this machine and check them: PASS/WARN/FAIL, each with a fix. "
                     "Exits 1 on FAIL.")
     p.add_argument("--require-gpu", action="store_true", help="FAIL (exit 1) when no GPU is visible")
-    p.add_argument("--data", type=existing_dir, help="folder of shards (output of `data build`) to measure storage read speed on")
+    p.add_argument("--data", type=shards_dir, help="folder of shards (output of `data build`) to measure storage read speed on")
     p.add_argument("--baseline", type=existing_file, help="probe.json written on another machine (e.g. your laptop) to compare with")
     p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
     p.add_argument("--image-size", type=_image_size, default="auto",
@@ -336,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "With TF_CONFIG naming several machines (a Vertex custom job with --train-replicas), every "
                     "machine runs this same command: they train in lockstep (MultiWorkerMirroredStrategy), the "
                     "global batch is --batch-size x machines, and only the chief writes --output.")
-    p.add_argument("--data", required=True, type=existing_dir, help="output folder of `detpipe data build`")
+    p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for model.keras, history, report")
     _add_train_options(p)
     _add_local_train_options(p)
@@ -363,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "TRIAL_STEPS steps each and are scored by mAP on the val split; the best third "
                                    "trains 3x longer and the best of those wins. About 2 x TRIALS x TRIAL_STEPS "
                                    "steps in all. Writes OUTPUT/best_hparams.json for `detpipe train --hparams`.")
-    p.add_argument("--data", required=True, type=existing_dir, help="output folder of `detpipe data build`")
+    p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, type=output_dir,
                    help="folder for best_hparams.json, trials.jsonl, tune_report.md")
     p.add_argument("--trials", type=_positive_int, default=6, help="candidates in the first round (default 6)")
@@ -374,8 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")
-    p.add_argument("--model", required=True, type=existing_dir, help="output folder of `detpipe train`")
-    p.add_argument("--data", required=True, type=existing_dir, help="output folder of `detpipe data build`")
+    p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
+    p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for metrics.json and eval_report.md")
     p.add_argument("--min-map", type=float, default=0.0, help="exit 1 when mAP@[.5:.95] is below this (default 0)")
     p.set_defaults(func=cmd_evaluate)

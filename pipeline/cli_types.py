@@ -7,6 +7,7 @@ import os
 import re
 
 from beam.exif import EXIF_MODES
+from pipeline import preflight
 from pipeline.template_registry import REPO_PATTERN
 
 
@@ -241,3 +242,21 @@ def pixel_range(value: str) -> tuple[int, int]:
     if pair[0] < 2 or pair[0] > pair[1]:
         raise argparse.ArgumentTypeError(f"expected 2 <= MIN <= MAX pixels, got {value!r}")
     return pair
+
+
+def _checked_dir(problem):
+    """An argument type: an existing folder (or a URI) that `problem` (pipeline/preflight.py) accepts."""
+    def check(value: str) -> str:
+        existing_dir(value)
+        found = problem(value)
+        if found:
+            raise argparse.ArgumentTypeError(found)
+        return value
+    return check
+
+
+# Folders whose kind is checked at once, before any heavy import (pipeline/preflight.py).
+images_dir = _checked_dir(preflight.images_problem)
+shards_dir = _checked_dir(preflight.shards_problem)
+trained_model_dir = _checked_dir(preflight.trained_model_problem)
+saved_model_dir = _checked_dir(preflight.saved_model_problem)

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.cli_types import existing_dir, existing_path, output_dir
+from pipeline.cli_types import output_dir, saved_model_dir, trained_model_dir
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import unit_float as _unit_float
 
@@ -110,14 +110,14 @@ def cmd_serve(args) -> int:
 
 def add_model_commands(sub) -> None:
     p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving)")
-    p.add_argument("--model", required=True, type=existing_dir, help="output folder of `detpipe train`")
+    p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for the SavedModel, label_map.json, serving_config.json")
     p.add_argument("--evaluation", help="output folder of `detpipe evaluate`: its F1-best threshold becomes the default")
     p.add_argument("--score-threshold", type=_unit_float, help="default score threshold (overrides --evaluation)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("predict", help="detections for image files, drawn on copies with --output")
-    p.add_argument("--model", required=True, type=existing_path, help="output folder of `detpipe export`")
+    p.add_argument("--model", required=True, type=saved_model_dir, help="output folder of `detpipe export`")
     p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG or PNG files")
     p.add_argument("--output", type=output_dir, help="folder for copies of the images with the boxes drawn, and predictions.json")
     p.add_argument("--score-threshold", type=_unit_float, help="keep detections scoring at least this "
@@ -125,7 +125,7 @@ def add_model_commands(sub) -> None:
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("serve", help="HTTP predictions on Vertex AI's custom-container contract")
-    p.add_argument("--model", help="output folder of `detpipe export` (default: $AIP_STORAGE_URI)")
+    p.add_argument("--model", type=saved_model_dir, help="output folder of `detpipe export` (default: $AIP_STORAGE_URI)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--port", type=_positive_int, help="port (default: $AIP_HTTP_PORT, else 8080)")
     p.add_argument("--max-instances", type=_positive_int, default=32,

@@ -40,7 +40,7 @@ class Param:
 
 PARAMS: tuple[Param, ...] = (
     Param("images", str, REQUIRED, "Folder of images, local path or gs:// URI.",
-          cli_default="demo-data/images", path=True, cli_type=cli_types.existing_dir),
+          cli_default="demo-data/images", path=True, cli_type=cli_types.images_dir),
     Param("annotations", str, REQUIRED, "VOC folder of *.xml, COCO instances JSON, or CSV "
           "(filename,width,height,class,xmin,ymin,xmax,ymax).", cli_default="demo-data/annotations", path=True,
           cli_type=cli_types.existing_path),

@@ -8,16 +8,19 @@ from pathlib import Path
 from pipeline.cli_types import UsageError
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.params import add_run_options
+from pipeline.preflight import annotations_problem
 
 EXIT_OK = 0
 
 
 def cmd_run(args) -> int:
-    from pipeline.local_run import StepFailed, run_local
-    from pipeline.params import DEFAULT_REGISTRY_DIR, params_from_args
-
     if not args.local:
         raise UsageError("`detpipe run` needs --local (the KFP local runner); use `detpipe submit` for Vertex AI")
+    problem = annotations_problem(args.annotations, args.data_format)
+    if problem:  # before kfp loads, the runner starts and the data step imports Beam
+        raise UsageError(f"--annotations {problem}")
+    from pipeline.local_run import StepFailed, run_local
+    from pipeline.params import DEFAULT_REGISTRY_DIR, params_from_args
     params = params_from_args(args)
     params["registry"] = params["registry"] or str(Path(args.pipeline_root, DEFAULT_REGISTRY_DIR).resolve())
     try:

@@ -48,9 +48,9 @@ def test_data_build_on_a_folder_without_annotations_fails_in_one_line(tmp_path, 
     (tmp_path / "empty").mkdir()
     code = main(["data", "build", "--format", "voc", "--images", str(tmp_path), "--annotations",
                  str(tmp_path / "empty"), "--output", str(tmp_path / "out")])
-    assert code == EXIT_FAILED
+    assert code == 2  # a usage error, found before Beam loads
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no *.xml" in err[0]
+    assert len(err) == 1 and "no *.xml" in err[0] and "it is empty" in err[0]
 
 
 def test_demo_data_and_data_build_commands(tmp_path, capsys):
@@ -68,6 +68,11 @@ def _usage_table(tmp_path):
     (voc / "a.xml").write_text("<annotation/>")
     images = tmp_path / "images"
     images.mkdir()
+    (images / "a.jpg").write_bytes(b"\xff\xd8")
+    shards = tmp_path / "shards"  # what `data build` writes, as far as the command line looks
+    shards.mkdir()
+    (shards / "label_map.json").write_text("{}")
+    (shards / "train-00000-of-00001.tfrecord").write_bytes(b"")
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     only_model = tmp_path / "only_model"
@@ -77,7 +82,7 @@ def _usage_table(tmp_path):
     not_json.write_text("not json")
     build = ["data", "build", "--images", str(images), "--output", str(tmp_path / "out")]
     return [
-        (build + ["--format", "coco", "--annotations", str(voc)], 2, "takes a file"),
+        (build + ["--format", "coco", "--annotations", str(voc)], 2, "--format coco reads one .json file"),
         (build + ["--format", "voc", "--annotations", str(voc), "--schema", "/nope"], 2, "/nope does not exist"),
         (build + ["--format", "voc", "--annotations", str(voc), "--previous-stats", "/nope"], 2, "does not exist"),
         (["data", "build", "--format", "voc", "--images", "/nope", "--annotations", str(voc), "--output",
@@ -85,11 +90,12 @@ def _usage_table(tmp_path):
         (build + ["--format", "voc", "--annotations", str(voc), "--val-fracton", "0.5", "--gzipp"], 2,
          "--val-fracton 0.5 --gzipp"),
         (build + ["--format", "voc", "--annotations", str(voc), "--val-fraction", "abc"], 2, "in [0, 1)"),
-        (["train", "--data", str(images), "--output", str(tmp_path / "m"), "--hparams", "/nope.json"], 2,
+        (["train", "--data", str(shards), "--output", str(tmp_path / "m"), "--hparams", "/nope.json"], 2,
          "/nope.json does not exist"),
-        (["train", "--data", str(images), "--output", str(a_file)], 2, "is a file"),
-        (["evaluate", "--model", str(only_model), "--data", str(images), "--output", str(tmp_path / "e")], 1,
-         "no train_config.json"),
+        (["train", "--data", str(shards), "--output", str(a_file)], 2, "is a file"),
+        (["train", "--data", str(images), "--output", str(tmp_path / "m")], 2, "not the output of `detpipe data build`"),
+        (["evaluate", "--model", str(only_model), "--data", str(shards), "--output", str(tmp_path / "e")], 2,
+         "no model.keras + train_config.json"),
         (["compile", "--output", str(a_file / "p.yaml")], 2, "is a file"),
         (["compile", "--train-retries", "-5"], 2, ">= 0"),
         (["compile", "--data-cpu", "abc"], 2, "CPU count"),
@@ -126,6 +132,7 @@ def test_run_keeps_uris_and_makes_local_paths_absolute(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.png").write_bytes(b"")
     args = build_parser().parse_args(["run", "--local", "--images", "gs://bucket/photos", "--annotations",
                                       "gs://bucket/coco.json", "--format", "coco", "--registry", "reg"])
     params = params_from_args(args)
@@ -148,6 +155,7 @@ def test_run_takes_a_split_file_and_the_bad_box_mode(tmp_path, capsys):
 
     split = tmp_path / "split.json"
     split.write_text('{"train": [], "val": []}')
+    (tmp_path / "a.jpg").write_bytes(b"")
     source = ["run", "--local", "--images", str(tmp_path), "--annotations", str(tmp_path)]
     parser = build_parser()
     given = params_from_args(parser.parse_args(source + ["--split-file", str(split), "--bad-box", "reject-image"]))

@@ -1,0 +1,87 @@
+"""Mistakes a newcomer makes on day one are answered at once, before TensorFlow or Beam load:
+each command's paths are checked for what they hold (images, annotations, shards, a trained
+or an exported model) and the message says what was found instead."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import preflight
+
+
+def _in_fresh_python(args: list[str]) -> tuple[int, str, list[str]]:
+    """`detpipe ARGS` in a new interpreter: exit code, stderr, and which heavy modules it loaded."""
+    code = ("import sys, json\nfrom pipeline.cli import main\n"
+            "try:\n    rc = main(json.loads(sys.argv[1]))\nexcept SystemExit as e:\n    rc = e.code\n"
+            "heavy = [m for m in ('tensorflow', 'apache_beam', 'keras', 'kfp', 'tensorflow_data_validation') "
+            "if m in sys.modules]\nprint(json.dumps([rc, heavy]))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, timeout=120)
+    rc, heavy = json.loads(done.stdout.strip().splitlines()[-1])
+    return rc, done.stderr, heavy
+
+
+@pytest.fixture(scope="module")
+def folders(demo_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("mistakes")
+    (root / "notes").mkdir()
+    (root / "notes" / "readme.txt").write_text("hello")
+    (root / "saved").mkdir()
+    (root / "saved" / "saved_model.pb").write_bytes(b"")
+    (root / "trained" / "saved_model").mkdir(parents=True)  # what `detpipe train` writes
+    (root / "trained" / "saved_model" / "saved_model.pb").write_bytes(b"")
+    (root / "trained" / "model.keras").write_bytes(b"")
+    return root
+
+
+def _mistakes(demo, root):
+    images, annotations, out = str(demo / "images"), str(demo / "annotations"), str(root / "out")
+    return [
+        (["data", "build", "--format", "voc", "--images", images, "--annotations", images, "--output", out],
+         ["--annotations", "holds no *.xml files", ".jpg files", "swapped"]),
+        (["data", "build", "--format", "voc", "--images", annotations, "--annotations", annotations, "--output", out],
+         ["--images", "holds no image files", ".xml files", "swapped"]),
+        (["data", "build", "--format", "coco", "--images", images, "--annotations", annotations, "--output", out],
+         ["is a folder; --format coco reads one .json file", "--format voc"]),
+        (["data", "build", "--format", "voc", "--images", images, "--annotations", str(demo / "coco.json"),
+          "--output", out], ["--format voc reads a folder", "--format coco"]),
+        (["run", "--local", "--images", images, "--annotations", str(demo / "labels.csv")], ["--format csv"]),
+        (["train", "--data", str(demo), "--output", out],
+         ["--data", "not the output of `detpipe data build`", "raw dataset"]),
+        (["tune", "--data", str(root / "notes"), "--output", out], ["no train-*.tfrecord shards", ".txt files"]),
+        (["probe", "--data", images], ["not the output of `detpipe data build`"]),
+        (["evaluate", "--model", str(root / "saved"), "--data", str(demo), "--output", out],
+         ["--model", "not the output of `detpipe train`", "exported SavedModel"]),
+        (["export", "--model", str(root / "notes"), "--output", out], ["not the output of `detpipe train`"]),
+        (["predict", "--model", str(root / "notes"), str(demo / "images" / "x.jpg")],
+         ["not an exported model", "saved_model.pb"]),
+    ]
+
+
+def test_each_mistake_is_one_line_before_any_heavy_import(demo_dir, folders):
+    for args, words in _mistakes(demo_dir, folders):
+        rc, err, heavy = _in_fresh_python(args)
+        assert rc == 2, (args, err)
+        lines = [line for line in err.splitlines() if "error" in line]
+        assert len(lines) == 1 and all(w in lines[0] for w in words), (args, err)
+        assert heavy == [], (args, heavy)
+
+
+def test_what_is_right_passes(demo_dir, folders):
+    assert preflight.images_problem(str(demo_dir / "images")) is None
+    assert preflight.images_problem(str(demo_dir)) is None  # subfolders: a COCO file may name images in them
+    assert preflight.annotations_problem(str(demo_dir / "annotations"), "voc") is None
+    assert preflight.annotations_problem(str(demo_dir / "coco.json"), "coco") is None
+    assert preflight.annotations_problem(str(demo_dir / "labels.csv"), "csv") is None
+    assert preflight.saved_model_problem(str(folders / "saved")) is None
+    assert f"did you mean {folders / 'trained' / 'saved_model'}?" in preflight.saved_model_problem(
+        str(folders / "trained"))
+    for check in (preflight.shards_problem, preflight.trained_model_problem, preflight.saved_model_problem):
+        assert check("gs://bucket/somewhere") is None  # checked by what reads it
+
+
+def test_built_shards_and_a_trained_model_pass(demo_shards, trained_model):
+    assert preflight.shards_problem(str(demo_shards)) is None
+    assert preflight.trained_model_problem(str(trained_model)) is None
+    assert "trained model" in preflight.shards_problem(str(trained_model))
