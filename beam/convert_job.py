@@ -27,7 +27,8 @@ from beam.csv_reader import read_csv
 from beam.dataset_gates import GateOptions, dataset_problems
 from beam.example_codec import encode_example
 from beam.label_map import derive_label_map, extend_label_map
-from beam.manifest import LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_FILE, BoxCounts, Manifest, near_duplicate_line
+from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_FILE, BoxCounts, Manifest, earlier_build_problem,
+                           near_duplicate_line, written_by_build)
 from beam.output_files import pop_json, read_rejects, write_json, write_rejects
 from beam.shard_writer import (
     DEFAULT_MIN_SHARDS,
@@ -65,7 +66,8 @@ class ConvertOptions:
     max_pixels: int = rc.CheckOptions.max_pixels
     split_file: str | None = None  # JSON {"train": [ids], "val": [ids]} instead of the hash split
     gzip: bool = False
-    overwrite: bool = False  # empty a non-empty output folder first (else refuse it)
+    overwrite: bool = False  # remove what an earlier build wrote in the output folder (else refuse a non-empty one)
+    overwrite_unrecognised: bool = False  # with overwrite: also build into a folder that is not an earlier build
     exif: str = "auto"  # auto | apply | ignore: the frame of the annotations (beam/exif.py)
     bad_box: str = rc.DROP_BOX  # drop | reject-image: what a box that cannot be trusted costs
     gates: GateOptions = field(default_factory=GateOptions)
@@ -110,19 +112,33 @@ class OutputNotEmpty(ValueError):
     """`--output` holds files (an earlier build): readers would mix them in."""
 
 
-def prepare_output(output: str, overwrite: bool) -> None:
-    """An empty output folder: refuse one with files in it unless `overwrite`, which empties it."""
-    if tf.io.gfile.isdir(output) and tf.io.gfile.listdir(output):
-        if not overwrite:
-            raise OutputNotEmpty(f"--output {output} is not empty (an earlier build?): choose an empty folder, "
-                                 "or pass --overwrite to replace what is there")
-        for name in tf.io.gfile.listdir(output):
-            path = FileSystems.join(output, name.rstrip("/"))
+def prepare_output(output: str, overwrite: bool, unrecognised_ok: bool = False) -> list[str]:
+    """An output folder to build into. A non-empty one is refused unless `overwrite`, which
+    removes what a build writes there (the shards, manifest, stats, ...: BUILD_FILES) and
+    keeps every other file; a folder that is not an earlier build is refused even then,
+    unless `unrecognised_ok`. Returns the names kept."""
+    if not (tf.io.gfile.isdir(output) and tf.io.gfile.listdir(output)):
+        tf.io.gfile.makedirs(output)
+        return []
+    names = [n.rstrip("/") for n in tf.io.gfile.listdir(output)]
+    if not overwrite:
+        raise OutputNotEmpty(f"--output {output} is not empty (an earlier build?): choose an empty folder, "
+                             "or pass --overwrite to replace what a build wrote there")
+    problem = earlier_build_problem(names)
+    if problem and not unrecognised_ok:
+        raise OutputNotEmpty(f"--output {output}: {problem}; choose another folder, or pass "
+                             "--overwrite-unrecognised to build there anyway (other files are kept)")
+    for name in names:
+        if written_by_build(name):
+            path = FileSystems.join(output, name)
             if tf.io.gfile.isdir(path):
                 tf.io.gfile.rmtree(path)
             else:
                 tf.io.gfile.remove(path)
-    tf.io.gfile.makedirs(output)
+    kept = sorted(n for n in names if not written_by_build(n))
+    if kept:
+        logger.info("--output %s: kept %d file(s) a build does not write: %s", output, len(kept), ", ".join(kept[:5]))
+    return kept
 
 
 class DataBuildError(RuntimeError):
@@ -450,7 +466,7 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         raise DataBuildError(f"--val-fraction must be in [0, 1), got {options.val_fraction}")
     started = time.monotonic()
     sources = _list_sources(options)
-    prepare_output(options.output, options.overwrite)
+    prepare_output(options.output, options.overwrite, options.overwrite_unrecognised)
     logger.info("validate-and-convert: %d %s sources, runner %s", len(sources), options.format, options.runner)
     try:
         split_of = read_split_file(options.split_file) if options.split_file else None
@@ -503,7 +519,7 @@ def _finish(options: ConvertOptions, sources: list, started: float,
         anomalies=anomalies,
         anomalies_allowed=bool(anomalies) and options.allow_anomalies,
         options={k: v for k, v in asdict(options).items()
-                 if k not in ("beam_args", "label_map", "base_label_map", "overwrite")},
+                 if k not in ("beam_args", "label_map", "base_label_map", "overwrite", "overwrite_unrecognised")},
         seconds=round(time.monotonic() - started, 1),
     )
     if manifest.near_duplicates["pairs"]:

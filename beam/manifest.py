@@ -12,6 +12,7 @@ summary far downstream. Pure data; `beam/output_files.py::read_manifest` reads t
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 
@@ -20,6 +21,31 @@ REJECTS_FILE = "rejects.jsonl"
 LABEL_MAP_FILE = "label_map.json"
 # 2: box-level rejects and the `boxes` counts. A version-1 manifest has no box counts.
 MANIFEST_VERSION = 2
+
+# Every name a build writes at the top of its output folder besides the shards (the job's
+# scratch folder included); `--overwrite` removes these and the shards, nothing else.
+BUILD_FILES = (MANIFEST_FILE, REJECTS_FILE, LABEL_MAP_FILE, "schema.pbtxt", "anomalies.txt", "stats.html",
+               "stats-train.pb", "stats-val.pb", "_job")
+_SHARD = re.compile(r"^(train|val)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+
+
+def written_by_build(name: str) -> bool:
+    """Whether a build writes a file of this name (a shard, or one of BUILD_FILES).
+
+    >>> [written_by_build(n) for n in ("val-00001-of-00002.tfrecord.gz", "stats.html", "notes.txt")]
+    [True, True, False]
+    """
+    return name.rstrip("/") in BUILD_FILES or bool(_SHARD.match(name.rstrip("/")))
+
+
+def earlier_build_problem(names: list[str]) -> str | None:
+    """Why a non-empty folder with these entries is not recognised as an earlier build (None
+    when it is: it has a manifest, or holds nothing but names a build writes)."""
+    if MANIFEST_FILE in names or all(written_by_build(n) for n in names):
+        return None
+    foreign = sorted(n for n in names if not written_by_build(n))
+    return (f"it is not an earlier build (no {MANIFEST_FILE}; {len(foreign)} other file(s): "
+            f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''})")
 
 
 class ManifestError(ValueError):

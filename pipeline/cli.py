@@ -36,6 +36,7 @@ from pipeline.cli_types import (
     shards_dir,
     trained_model_dir,
 )
+from beam.manifest import earlier_build_problem
 from pipeline.preflight import annotations_problem
 from pipeline.model_cli import add_model_commands, export_after_train
 from pipeline.compile_cli import add_compile_command
@@ -76,9 +77,14 @@ def _check_data_build_usage(args, beam_args: list[str]) -> None:
 
 def cmd_data_build(args, beam_args: list[str]) -> int:
     _check_data_build_usage(args, beam_args)
-    if not args.overwrite and "://" not in args.output and os.path.isdir(args.output) and os.listdir(args.output):
-        raise UsageError(f"--output {args.output} is not empty (an earlier build?): choose an empty folder, "
-                         "or pass --overwrite to replace what is there")
+    if "://" not in args.output and os.path.isdir(args.output) and os.listdir(args.output):
+        if not args.overwrite:
+            raise UsageError(f"--output {args.output} is not empty (an earlier build?): choose an empty folder, "
+                             "or pass --overwrite to replace what a build wrote there")
+        problem = None if args.overwrite_unrecognised else earlier_build_problem(os.listdir(args.output))
+        if problem:
+            raise UsageError(f"--output {args.output}: {problem}; choose another folder, or pass "
+                             "--overwrite-unrecognised to build there anyway (other files are kept)")
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
     from beam.label_map import read_label_map
@@ -90,7 +96,8 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
         label_map=read_label_map(Path(args.label_map)) if args.label_map else None,
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
         bad_box=args.bad_box,
-        gzip=args.gzip, overwrite=args.overwrite, exif=args.exif, allow_anomalies=args.allow_anomalies,
+        gzip=args.gzip, overwrite=args.overwrite, overwrite_unrecognised=args.overwrite_unrecognised, exif=args.exif,
+        allow_anomalies=args.allow_anomalies,
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
                           previous_stats=args.previous_stats, drift_threshold=args.drift_threshold,
                           allow_new_classes=args.allow_new_classes),
@@ -280,7 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "filename,width,height,class,xmin,ymin,xmax,ymax")
     p.add_argument("--output", required=True, type=output_dir, help="output folder for shards, manifest, stats (empty or new)")
     p.add_argument("--overwrite", action="store_true",
-                   help="empty a non-empty --output first (default: refuse it, so no earlier shards mix in)")
+                   help="replace an earlier build in --output: remove the files a build writes (shards, manifest, "
+                        "stats, rejects, ...) and keep any other file (default: refuse a non-empty --output, so no "
+                        "earlier shards mix in). A folder that is not an earlier build is refused even then")
+    p.add_argument("--overwrite-unrecognised", action="store_true",
+                   help="with --overwrite, also build into a non-empty folder that is not an earlier build (its own "
+                        "files are kept)")
     p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/val split hash (default 0)")
     p.add_argument("--label-map", type=existing_file, help="JSON file {class name: id}; classes not in it are rejected")

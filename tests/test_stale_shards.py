@@ -23,9 +23,13 @@ def test_a_second_build_into_the_same_folder(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "not empty" in err[0] and "--overwrite" in err[0]
 
+    (out / "notes.txt").write_text("the user's own notes")  # not written by a build: kept
+    old_shards = {p.name for p in out.glob("*.tfrecord")}
     assert main([*build, "--overwrite", "--images", str(small / "images"),
                   "--annotations", str(small / "annotations")]) == 0
+    assert (out / "notes.txt").read_text() == "the user's own notes"
     manifest = json.loads((out / "manifest.json").read_text())
+    assert {p.name for p in out.glob("*.tfrecord")} == {s["name"] for s in manifest["shards"]} != old_shards
     for split in ("train", "val"):
         assert count_records(str(out), split) == manifest["written"][split]
         assert sum(1 for _ in eval_examples(str(out), split)) == manifest["written"][split]
@@ -48,3 +52,30 @@ def test_readers_take_the_manifest_list_and_check_it(demo_shards, tmp_path):
     (copy / listed[0].rsplit("/", 1)[-1]).unlink()
     with pytest.raises(ShardsChanged, match="missing"):
         shard_files(str(copy), "train")
+
+
+def test_overwrite_removes_only_what_a_build_writes_and_refuses_other_folders(tmp_path, capsys):
+    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.manifest import written_by_build
+
+    data = tmp_path / "d"
+    write_demo_dataset(data, num_train=4, num_val=2, seed=4)
+    source = ["--images", str(data / "images"), "--annotations", str(data / "annotations")]
+    # A folder of the user's own files is not an earlier build: refused, even with --overwrite.
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "holiday.jpg").write_bytes(b"precious")
+    build = ["data", "build", "--format", "voc", "--val-fraction", "0.5", "--allow-anomalies", *source]
+    assert main([*build, "--output", str(photos), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an earlier build" in err[0] and "holiday.jpg" in err[0]
+    assert "--overwrite-unrecognised" in err[0]
+    # The same check in the job itself (the KFP step and library callers do not pass the CLI).
+    with pytest.raises(ValueError, match="not an earlier build"):
+        build_dataset(ConvertOptions(images=str(data / "images"), annotations=str(data / "annotations"),
+                                     output=str(photos), overwrite=True))
+    # Told: the build goes in beside the user's file, which stays.
+    assert main([*build, "--output", str(photos), "--overwrite", "--overwrite-unrecognised"]) == 0
+    assert (photos / "holiday.jpg").read_bytes() == b"precious"
+    # Every file a real build wrote is one `--overwrite` knows it may remove.
+    assert all(written_by_build(p.name) for p in photos.iterdir() if p.name != "holiday.jpg")
