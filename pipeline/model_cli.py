@@ -41,26 +41,8 @@ def export_after_train(train_output: str) -> None:
           "`detpipe export --evaluation EVAL_DIR` sets the evaluation's F1-best one)")
 
 
-def _draw(image_bytes: bytes, prediction: dict, path: Path) -> None:
-    """A copy of the image (upright) with each detection's box, class and score drawn on it."""
-    import io
-
-    from PIL import Image, ImageDraw
-
-    image = Image.open(io.BytesIO(image_bytes)).convert("RGB")
-    draw = ImageDraw.Draw(image)
-    width, height = image.size
-    line = max(2, round(min(width, height) / 200))
-    for (ymin, xmin, ymax, xmax), name, score in zip(prediction["detection_boxes"],
-                                                     prediction["detection_class_names"],
-                                                     prediction["detection_scores"]):
-        box = (xmin * width, ymin * height, xmax * width, ymax * height)
-        draw.rectangle(box, outline=(255, 40, 40), width=line)
-        draw.text((box[0] + line, box[1] + line), f"{name} {score:.2f}", fill=(255, 255, 0))
-    image.save(path, quality=92)
-
-
 def cmd_predict(args) -> int:
+    from components.serve.drawing import draw_detections
     from components.serve.predictor import BadImage, Predictor, model_image_bytes
 
     predictor = Predictor.load(args.model)
@@ -78,10 +60,13 @@ def cmd_predict(args) -> int:
     out = Path(args.output) if args.output else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
+        num_classes = max([0] + [c for r, _ in results for c in r["detection_classes"]])
+        if os.path.isfile(os.path.join(args.model, "label_map.json")):  # export writes it beside the SavedModel
+            num_classes = len(json.loads(Path(args.model, "label_map.json").read_text()))
     for result, data in results:
         print(json.dumps(result))
         if out:
-            _draw(data, result, out / f"{Path(result['image']).stem}.jpg")
+            draw_detections(data, result, out / f"{Path(result['image']).stem}.jpg", num_classes)
     if out:
         (out / "predictions.json").write_text(json.dumps([r for r, _ in results], indent=1) + "\n")
     for line in problems:

@@ -39,10 +39,16 @@ def test_every_picture_is_written(tmp_path):
         Image.new("RGB", (t.width, t.height), "gray").save(buffer, "JPEG")
         images.append(buffer.getvalue())
     metrics = {"AP_small": -1.0, "AP_medium": 0.4, "AP_large": 0.6}
-    files = draw_evaluation(tmp_path, truths, found, NAMES, metrics, 0.5, images, gallery_size=4)
+    for t in truths:  # as evaluation reads them: each image's file id from its record
+        t.name = f"IMG_{t.image_id:04d}.jpg"
+    files, captions = draw_evaluation(tmp_path, truths, found, NAMES, metrics, 0.5, images, gallery_size=4)
     assert len(files) == 5
     for name in files.values():
         with Image.open(tmp_path / name) as picture:
             assert picture.format == "PNG" and picture.size[0] > 200
+    # The gallery names each image by its file id, worst first.
+    _, errors = confusion(truths, found, NAMES, 0.5)
+    worst = worst_images(errors, 4)
+    assert captions == [f"IMG_{e.image_id:04d}.jpg: {e.missed} missed, {e.false} false" for e in worst]
     (tmp_path / "x").mkdir()
-    assert "Worst val images" not in draw_evaluation(tmp_path / "x", truths, found, NAMES, metrics, 0.5, None)
+    assert "Worst val images" not in draw_evaluation(tmp_path / "x", truths, found, NAMES, metrics, 0.5, None)[0]

@@ -153,15 +153,17 @@ def _instances(*blobs: bytes, **parameters) -> bytes:
     return json.dumps(body).encode()
 
 
-def test_serve_over_http_answers_what_predict_answers_on_real_photos(server, exported, raccoon):
+def test_serve_over_http_answers_what_predict_answers_on_real_photos(server, exported, raccoon, tmp_path):
     paths = [raccoon / "images" / name for name in PHOTOS]
     status, text = _call(server, _instances(*(p.read_bytes() for p in paths)))
     assert status == 200, text
     served = json.loads(text)["predictions"]
+    drawn = tmp_path / "drawn"
     run = subprocess.run([sys.executable, "-m", "pipeline.cli", "predict", "--model", str(exported),
-                          *map(str, paths)], cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+                          "--output", str(drawn), *map(str, paths)], cwd=REPO, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert run.returncode == 0, run.stderr[-2000:]
+    assert sorted(p.name for p in drawn.glob("*.jpg")) == sorted(f"{p.stem}.jpg" for p in paths)
     predicted = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert [p["image"] for p in predicted] == [str(p) for p in paths]
     assert len(served) == len(paths)
@@ -270,3 +272,27 @@ def test_train_exports_and_export_takes_the_evaluations_threshold(demo_shards, t
     assert served["score_threshold"] == chosen["score"] and served["threshold_source"].startswith("evaluation")
     assert json.loads((tmp_path / "exported" / "label_map.json").read_text()) == {
         "circle": 1, "square": 2, "triangle": 3}
+
+
+def test_drawn_detections_colour_each_class_and_tag_it_readably(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from components.serve.drawing import class_colour, draw_detections
+
+    blank = io.BytesIO()
+    Image.new("RGB", (400, 300), (255, 255, 255)).save(blank, format="PNG")
+    prediction = {"detection_boxes": [[0.5, 0.1, 0.9, 0.4], [0.5, 0.6, 0.9, 0.9]], "detection_classes": [1, 2],
+                  "detection_class_names": ["cat", "dog"], "detection_scores": [0.9, 0.8]}
+    draw_detections(blank.getvalue(), prediction, tmp_path / "out.png", num_classes=2)
+    drawn = Image.open(tmp_path / "out.png").convert("RGB")
+    cat, dog = class_colour(1, 2), class_colour(2, 2)
+    assert cat != dog
+    assert drawn.getpixel((int(0.25 * 400), int(0.9 * 300) - 1)) == cat  # bottom edge of the cat's box
+    assert drawn.getpixel((int(0.75 * 400), int(0.9 * 300) - 1)) == dog
+    # Each tag is a filled block of the class colour just above its box, high enough to read.
+    tag_rows = [y for y in range(0, int(0.5 * 300)) if drawn.getpixel((int(0.1 * 400) + 2, y)) == cat]
+    assert len(tag_rows) >= 10 and max(tag_rows) < int(0.5 * 300)
+    text = [drawn.getpixel((x, y)) for x in range(40, 120) for y in tag_rows]
+    assert (255, 255, 255) in text or (0, 0, 0) in text  # the label, in a colour that stands out on the tag

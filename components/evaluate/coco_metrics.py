@@ -39,6 +39,7 @@ class ImageTruth:
     boxes: list[Box]
     labels: list[int]
     difficult: list[int] = field(default_factory=list)
+    name: str = ""  # the image's source id (file id), for pictures and people; "" when unknown
 
 
 @dataclass

@@ -21,7 +21,7 @@ import tensorflow as tf
 from beam import feature_keys as K
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 from components.evaluate.detect import BatchDetector
-from components.evaluate.pictures import draw_evaluation
+from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
 from components.evaluate.threshold import best_f1_threshold
 from components.train.input_pipeline import eval_examples, read_records, shard_files, to_model_image
 from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
@@ -70,7 +70,7 @@ def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size
     detector = BatchDetector(model, image_size, batch_size)
     examples = eval_examples(data_dir, split).map(
         lambda ex: (to_model_image(ex["image"], image_size),
-                    {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width")}),
+                    {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width", "source_id")}),
         num_parallel_calls=tf.data.AUTOTUNE,
     ).ragged_batch(batch_size).prefetch(2)
     for images, truth in examples:
@@ -82,6 +82,7 @@ def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size
                 [tuple(map(float, b)) for b in truth["boxes"][i].numpy()],
                 [int(v) for v in truth["labels"][i].numpy()],
                 [int(v) for v in truth["difficult"][i].numpy()],
+                truth["source_id"][i].numpy().decode("utf-8", "replace"),
             ))
             n = int(pred["num_detections"][i])
             boxes = np.clip(np.asarray(pred["boxes"][i][:n], dtype=np.float64) / image_size, 0.0, 1.0)
@@ -130,9 +131,9 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
         logger.warning("%s", cap.warning(len(truths)))
     measured.write(out / METRICS_FILE)
     images, val_fingerprint = val_images(data_dir)
-    pictures = draw_evaluation(out, truths, detections, names, metrics, threshold.score,
-                               images if len(images) == len(truths) else None)
-    (out / REPORT_FILE).write_text(_report(measured, gate, pictures))
+    pictures, worst = draw_evaluation(out, truths, detections, names, metrics, threshold.score,
+                                      images if len(images) == len(truths) else None)
+    (out / REPORT_FILE).write_text(_report(measured, gate, pictures, worst))
     result = EvalResult(metrics, len(truths), passed, gate, label_map, truths, detections, images, val_fingerprint)
     if not passed and raise_on_gate:
         raise GateFailed(gate)
@@ -143,7 +144,7 @@ def _fmt(value: float) -> str:
     return "n/a" if value < 0 or not math.isfinite(value) else f"{value:.3f}"
 
 
-def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str]) -> str:
+def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str], worst: list[str]) -> str:
     threshold = measured.threshold
     lines = ["# Evaluation report", "", f"{measured.num_images} val images. Gate: {gate}.", "",
              "| metric | value |", "|---|---|"]
@@ -158,4 +159,6 @@ def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str]) -> str:
                   f"recall {threshold.recall:.3f})."]
     for title, name in pictures.items():
         lines += ["", f"## {title}", "", f"![{title}]({name})"]
+        if name == GALLERY_FILE and worst:
+            lines += ["", "In order: " + "; ".join(f"`{c}`" for c in worst) + "."]
     return "\n".join(lines) + "\n"

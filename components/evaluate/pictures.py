@@ -154,6 +154,16 @@ def worst_images(errors: list[ImageErrors], count: int) -> list[ImageErrors]:
     return ranked[:count]
 
 
+def caption(truth: ImageTruth, item: ImageErrors) -> str:
+    """A gallery image's title: its file id (the image number when the id is unknown) and errors."""
+    return f"{truth.name or f'image {item.image_id}'}: {item.missed} missed, {item.false} false"
+
+
+def _short(text: str, limit: int = 44) -> str:
+    """A title short enough for a small picture (the end kept: it tells ids apart)."""
+    return text if len(text) <= limit else "…" + text[-(limit - 1):]
+
+
 def draw_gallery(images: list[bytes], truths, detections, names: dict[int, str], threshold: float,
                  picked: list[ImageErrors], path) -> None:
     """A grid of the picked images (encoded bytes in image-id order), boxes drawn on them."""
@@ -181,7 +191,7 @@ def draw_gallery(images: list[bytes], truths, detections, names: dict[int, str],
                 text = names.get(label, str(label)) + ("" if scores is None else f" {scores[n]:.2f}")
                 ax.text(xmin * width, ymin * height, text, color="white", fontsize=6, va="bottom",
                         bbox={"facecolor": colour, "pad": 1, "linewidth": 0})
-        ax.set_title(f"image {item.image_id}: {item.missed} missed, {item.false} false", fontsize=8)
+        ax.set_title(_short(caption(truth, item)), fontsize=8)
     if not picked:
         axes.flat[0].text(0.5, 0.5, "no errors at this threshold", ha="center", va="center")
     fig.suptitle(f"Worst val images (truth green, predictions orange at score >= {threshold:.2f})", fontsize=10)
@@ -189,8 +199,9 @@ def draw_gallery(images: list[bytes], truths, detections, names: dict[int, str],
 
 
 def draw_evaluation(out, truths, detections, names: dict[int, str], metrics: dict[str, float], threshold: float,
-                    images: list[bytes] | None, gallery_size: int = 16) -> dict[str, str]:
-    """Every picture into folder `out`; returns {title: file name} for the report."""
+                    images: list[bytes] | None, gallery_size: int = 16) -> tuple[dict[str, str], list[str]]:
+    """Every picture into folder `out`; returns {title: file name} for the report, and the
+    gallery's captions in order (file id and errors of each worst image)."""
     draw_pr_curves(truths, detections, names, out / PR_FILE)
     draw_f1_threshold(truths, detections, threshold, out / F1_FILE)
     matrix, errors = confusion(truths, detections, names, threshold)
@@ -198,8 +209,11 @@ def draw_evaluation(out, truths, detections, names: dict[int, str], metrics: dic
     draw_ap_by_size(metrics, out / SIZE_FILE)
     files = {"Precision-recall per class": PR_FILE, "F1 against the score threshold": F1_FILE,
              "Confusion matrix": CONFUSION_FILE, "AP by object size": SIZE_FILE}
+    captions = []
     if images is not None:
-        draw_gallery(images, truths, detections, names, threshold, worst_images(errors, gallery_size),
-                     out / GALLERY_FILE)
+        picked = worst_images(errors, gallery_size)
+        draw_gallery(images, truths, detections, names, threshold, picked, out / GALLERY_FILE)
         files["Worst val images"] = GALLERY_FILE
-    return files
+        by_id = {t.image_id: t for t in truths}
+        captions = [caption(by_id[item.image_id], item) for item in picked]
+    return files, captions
