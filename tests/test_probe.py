@@ -117,6 +117,8 @@ def test_slow_storage_warns_with_the_rates():
     slow = {"measured": True, "mb_per_s": 5.0, "records_per_s": 50.0, "mean_record_bytes": 100_000}
     check = by_name(machine(gpus=["A100"], storage=slow), expect=Expectations(images_per_second=400))["storage"]
     assert check.status == WARN and "5.0 MB/s" in check.reason and "needs 40.0 MB/s" in check.reason
+    assumed = by_name(machine(gpus=["A100"], storage=slow))["storage"]
+    assert "assumed for this kind of device; not measured" in assumed.reason
 
 
 def test_package_drift_names_package_and_both_versions():
@@ -186,6 +188,11 @@ def test_real_collection_on_this_machine(demo_shards):
     result = run_probe(facts=facts)
     json.dumps(result.to_dict())  # serialisable as probe.json
     assert result.verdict in (PASS, WARN)
+    # The storage check compares with the rate this model trains at here, measured, not assumed.
+    storage = next(c for c in result.checks if c.name == "storage")
+    assert "measured: 2 training steps of batch 4 of this model (128 px) on this machine" in storage.reason
+    rate = float(storage.reason.split("training at ", 1)[1].split(" images/s", 1)[0])
+    assert 0 < rate != 40.0
     assert probe_markdown(result).startswith(f"# Environment probe: {result.verdict}")
 
 

@@ -46,6 +46,7 @@ class Expectations:
     model_size: str = "tiny"
     batch_size: int | None = None  # None: auto
     images_per_second: float | None = None  # expected training rate, for the storage check
+    rate_source: str = ""  # how images_per_second was obtained (probe_report measures it when data is given)
     num_classes: int = DEFAULT_NUM_CLASSES  # the class head's size: from the data's label map when known
     model_config: object | None = None  # the fitted ModelConfig (input size, levels, anchors) when known
     shape: str = ""  # how the model's shape was chosen, for the report
@@ -261,13 +262,18 @@ def check_storage(facts: dict, expect: Expectations) -> CheckResult | None:
     storage = facts.get("storage", {})
     if not storage.get("measured"):
         return None
-    rate = expect.images_per_second or (400.0 if facts["tensorflow"]["gpus"] else 40.0)
+    if expect.images_per_second:
+        rate, source = expect.images_per_second, expect.rate_source or "given"
+    else:
+        rate = 400.0 if facts["tensorflow"]["gpus"] else 40.0
+        source = "assumed for this kind of device; not measured"
     need = needed_mb_per_s(rate, storage["mean_record_bytes"])
     got = f"{storage['mb_per_s']} MB/s, {storage['records_per_s']} records/s"
+    training = f"training at {rate:.1f} images/s needs {need:.1f} MB/s; that rate is {source}"
     if storage["mb_per_s"] < need:
-        return CheckResult("storage", WARN, f"shards read at {got}; training at {rate:.0f} images/s needs {need:.1f} MB/s",
+        return CheckResult("storage", WARN, f"shards read at {got}; {training}",
                            "copy the shards to local SSD, use larger shards, or enable the input cache")
-    return CheckResult("storage", PASS, f"shards read at {got} (training at {rate:.0f} images/s needs {need:.1f} MB/s)")
+    return CheckResult("storage", PASS, f"shards read at {got} ({training})")
 
 
 def run_checks(facts: dict, require_gpu: bool = False, expect: Expectations = Expectations()) -> list[CheckResult]:

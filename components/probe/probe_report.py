@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from components.probe.baseline_diff import compare_facts, difference_lines
@@ -45,6 +45,13 @@ def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir
               expect: Expectations = Expectations(), facts: dict | None = None,
               baseline: dict | None = None) -> ProbeResult:
     facts = collect(data_dir=data_dir, output_dir=output_dir) if facts is None else facts
+    if facts.get("storage", {}).get("measured") and not expect.images_per_second:
+        # The storage check compares with the rate this model trains at here, measured.
+        from components.probe.training_rate import measure_training_rate
+
+        batch = expect.batch_size or (16 if facts["tensorflow"]["gpus"] else 4)
+        rate = measure_training_rate(expect.model(), batch)
+        expect = replace(expect, images_per_second=rate.images_per_second, rate_source=rate.source)
     checks = run_checks(facts, require_gpu=require_gpu, expect=expect)
     differences = compare_facts(baseline.get("facts", baseline), facts) if baseline else []
     return ProbeResult(verdict(checks), checks, facts, recommend(facts, expect), differences)

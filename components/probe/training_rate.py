@@ -1,0 +1,45 @@
+"""How fast the model training will build trains on this machine: a few real training steps.
+
+The storage check needs the rate the trainer will read records at; an assumed figure (a
+guess per device kind) is wrong by an order of magnitude between a tiny model on a laptop
+CPU and a fitted P3 model on a GPU. So the probe times real steps of the model training will
+build (the fitted shape when the data is known), on synthetic images, after one step that
+traces the graph.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+# Steps timed after the tracing step: enough to average out a hiccup, few enough for a probe.
+TIMED_STEPS = 2
+
+
+@dataclass(frozen=True)
+class TrainingRate:
+    images_per_second: float
+    source: str  # how it was obtained, for people
+
+    def to_dict(self) -> dict:
+        return {"images_per_second": round(self.images_per_second, 1), "source": self.source}
+
+
+def measure_training_rate(model_config, batch: int) -> TrainingRate:
+    """Images/s of TIMED_STEPS real training steps of the detector `model_config` describes."""
+    import keras
+    import tensorflow as tf
+
+    from components.train.batch_search import synthetic_batch
+    from components.train.losses import compile_detector
+    from components.train.model import build_detector
+
+    model = build_detector(model_config)
+    compile_detector(model, keras.optimizers.AdamW(1e-4))
+    data = tf.data.Dataset.from_tensors(synthetic_batch(batch, model_config.image_size)).repeat()
+    model.fit(data, epochs=1, steps_per_epoch=1, verbose=0)  # traces the step
+    started = time.perf_counter()
+    model.fit(data, epochs=1, steps_per_epoch=TIMED_STEPS, verbose=0)
+    rate = batch * TIMED_STEPS / (time.perf_counter() - started)
+    return TrainingRate(rate, f"measured: {TIMED_STEPS} training steps of batch {batch} of this model "
+                              f"({model_config.image_size} px) on this machine")
