@@ -147,3 +147,36 @@ def params_from_args(args: argparse.Namespace) -> dict[str, object]:
             value = getattr(args, p.name)
             values[p.name] = str(Path(value).resolve()) if p.path and value and "://" not in value else value
     return values
+
+
+def typed_values(pairs: list[str]) -> dict[str, object]:
+    """`KEY=VALUE` strings (`submit` / `schedule create --param`) → values of each parameter's
+    declared type, checked as `detpipe run` checks its options: `batch_size=16` stays the
+    string the template declares, `epochs=3` is a whole number. An unknown name, or a value
+    its parameter refuses, raises UsageError naming it.
+
+    >>> typed_values(["batch_size=16", "epochs=3", "min_map=0", "allow_anomalies=true", "images=gs://b/i"])
+    {'batch_size': '16', 'epochs': 3, 'min_map': 0.0, 'allow_anomalies': True, 'images': 'gs://b/i'}
+    """
+    import difflib
+
+    values: dict[str, object] = {}
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        key = key.strip()
+        param = BY_NAME.get(key)
+        if param is None:
+            close = difflib.get_close_matches(key, BY_NAME, n=1)
+            raise cli_types.UsageError(f"--param {key}: no such pipeline parameter"
+                                       + (f" (did you mean {close[0]}?)" if close else "")
+                                       + "; `detpipe run --help` lists them")
+        if param.choices and raw not in param.choices:
+            raise cli_types.UsageError(f"--param {key}: must be one of {', '.join(param.choices)}, got {raw!r}")
+        check = _bool_arg if param.type is bool else (param.type if param.path else param.cli_type or param.type)
+        try:
+            values[key] = param.type(check(raw))
+        except argparse.ArgumentTypeError as err:
+            raise cli_types.UsageError(f"--param {key}: {err}") from None
+        except ValueError:
+            raise cli_types.UsageError(f"--param {key}: must be a {param.type.__name__}, got {raw!r}") from None
+    return values

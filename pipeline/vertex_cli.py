@@ -35,19 +35,23 @@ def _template(args) -> str:
 
 
 def cmd_submit(args) -> int:
-    from pipeline.vertex_jobs import parse_params, submit
+    from pipeline.params import typed_values
+    from pipeline.vertex_jobs import submit
 
-    url = submit(_vertex_target(args), _template(args), parse_params(args.param), display_name=args.display_name)
+    params = typed_values(args.param)  # before compiling: a wrong name or value is answered at once
+    url = submit(_vertex_target(args), _template(args), params, display_name=args.display_name)
     print(f"submitted: {url}")
     return EXIT_OK
 
 
 def cmd_schedule(args) -> int:
     from pipeline import vertex_jobs
+    from pipeline.params import typed_values
 
     target = _vertex_target(args)
     if args.action == "create":
-        name = vertex_jobs.create_schedule(target, _template(args), vertex_jobs.parse_params(args.param), args.cron,
+        params = typed_values(args.param)
+        name = vertex_jobs.create_schedule(target, _template(args), params, args.cron,
                                            display_name=args.display_name, max_concurrent_runs=args.max_concurrent)
         print(f"created schedule {name}")
     elif args.action == "list":

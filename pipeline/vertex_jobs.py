@@ -28,31 +28,6 @@ class VertexTarget:
     credentials: object | None = None  # google.auth credentials; None: application default
 
 
-def parse_params(pairs: list[str]) -> dict[str, object]:
-    """`k=v` strings → parameter values; numbers and true/false are typed.
-
-    >>> parse_params(["epochs=20", "images=gs://b/i", "allow_anomalies=true", "min_map=0.3"])
-    {'epochs': 20, 'images': 'gs://b/i', 'allow_anomalies': True, 'min_map': 0.3}
-    """
-    values: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--param takes key=value, got {pair!r}")
-        value: object = raw
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        else:
-            for kind in (int, float):
-                try:
-                    value = kind(raw)
-                    break
-                except ValueError:
-                    continue
-        values[key] = value
-    return values
-
-
 def validate_cron(cron: str) -> str:
     """Five cron fields, optionally prefixed with `TZ=Area/City `."""
     if not _CRON.match(cron.strip()):

@@ -166,3 +166,55 @@ def test_vertex_help_explains_every_option(command, capsys):
         main([*command, "--help"])
     assert exc.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def _sample(param) -> str:
+    """A valid command-line value of each declared type."""
+    if param.choices:
+        return param.choices[-1]
+    if param.type is bool:
+        return "true"
+    if param.name in ("batch_size", "image_size"):  # STRING parameters that also take "auto"
+        return "64"
+    return {int: "3", float: "0.5"}.get(param.type, "gs://bucket/x")
+
+
+def test_submit_params_carry_the_types_the_template_declares(recorder, template):
+    """`--param batch_size=16` must reach Vertex AI as the STRING the template declares, not
+    the number 16.0; every parameter of the compiled template is checked."""
+    import yaml
+
+    from pipeline.params import PARAMS, typed_values
+
+    declared = yaml.safe_load(open(template))["root"]["inputDefinitions"]["parameters"]
+    assert set(declared) == {p.name for p in PARAMS}
+    sent = typed_values([f"{p.name}={_sample(p)}" for p in PARAMS])
+    calls, _ = recorder
+    with pytest.raises(gexc.ServiceUnavailable, match=REFUSED):
+        vertex_jobs.submit(TARGET, template, sent)
+    values = dict(calls[0][1]["pipeline_job"].runtime_config.parameter_values)
+    for name, spec in declared.items():
+        kind, value = spec["parameterType"], values[name]
+        if kind == "STRING":
+            assert isinstance(value, str), (name, value)
+        elif kind == "BOOLEAN":
+            assert value is True, (name, value)
+        elif kind == "NUMBER_INTEGER":
+            assert isinstance(value, (int, float)) and value == int(value) and isinstance(sent[name], int), name
+        else:
+            assert kind == "NUMBER_DOUBLE" and isinstance(value, float), (name, kind)
+    assert values["batch_size"] == "64" and values["image_size"] == "64"
+
+
+@pytest.mark.parametrize("pair,words", [
+    ("imgae_size=512", "no such pipeline parameter (did you mean image_size?)"),
+    ("epochs=3.5", "--param epochs:"),
+    ("batch_size=sixteen", "--param batch_size:"),
+    ("allow_anomalies=maybe", "true or false"),
+    ("data_format=xml", "must be one of voc, coco, csv"),
+])
+def test_a_wrong_param_is_one_line_and_exit_2(pair, words, capsys):
+    code = main(["submit", "--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://bucket/root",
+                 "--param", pair])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and words in err[0], err
