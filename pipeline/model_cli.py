@@ -110,7 +110,8 @@ def add_model_commands(sub) -> None:
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("serve", help="HTTP predictions on Vertex AI's custom-container contract")
-    p.add_argument("--model", type=saved_model_dir, help="output folder of `detpipe export` (default: $AIP_STORAGE_URI)")
+    # Not checked by argparse: --model or $AIP_STORAGE_URI, a missing model exits 1 in one line either way.
+    p.add_argument("--model", help="output folder of `detpipe export` (default: $AIP_STORAGE_URI)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--port", type=_positive_int, help="port (default: $AIP_HTTP_PORT, else 8080)")
     p.add_argument("--max-instances", type=_positive_int, default=32,

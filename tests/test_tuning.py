@@ -78,6 +78,8 @@ def test_train_with_a_bad_hparams_file_fails_with_one_line_per_problem(tmp_path,
 
     bad = tmp_path / "h.json"
     bad.write_text(json.dumps({"lr": 1, "weight_decay": -1}))
+    (tmp_path / "label_map.json").write_text("{}")  # a folder the command line takes for shards
+    (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
     assert main(["train", "--data", str(tmp_path), "--output", str(tmp_path / "m"), "--hparams", str(bad)]) != 0
     err = capsys.readouterr().err.splitlines()
     assert len([line for line in err if line.startswith("detpipe: ")]) == 2
