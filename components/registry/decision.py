@@ -104,7 +104,11 @@ def decide(rule: PromotionRule, challenger_map: float, delta: DeltaInterval | No
         return Verdict(False, f"mAP {mine} does not beat the box-prior baseline's {floor}: "
                               "the model learned nothing usable")
     if delta is None:
-        return Verdict(True, "no champion yet: the first version is blessed")
+        if baseline_map is None:
+            return Verdict(True, "no champion yet: the first version is blessed")
+        mine, floor = readable(challenger_map, baseline_map)
+        return Verdict(True, f"no champion yet, and mAP {mine} beats the box-prior baseline's {floor}: "
+                             "the first version is blessed")
     if rule.promote_if == "better":
         if delta.low > 0:
             return Verdict(True, f"ΔmAP {delta.text()} lies above 0: better than the champion")
