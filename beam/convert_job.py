@@ -293,7 +293,8 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
         if split_of is not None:
             # Ids of the split file that no annotation record has (typos, images left out of the copy).
             _ = (
-                {"listed": p | "SplitIds" >> beam.Create(sorted(split_of)) | "KeySplitIds" >> beam.Map(lambda i: (i, 1)),
+                {"listed": (p | "SplitIds" >> beam.Create(sorted(split_of))
+                            | "KeySplitIds" >> beam.Map(lambda i: (i, 1))),
                  "records": by_id | "RecordIds" >> beam.Map(lambda kv: (kv[0], 1))}
                 | "MatchSplitIds" >> beam.CoGroupByKey()
                 | "Unknown" >> beam.FlatMap(lambda kv: [kv[0]] if not kv[1]["records"] else [])

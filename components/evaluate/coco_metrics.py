@@ -104,7 +104,8 @@ def coco_box_metrics(
     precision = evaluator.eval["precision"]
     for index, cat_id in enumerate(evaluator.params.catIds):
         name = label_names.get(cat_id, cat_id)
-        for key, values in ((f"AP/{name}", precision[:, :, index, 0, -1]), (f"AP50/{name}", precision[0, :, index, 0, -1])):
+        every_iou, at_half = precision[:, :, index, 0, -1], precision[0, :, index, 0, -1]
+        for key, values in ((f"AP/{name}", every_iou), (f"AP50/{name}", at_half)):
             values = values[values > -1]
             metrics[key] = float(np.mean(values)) if values.size else -1.0
     for key, value in metrics.items():

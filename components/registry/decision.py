@@ -142,7 +142,8 @@ class DecisionRecord:
     classes: dict | None = None  # {"shared", "challenger_only", "champion_only"} against a champion
     delta: dict | None = None  # {"mAP", "AP50"}: DeltaInterval.to_dict(); "per_class": {name: ΔAP or None}
     version: str | None = None  # the registry version it was recorded as (set by register)
-    baseline: dict | None = None  # Baseline.to_dict(): the floor on the same val images (None in records written before the floor)
+    # Baseline.to_dict(): the floor on the same val images (None in records written before it)
+    baseline: dict | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "champion"}
