@@ -13,13 +13,10 @@ from pathlib import Path
 from beam.record_checks import BAD_BOX_MODES
 from components.train.config import BOX_LOSSES
 from pipeline.cli_types import add_exif_option as _add_exif_option
-from pipeline.cli_types import batch_size_arg as _batch_size
-from pipeline.cli_types import fraction_arg as _fraction
 from pipeline.cli_types import non_negative_float as _non_negative_float
 from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.cli_types import image_size_arg as _image_size
 from pipeline.cli_types import pixel_range
 from pipeline.cli_types import (
     CheckFailed,
@@ -37,6 +34,7 @@ from pipeline.cli_types import (
     trained_model_dir,
 )
 from beam.manifest import earlier_build_problem
+from pipeline.params import declared
 from pipeline.preflight import annotations_problem
 from pipeline.model_cli import add_model_commands, export_after_train
 from pipeline.compile_cli import add_compile_command
@@ -220,17 +218,16 @@ def cmd_evaluate(args) -> int:
 
 def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
     if epochs:
-        p.add_argument("--epochs", type=_positive_int, default=10, help="passes over the train split (default 10)")
-    p.add_argument("--batch-size", type=_batch_size, default="auto",
+        p.add_argument("--epochs", **declared("epochs"), help="passes over the train split (default %(default)s)")
+    p.add_argument("--batch-size", **declared("batch_size"),
                    help="images per step, or 'auto' to choose for this machine (default auto)")
-    p.add_argument("--image-size", type=_image_size, default="auto",
+    p.add_argument("--image-size", **declared("image_size"),
                    help="square model input in pixels, images resized to it; or 'auto' (default): fitted to the "
                         "training boxes so the small ones stay as large as the smallest anchor, at most the "
                         "images' median long side and 512 on a CPU, 1024 on a GPU. Pyramid levels and anchors "
                         "are fitted at either; train_report.md says what was chosen and why")
-    p.add_argument("--model-size", choices=("tiny", "small", "resnet18"), default="tiny",
-                   help="backbone and head size (default tiny)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--model-size", **declared("model_size"), help="backbone and head size (default tiny)")
+    p.add_argument("--seed", **declared("seed"), help="random seed (default 0)")
 
 
 def _add_local_train_options(p: argparse.ArgumentParser) -> None:
@@ -293,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite-unrecognised", action="store_true",
                    help="with --overwrite, also build into a non-empty folder that is not an earlier build (its own "
                         "files are kept)")
-    p.add_argument("--val-fraction", type=_fraction, default=0.2, help="share of images for val (default 0.2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the train/val split hash (default 0)")
+    p.add_argument("--val-fraction", **declared("val_fraction"), help="share of images for val (default 0.2)")
+    p.add_argument("--seed", **declared("seed"), help="seed of the train/val split hash (default 0)")
     p.add_argument("--label-map", type=existing_file, help="JSON file {class name: id}; classes not in it are rejected")
     p.add_argument("--reject-empty", action="store_true",
                    help="reject images with no boxes, also those whose every box was dropped (default: keep as "
@@ -310,11 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
     _add_exif_option(p)
     p.add_argument("--schema", type=existing_file, help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
-    p.add_argument("--max-reject-fraction", type=float, default=0.1,
+    p.add_argument("--max-reject-fraction", **declared("max_reject_fraction"),
                    help="fail when more than this share of records is rejected (default 0.1)")
     p.add_argument("--previous-stats", type=existing_file, help="stats-train.pb of an earlier run: fail on drift of the class "
                                             "distribution or box sizes beyond --drift-threshold")
-    p.add_argument("--drift-threshold", type=float, default=0.1,
+    p.add_argument("--drift-threshold", **declared("drift_threshold"),
                    help="L-infinity distance for classes, Jensen-Shannon divergence for box sizes (default 0.1)")
     p.add_argument("--allow-new-classes", action="store_true",
                    help="with --schema: accept classes the schema does not list (and skip the class drift check)")
@@ -332,12 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=shards_dir, help="folder of shards (output of `data build`) to measure storage read speed on")
     p.add_argument("--baseline", type=existing_file, help="probe.json written on another machine (e.g. your laptop) to compare with")
     p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
-    p.add_argument("--image-size", type=_image_size, default="auto",
+    p.add_argument("--image-size", **declared("image_size"),
                    help="model input the memory check assumes, or 'auto' (default): fitted to --data's training "
                         "boxes as training fits it (128 without --data)")
-    p.add_argument("--model-size", choices=("tiny", "small", "resnet18"), default="tiny",
+    p.add_argument("--model-size", **declared("model_size"),
                    help="model the memory check assumes (default tiny)")
-    p.add_argument("--batch-size", type=_batch_size, default="auto", help="batch the memory check assumes (default auto)")
+    p.add_argument("--batch-size", **declared("batch_size"), help="batch the memory check assumes (default auto)")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser(
@@ -388,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
     p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for metrics.json and eval_report.md")
-    p.add_argument("--min-map", type=float, default=0.0, help="exit 1 when mAP@[.5:.95] is below this (default 0)")
+    p.add_argument("--min-map", **declared("min_map"), help="exit 1 when mAP@[.5:.95] is below this (default 0)")
     p.set_defaults(func=cmd_evaluate)
 
     add_compile_command(sub)

@@ -122,6 +122,17 @@ def _bool_arg(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"must be true or false, got {value!r}")
 
 
+def declared(name: str) -> dict:
+    """argparse's keyword arguments (dest, type with its checks, default, choices) of a declared
+    parameter, for the commands that take the same setting (`train --epochs`, `data build
+    --drift-threshold`, ...), so none of them can drift from the pipeline's declaration."""
+    p = BY_NAME[name]
+    kwargs = {"dest": p.name, "default": p.default, "type": p.cli_type or (_bool_arg if p.type is bool else p.type)}
+    if p.choices:
+        kwargs["choices"] = p.choices
+    return kwargs
+
+
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The `detpipe run` options, one per local parameter: a flag for a bool that is
     false by default, an option with the parameter's type and default otherwise."""

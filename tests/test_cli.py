@@ -165,3 +165,38 @@ def test_run_takes_a_split_file_and_the_bad_box_mode(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(source + ["--split-file", str(tmp_path / "nope.json")])
     assert exc.value.code == EXIT_USAGE and "nope.json does not exist" in capsys.readouterr().err
+
+
+def _commands(parser, prefix=""):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, f"{prefix} {name}".strip())
+    yield prefix, parser
+
+
+# Options that share a pipeline parameter's name on purpose but not its meaning or default.
+OTHER_MEANING = {("demo-data", "image_size"),  # the generated images' size range
+                 ("predict", "images")}  # image files, not a folder
+
+
+def test_every_command_takes_a_shared_setting_as_the_pipeline_declares_it():
+    """`train --epochs`, `data build --drift-threshold`, `probe --image-size`, ...: the same
+    default, checks and choices as the pipeline parameter (pipeline/params.py), so a default or
+    a range cannot differ between two entry points."""
+    from pipeline.params import BY_NAME, REQUIRED, declared
+
+    checked = 0
+    for command, parser in _commands(build_parser()):
+        for action in parser._actions:
+            name = action.dest
+            if command == "run" or name not in BY_NAME or (command, name) in OTHER_MEANING or action.required:
+                continue
+            if name in ("registry", "split_file") or BY_NAME[name].type is bool:
+                continue  # a flag, or "" in the pipeline for "none" (None on the command line)
+            want = declared(name)
+            assert (action.default, action.type or str, action.choices) == \
+                (want["default"], want["type"], want.get("choices")), (command, name)  # argparse's type None is str
+            assert BY_NAME[name].default is not REQUIRED
+            checked += 1
+    assert checked >= 14
