@@ -7,10 +7,14 @@ importing this module has no side effects.
 """
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
+
+# What each finished step shows on its console line (`detpipe run --local`), from its output
+# parameters ({"Output": return value, or the named outputs}); declared after each step.
+KEY_FIGURES: dict[str, Callable[[dict], str]] = {}
 
 
 def fingerprint_source(images: str, annotations: str, split_file: str, registry: str, model_name: str,
@@ -33,6 +37,9 @@ def fingerprint_source(images: str, annotations: str, split_file: str, registry:
         json.dump({**found.to_dict(), "images_path": images, "annotations_path": annotations}, handle, indent=2)
     source.metadata.update({**found.to_dict(), "registry": registry, "champion": champion or "none"})
     return namedtuple("SourceOutputs", ["fingerprint", "registry", "champion"])(found.sha256, registry, champion)
+
+
+KEY_FIGURES["fingerprint-source"] = lambda out: f"champion {out.get('champion') or 'none'}"
 
 
 def validate_and_convert(
@@ -99,6 +106,10 @@ def validate_and_convert(
     return namedtuple("ConvertOutputs", ["records_in", "written", "rejected"])(m.records_in, m.written_total, m.rejected)
 
 
+KEY_FIGURES["validate-and-convert"] = lambda out: (f"{out.get('written', '?')} written, "
+                                                   f"{out.get('rejected', '?')} rejected")
+
+
 def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: str, batch_size: str,
           report: Output[Markdown], probe_json: Output[Artifact]) -> str:
     """Check the training machine (and read speed of the shards); fails the run on FAIL.
@@ -119,6 +130,9 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: 
         raise RuntimeError("probe FAIL: " + "; ".join(f"{c.reason} -> {c.fix}" for c in result.checks
                                                        if c.status == "FAIL"))
     return result.verdict
+
+
+KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: str, model_size: str, seed: int,
@@ -144,6 +158,10 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tria
     return best_map
 
 
+KEY_FIGURES["tune-hyperparameters"] = lambda out: (
+    "defaults (no search)" if out.get("Output") is None or out["Output"] < 0 else f"best trial mAP {out['Output']:.3f}")
+
+
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
           model_size: str, seed: int, model: Output[Model], report: Output[Markdown]) -> float:
     """Train the detector with the tune step's hyperparameters; returns training images per second."""
@@ -167,6 +185,9 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
                            **{f"decision/{k}": v for k, v in result.decisions.items()}})
     shutil.copyfile(f"{model.path}/{REPORT_FILE}", report.path)
     return result.images_per_second
+
+
+KEY_FIGURES["train"] = lambda out: f"{out.get('Output', 0):.1f} images/s"
 
 
 def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_name: str, champion: str,
@@ -201,6 +222,9 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     return result.metrics["mAP"]
 
 
+KEY_FIGURES["evaluate"] = lambda out: f"mAP {out.get('Output', 0):.3f}"
+
+
 def export(model: Input[Model], metrics_json: Input[Artifact], saved_model: Output[Model]) -> float:
     """A SavedModel with an image-bytes signature, the evaluation's F1-best score threshold
     as its default. Returns that threshold."""
@@ -216,6 +240,9 @@ def export(model: Input[Model], metrics_json: Input[Artifact], saved_model: Outp
         "threshold_source": config.threshold_source, "max_detections": config.max_detections,
         "serving_command": "detpipe serve (AIP_STORAGE_URI names this folder)"})
     return config.score_threshold
+
+
+KEY_FIGURES["export"] = lambda out: f"threshold {out.get('Output', 0):.2f}"
 
 
 def register(saved_model: Input[Model], metrics_json: Input[Artifact], decision: Input[Artifact],
@@ -242,6 +269,9 @@ def register(saved_model: Input[Model], metrics_json: Input[Artifact], decision:
     if verdict.below_min_map:
         raise RuntimeError(f"gate failed: {verdict.reason} (recorded as {done.version}, rejected)")
     return namedtuple("RegisterOutputs", ["version", "status", "champion"])(done.version, done.status, done.champion)
+
+
+KEY_FIGURES["register"] = lambda out: f"{out.get('version', '?')} {out.get('status', '')}"
 
 
 def report(data: Input[Dataset], probe_json: Input[Artifact], model: Input[Model], evaluation: Input[Artifact],

@@ -31,26 +31,12 @@ def strip_ansi(text: str) -> str:
 
 
 def key_figure(task: str, outputs: dict) -> str:
-    """What a finished step says in one phrase, from its output parameters."""
-    out = outputs.get("parameterValues", {})
-    if task == "fingerprint-source":
-        return f"champion {out.get('champion') or 'none'}"
-    if task == "validate-and-convert":
-        return f"{out.get('written', '?')} written, {out.get('rejected', '?')} rejected"
-    if task == "probe":
-        return str(out.get("Output", ""))
-    if task == "tune-hyperparameters":
-        best = out.get("Output", -1)
-        return "defaults (no search)" if best is None or best < 0 else f"best trial mAP {best:.3f}"
-    if task == "train":
-        return f"{out.get('Output', 0):.1f} images/s"
-    if task == "evaluate":
-        return f"mAP {out.get('Output', 0):.3f}"
-    if task == "export":
-        return f"threshold {out.get('Output', 0):.2f}"
-    if task == "register":
-        return f"{out.get('version', '?')} {out.get('status', '')}"
-    return ""
+    """What a finished step says in one phrase, from its output parameters: the figure the
+    step declares next to itself (components/kfp_steps.py KEY_FIGURES); "" for none."""
+    from components.kfp_steps import KEY_FIGURES
+
+    figure = KEY_FIGURES.get(task)
+    return figure(outputs.get("parameterValues", {})) if figure else ""
 
 
 @dataclass

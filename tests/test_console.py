@@ -52,3 +52,16 @@ def test_verbose_echo_has_no_colour_codes_in_a_file(tmp_path):
     router.write(KFP_OUTPUT)
     router.close_logs()
     assert "Executing task 'validate-and-convert'" in echo.getvalue() and "\x1b" not in echo.getvalue()
+
+
+def test_every_step_declares_the_figure_its_line_shows():
+    """Each step of the DAG has its key figure declared next to it; the console only looks it up."""
+    from components.kfp_steps import KEY_FIGURES, Steps
+    from pipeline.console import key_figure
+
+    tasks = {f.replace("_", "-") for f in Steps.__dataclass_fields__}
+    assert set(KEY_FIGURES) == tasks - {"report"}
+    assert key_figure("train", {"parameterValues": {"Output": 55.91}}) == "55.9 images/s"
+    assert key_figure("register", {"parameterValues": {"version": "v2", "status": "rejected"}}) == "v2 rejected"
+    assert key_figure("tune-hyperparameters", {"parameterValues": {"Output": -1.0}}) == "defaults (no search)"
+    assert key_figure("report", {}) == ""
