@@ -164,8 +164,10 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     assert {i: boxes_of[i] for i in dirty.kept_boxes} == dirty.kept_boxes
     assert json.loads((dataset / "label_map.json").read_text()) == {"raccoon": 1}
 
-    # The page a user opens lists every reason with its examples.
+    # The page a user opens lists every reason with its examples, and how the split file matched.
     report = (run_dir / "run_report.html").read_text()
+    assert manifest.split_file["unknown"] == 0 and (
+        f"Split file: {manifest.split_file['matched']} of its {manifest.split_file['listed']} ids") in report
     for reason in dirty.reasons:
         assert f"<td>{reason}</td>" in report, reason
     for image_id in {r.image_id for r in rejects}:

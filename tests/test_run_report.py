@@ -65,6 +65,9 @@ def test_run_report_has_every_section_and_embeds_every_picture(demo_shards, trai
     assert len(found.images) >= 8
     manifest = json.loads((demo_shards / "manifest.json").read_text())
     assert f'<td class="num">{manifest["records_in"]}</td>' in html
+    for name, count in manifest["class_boxes"]["train"].items():  # boxes per split and class, as written
+        assert f'<td>{name}</td><td class="num">{count}</td><td class="num">' \
+               f'{manifest["class_boxes"]["val"].get(name, 0)}</td>' in html
     # The evaluation's own decision, whichever way it went, with the floor it was held to.
     decision = DecisionRecord.read(evaluated / "decision.json")
     assert decision.champion is None and decision.baseline is not None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import matplotlib
 
-from beam.manifest import MANIFEST_FILE, REJECTS_FILE
+from beam.manifest import MANIFEST_FILE, REJECTS_FILE, near_duplicate_line
 from beam.output_files import read_manifest, read_rejects
 from beam.source_records import Reject
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
@@ -113,6 +113,8 @@ def dataset_section(dataset_dir: str | Path) -> dict | None:
         "box_sizes": _box_size_histogram(features),
         "anomalies": manifest.anomalies,
         "anomalies_allowed": manifest.anomalies_allowed,
+        "class_names": sorted({name for counts in manifest.class_boxes.values() for name in counts}),
+        "near_duplicates": near_duplicate_line(manifest),
     }
 
 
