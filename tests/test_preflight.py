@@ -11,15 +11,21 @@ import pytest
 from pipeline import preflight
 
 
-def _in_fresh_python(args: list[str]) -> tuple[int, str, list[str]]:
-    """`detpipe ARGS` in a new interpreter: exit code, stderr, and which heavy modules it loaded."""
-    code = ("import sys, json\nfrom pipeline.cli import main\n"
-            "try:\n    rc = main(json.loads(sys.argv[1]))\nexcept SystemExit as e:\n    rc = e.code\n"
-            "heavy = [m for m in ('tensorflow', 'apache_beam', 'keras', 'kfp', 'tensorflow_data_validation') "
-            "if m in sys.modules]\nprint(json.dumps([rc, heavy]))")
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, timeout=120)
-    rc, heavy = json.loads(done.stdout.strip().splitlines()[-1])
-    return rc, done.stderr, heavy
+def _in_fresh_python(commands: list[list[str]]) -> list[tuple[int, str, list[str]]]:
+    """Each `detpipe ARGS` in one new interpreter: its exit code, its stderr, and which heavy
+    modules had been loaded by the time it answered (none may be, for any of them)."""
+    code = ("import contextlib, io, json, sys\nfrom pipeline.cli import main\nout = []\n"
+            "for args in json.loads(sys.argv[1]):\n"
+            "    err = io.StringIO()\n"
+            "    with contextlib.redirect_stderr(err):\n"
+            "        try:\n            rc = main(args)\n        except SystemExit as e:\n            rc = e.code\n"
+            "    heavy = [m for m in ('tensorflow', 'apache_beam', 'keras', 'kfp', 'tensorflow_data_validation') "
+            "if m in sys.modules]\n"
+            "    out.append([rc, err.getvalue(), heavy])\n"
+            "print(json.dumps(out))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(commands)], capture_output=True, text=True,
+                          timeout=120)
+    return [tuple(row) for row in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +66,8 @@ def _mistakes(demo, root):
 
 
 def test_each_mistake_is_one_line_before_any_heavy_import(demo_dir, folders):
-    for args, words in _mistakes(demo_dir, folders):
-        rc, err, heavy = _in_fresh_python(args)
+    mistakes = _mistakes(demo_dir, folders)
+    for (args, words), (rc, err, heavy) in zip(mistakes, _in_fresh_python([args for args, _ in mistakes])):
         assert rc == 2, (args, err)
         lines = [line for line in err.splitlines() if "error" in line]
         assert len(lines) == 1 and all(w in lines[0] for w in words), (args, err)
@@ -81,7 +87,13 @@ def test_what_is_right_passes(demo_dir, folders):
         assert check("gs://bucket/somewhere") is None  # checked by what reads it
 
 
-def test_built_shards_and_a_trained_model_pass(demo_shards, trained_model):
-    assert preflight.shards_problem(str(demo_shards)) is None
-    assert preflight.trained_model_problem(str(trained_model)) is None
-    assert "trained model" in preflight.shards_problem(str(trained_model))
+def test_built_shards_and_a_training_output_pass(demo_shards, tmp_path):
+    from components.train.artifacts import CONFIG_FILE, MODEL_FILE
+
+    assert preflight.shards_problem(str(demo_shards)) is None  # what `data build` wrote in this session
+    trained = tmp_path / "trained"  # the names `detpipe train` writes (its artifacts' one definition)
+    trained.mkdir()
+    for name in (MODEL_FILE, CONFIG_FILE, "training_curves.png"):
+        (trained / name).write_bytes(b"")
+    assert preflight.trained_model_problem(str(trained)) is None
+    assert "trained model" in preflight.shards_problem(str(trained))
