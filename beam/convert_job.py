@@ -362,12 +362,15 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             | "WriteFacts" >> beam.Map(lambda m: write_json(_job_file(output, "record_facts.json"),
                                                             dict(sorted(m))))
         )
+        # Each near-duplicate pair once, as a line; counted, and the first few kept as examples.
+        near_duplicates = placed | "NearDuplicates" >> beam.FlatMap(_near_duplicate_examples)
+        pairs = near_duplicates | "CountNearDuplicates" >> beam.combiners.Count.Globally()
         _ = (
-            placed
-            | "NearDuplicates" >> beam.FlatMap(_near_duplicate_examples)
+            near_duplicates
             | "FirstNearDuplicates" >> beam.combiners.Top.Smallest(NEAR_DUPLICATE_EXAMPLES)
-            | "WriteNearDuplicates" >> beam.Map(lambda rows: write_json(_job_file(output, "near_duplicates.json"),
-                                                                        rows))
+            | "WriteNearDuplicates" >> beam.Map(
+                lambda rows, n: write_json(_job_file(output, "near_duplicates.json"), {"pairs": n, "examples": rows}),
+                beam.pvalue.AsSingleton(pairs))
         )
         for split in (TRAIN, VAL):
             examples = (
@@ -398,7 +401,6 @@ def _record_facts(split: str, record: CheckedRecord) -> list[tuple[str, int]]:
              (f"boxes_in/{split}", len(record.boxes) + len(record.dropped_boxes)),
              (f"boxes_written/{split}", len(record.boxes))]
     facts += [(f"class_boxes/{split}/{name}", count) for name, count in sorted(Counter(record.class_texts).items())]
-    facts.append(("near_duplicates/pairs", len(rc.near_duplicates(record))))
     if record.exif_orientation != 1:
         facts.append((f"exif_orientation/{'applied' if record.orientation_applied else 'ignored'}", 1))
     return facts
@@ -510,8 +512,8 @@ def _finish(options: ConvertOptions, sources: list, started: float,
         boxes=_box_counts(facts, rejects),
         class_boxes=_class_counts(facts),
         split_file=split_file,
-        near_duplicates={"iou_above": rc.NEAR_DUPLICATE_IOU, "pairs": facts.get("near_duplicates", {}).get("pairs", 0),
-                         "examples": pop_json(_job_file(out, "near_duplicates.json"), [])},
+        near_duplicates={"iou_above": rc.NEAR_DUPLICATE_IOU,
+                         **pop_json(_job_file(out, "near_duplicates.json"), {"pairs": 0, "examples": []})},
         color_modes=facts["color_modes"],
         # Images with an EXIF orientation: written upright (applied) or as stored (ignored).
         exif_orientation={"mode": options.exif, **facts["exif_orientation"]},

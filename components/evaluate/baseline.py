@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.evaluate.coco_metrics import Box, ImageDetections, ImageTruth, coco_box_metrics
+from components.evaluate.threshold import iou
 
 # At most this many prototypes per class: a handful of "usual places", not a tiling of the
 # image; and never more than COCO's 100 detections per image over all classes.
@@ -53,18 +54,6 @@ class Baseline:
                 "boxes_per_class": self.boxes_per_class, "description": self.description}
 
 
-def _pairwise_iou(boxes: np.ndarray) -> np.ndarray:
-    """[N, N] IoU of (ymin, xmin, ymax, xmax) boxes."""
-    top = np.maximum(boxes[:, None, 0], boxes[None, :, 0])
-    left = np.maximum(boxes[:, None, 1], boxes[None, :, 1])
-    bottom = np.minimum(boxes[:, None, 2], boxes[None, :, 2])
-    right = np.minimum(boxes[:, None, 3], boxes[None, :, 3])
-    inter = np.clip(bottom - top, 0, None) * np.clip(right - left, 0, None)
-    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    union = area[:, None] + area[None, :] - inter
-    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
-
-
 def prototypes(boxes: np.ndarray, limit: int, seed: int = 0) -> list[tuple[Box, float]]:
     """Up to `limit` boxes of `boxes` [N, 4], each reaching the most boxes not yet reached,
     with the share of `boxes` it reaches; ties go to the earlier box (deterministic)."""
@@ -72,7 +61,7 @@ def prototypes(boxes: np.ndarray, limit: int, seed: int = 0) -> list[tuple[Box, 
         return []
     if len(boxes) > MAX_SAMPLE:
         boxes = boxes[np.sort(np.random.default_rng(seed).choice(len(boxes), MAX_SAMPLE, replace=False))]
-    reaches = _pairwise_iou(boxes) >= MATCH_IOU
+    reaches = iou(boxes[:, None], boxes[None]) >= MATCH_IOU
     reached = np.zeros(len(boxes), dtype=bool)
     chosen = []
     for _ in range(limit):

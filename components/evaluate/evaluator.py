@@ -127,8 +127,9 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
         1 for d in detections if sum(score >= threshold.score for score in d.scores) >= config.max_detections))
     measured = EvalMetrics(metrics, len(truths), Gate(min_map, passed), threshold, round(time.monotonic() - started, 1),
                            cap)
-    if cap.warning(len(truths)):
-        logger.warning("%s", cap.warning(len(truths)))
+    cap_warning = cap.warning(len(truths))
+    if cap_warning:
+        logger.warning("%s", cap_warning)
     measured.write(out / METRICS_FILE)
     images, val_fingerprint = val_images(data_dir)
     pictures, worst = draw_evaluation(out, truths, detections, names, metrics, threshold.score,

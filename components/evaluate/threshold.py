@@ -40,13 +40,14 @@ class ThresholdChoice:
 
 
 def iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """IoU of one yxyx box with each of `boxes` (normalised coordinates: IoU does not change
-    when both axes are scaled)."""
-    top_left = np.maximum(box[:2], boxes[:, :2])
-    bottom_right = np.minimum(box[2:], boxes[:, 2:])
-    inter = np.prod(np.clip(bottom_right - top_left, 0, None), axis=1)
-    area = np.prod(box[2:] - box[:2])
-    areas = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
+    """IoU of yxyx boxes, broadcast over the leading axes: one box [4] with each of `boxes`
+    [N, 4], or pairwise with `iou(a[:, None], a[None])` (normalised coordinates: IoU does not
+    change when both axes are scaled)."""
+    top_left = np.maximum(box[..., :2], boxes[..., :2])
+    bottom_right = np.minimum(box[..., 2:], boxes[..., 2:])
+    inter = np.prod(np.clip(bottom_right - top_left, 0, None), axis=-1)
+    area = np.prod(box[..., 2:] - box[..., :2], axis=-1)
+    areas = np.prod(boxes[..., 2:] - boxes[..., :2], axis=-1)
     return inter / np.maximum(area + areas - inter, 1e-12)
 
 
