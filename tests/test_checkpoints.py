@@ -23,10 +23,9 @@ def _command(data, out):
 
 
 def _weights(out):
-    import keras
-    import keras_hub  # noqa: F401  (registers the model classes)
+    from components.evaluate.evaluator import load_trained
 
-    return keras.saving.load_model(out / "model.keras").get_weights()
+    return load_trained(str(out))[0].get_weights()
 
 
 @pytest.mark.slow

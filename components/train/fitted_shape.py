@@ -70,7 +70,8 @@ def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dic
 
 def cost_model(config: ModelConfig) -> CostModel:
     return CostModel(backbone_filters=config.backbone_filters, backbone_blocks=config.backbone_blocks,
-                     head_conv_layers=config.head_conv_layers, num_classes=config.num_classes)
+                     head_conv_layers=config.head_conv_layers, num_classes=config.num_classes,
+                     fpn_filters=config.fpn_filters)
 
 
 def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, on_gpu: bool,

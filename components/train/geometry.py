@@ -61,7 +61,7 @@ MIN_TOP_LEVEL = 5
 ANCHOR_SIZES = (1.0, 1.5, 2.0, 3.0, 4.0)  # anchor side in strides, KerasHub's `anchor_size`
 NUM_SCALES = (1, 2, 3)
 NUM_RATIOS = (1, 2, 3)
-FPN_FILTERS = 256  # KerasHub's FPN and prediction heads: fixed width
+HEAD_FILTERS = 256  # KerasHub's head conv layers: fixed width
 
 
 @dataclass(frozen=True)
@@ -230,13 +230,14 @@ def fit_aspect_ratios(hw: np.ndarray, k: int, iterations: int = 20) -> tuple[flo
 @dataclass(frozen=True)
 class CostModel:
     """Multiply-accumulates of one forward pass of detpipe's RetinaNet (small ResNet with
-    basic blocks, KerasHub's 256-wide FPN and heads), counted over its convolutions: an
-    estimate for ranking shapes and for the report, not a measurement."""
+    basic blocks, an FPN `fpn_filters` wide, KerasHub's 256-wide head convs), counted over
+    its convolutions: an estimate for ranking shapes and for the report, not a measurement."""
 
     backbone_filters: tuple[int, ...] = (64, 64, 96, 128)
     backbone_blocks: tuple[int, ...] = (1, 1, 1, 1)
     head_conv_layers: int = 1
     num_classes: int = 4
+    fpn_filters: int = 256
 
     def backbone(self, size: int) -> float:
         side = size / 2
@@ -250,8 +251,11 @@ class CostModel:
 
     def levels(self, size: int, spec: AnchorSpec) -> float:
         """The FPN and both heads over the pyramid levels."""
-        per_position = (9 * FPN_FILTERS**2 * (1 + 2 * self.head_conv_layers)
-                        + 9 * FPN_FILTERS * spec.anchors_per_location * (self.num_classes + 4))
+        fpn, heads = self.fpn_filters, self.head_conv_layers
+        head_convs = 2 * (9 * fpn * HEAD_FILTERS + 9 * HEAD_FILTERS**2 * (heads - 1)) if heads else 0
+        predicted_from = HEAD_FILTERS if heads else fpn  # the prediction layers read the last conv or the FPN
+        per_position = (9 * fpn**2 + head_convs
+                        + 9 * predicted_from * spec.anchors_per_location * (self.num_classes + 4))
         return sum(math.ceil(size / 2**level) ** 2 * per_position for level in range(spec.min_level, spec.max_level + 1))
 
     def total(self, size: int, spec: AnchorSpec) -> float:

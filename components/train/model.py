@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 import keras
 import keras_hub
 
+from components.train.narrow_fpn import KERAS_HUB_FPN_FILTERS, NarrowRetinaNetBackbone, NarrowRetinaNetObjectDetector
+
 # Pixel box format used between the input pipeline, the model and the evaluator.
 BOX_FORMAT = "yxyx"
 
@@ -28,6 +30,7 @@ class ModelConfig:
     backbone_filters: tuple[int, ...] = (64, 64, 96, 128)
     backbone_blocks: tuple[int, ...] = (1, 1, 1, 1)
     head_conv_layers: int = 2
+    fpn_filters: int = KERAS_HUB_FPN_FILTERS  # channels of every FPN level (narrow_fpn.py)
     min_level: int = 3
     max_level: int = 5
     anchor_size: float = 4.0
@@ -87,11 +90,12 @@ def build_detector(config: ModelConfig) -> keras_hub.models.RetinaNetObjectDetec
         block_type="basic_block",
         image_shape=(config.image_size, config.image_size, 3),
     )
-    backbone = keras_hub.models.RetinaNetBackbone(
+    backbone = NarrowRetinaNetBackbone(
         image_encoder=encoder,
         min_level=config.min_level,
         max_level=config.max_level,
         use_p5=False,
+        fpn_filters=config.fpn_filters,
         image_shape=(config.image_size, config.image_size, 3),
     )
     return _detector(backbone, config, config.min_level, config.max_level)
@@ -112,7 +116,7 @@ def _detector(backbone, config: ModelConfig, min_level: int, max_level: int):
         confidence_threshold=config.score_threshold,
         max_detections=config.max_detections,
     )
-    model = keras_hub.models.RetinaNetObjectDetector(
+    model = NarrowRetinaNetObjectDetector(
         backbone=backbone,
         num_classes=config.num_classes,
         bounding_box_format=BOX_FORMAT,
@@ -159,15 +163,16 @@ def count_params(model: keras.Model) -> int:
     return int(sum(keras.ops.size(w) for w in model.weights))
 
 
-# Named model sizes: (backbone filters, blocks per stage, head conv layers). `tiny` has no
-# conv layers in its heads beyond the prediction layer: KerasHub's are 256 wide, and one
-# such layer per head costs as much as the FPN level itself; with none, P3 fits in the
-# compute P4-P5 with one took (demo, 8 epochs: mAP 0.837 at P3-P5 without, 0.668 at P4-P5
-# with one, 1.07x the CPU time).
+# Named model sizes: (backbone filters, blocks per stage, head conv layers, FPN width).
+# `tiny` has no conv layers in its heads beyond the prediction layer (KerasHub's are 256
+# wide, and one such layer per head costs as much as the FPN level itself; with none, P3
+# fits in the compute P4-P5 with one took) and a 64-wide FPN (KerasHub's 256-wide one was
+# two thirds of its compute at 128 px). Demo, 8 epochs, P3-P5: mAP 0.837 with the 256-wide
+# FPN, 0.853 with 128, 0.856 with 64 in 0.66x the CPU time (README's table).
 MODEL_SIZES = {
-    "tiny": ((64, 64, 96, 128), (1, 1, 1, 1), 0),
-    "small": ((64, 96, 128, 192), (1, 1, 1, 1), 2),
-    "resnet18": ((64, 128, 256, 512), (2, 2, 2, 2), 4),
+    "tiny": ((64, 64, 96, 128), (1, 1, 1, 1), 0, 64),
+    "small": ((64, 96, 128, 192), (1, 1, 1, 1), 2, KERAS_HUB_FPN_FILTERS),
+    "resnet18": ((64, 128, 256, 512), (2, 2, 2, 2), 4, KERAS_HUB_FPN_FILTERS),
 }
 
 
@@ -181,10 +186,10 @@ def model_config_for(model_size: str, image_size: int, num_classes: int, preset:
                            max_level=7, anchor_size=4.0, extra={"preset": preset})
     if model_size not in MODEL_SIZES:
         raise ValueError(f"--model-size must be one of {', '.join(MODEL_SIZES)}, got {model_size!r}")
-    filters, blocks, head_layers = MODEL_SIZES[model_size]
+    filters, blocks, head_layers, fpn_filters = MODEL_SIZES[model_size]
     return ModelConfig(num_classes=num_classes, image_size=image_size, backbone_filters=filters,
-                       backbone_blocks=blocks, head_conv_layers=head_layers, min_level=4, max_level=6,
-                       anchor_size=2.0)
+                       backbone_blocks=blocks, head_conv_layers=head_layers, fpn_filters=fpn_filters,
+                       min_level=4, max_level=6, anchor_size=2.0)
 
 
 def build_model_for(model_size: str, image_size: int, num_classes: int):
