@@ -101,3 +101,43 @@ def test_both_box_losses_compile(box_loss):
     compile_detector(model, keras.optimizers.Adam(1e-3), box_loss)
     with pytest.raises(ValueError, match="box loss"):
         compile_detector(model, keras.optimizers.Adam(1e-3), "l2")
+
+
+def test_a_narrow_fpn_is_built_saved_and_loaded_at_its_width(tmp_path):
+    """KerasHub fixes the FPN at 256 channels and builds the heads' prediction layers for 256
+    inputs; detpipe's tiny model has a 64-wide FPN that the heads read directly."""
+    import keras
+
+    from components.train.artifacts import MODEL_FILE
+    from components.train.model import model_config_for
+
+    config = model_config_for("tiny", 64, num_classes=2)
+    assert config.fpn_filters == 64 and config.head_conv_layers == 0
+    model = build_detector(config)
+    assert {tuple(t.shape)[-1] for t in model.backbone.pyramid_outputs.values()} == {64}
+    assert model.box_head.prediction_layer.kernel.shape[2] == 64
+    assert model.classification_head.prediction_layer.kernel.shape[2] == 64
+    images = np.random.default_rng(0).uniform(0, 1, (2, 64, 64, 3)).astype("float32")
+    before = model(images)["cls_logits"]
+    model.save(tmp_path / MODEL_FILE)
+    loaded = keras.saving.load_model(tmp_path / MODEL_FILE, compile=False)
+    np.testing.assert_allclose(loaded(images)["cls_logits"], before, atol=1e-5)
+    assert loaded.backbone.fpn_filters == 64
+    # KerasHub's width still builds (configs written before fpn_filters existed), with head convs too
+    wide = build_detector(ModelConfig(num_classes=2, image_size=64, backbone_filters=(64, 16, 16, 16),
+                                      head_conv_layers=1, fpn_filters=32))
+    assert wide.box_head.prediction_layer.kernel.shape[2] == 256
+    assert ModelConfig.from_dict({"num_classes": 2}).fpn_filters == 256
+
+
+def test_the_cost_model_counts_the_fpn_width():
+    from components.train.geometry import AnchorSpec, CostModel
+
+    spec = AnchorSpec(min_level=3, max_level=5, anchor_size=2.0, num_scales=3, aspect_ratios=(0.5, 1.0, 2.0))
+    kerashub = CostModel(head_conv_layers=1, fpn_filters=256)
+    # KerasHub's width: the FPN conv and a 256-wide head conv per head, as before the setting
+    per_position = 9 * 256**2 * 3 + 9 * 256 * 9 * (4 + 4)
+    assert kerashub.levels(128, spec) == sum((128 // 2**lv) ** 2 * per_position for lv in (3, 4, 5))
+    narrow = CostModel(head_conv_layers=0, fpn_filters=64)
+    # a 4x narrower FPN: its 3x3 conv costs 16x less, the prediction layers reading it 4x less
+    assert narrow.levels(128, spec) < CostModel(head_conv_layers=0, fpn_filters=256).levels(128, spec) / 8

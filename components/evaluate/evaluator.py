@@ -26,7 +26,7 @@ from components.evaluate.threshold import best_f1_threshold
 from components.train.input_pipeline import eval_examples, read_records, shard_files, to_model_image
 from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
 from components.train.artifacts import CONFIG_FILE, MODEL_FILE, TrainConfigFile
-from components.train import narrow_fpn  # noqa: F401  (registers detpipe's model classes for loading)
+from components.train import retinanet  # noqa: F401  (registers detpipe's model classes for loading)
 
 logger = logging.getLogger(__name__)
 

@@ -44,6 +44,43 @@ def _unit_anchor_corners(deltas):
     return centre - half, centre + half
 
 
+def delta_iou(true_deltas, pred_deltas):
+    """IoU and GIoU, per anchor, of the boxes two sets of anchor-relative deltas describe."""
+    true_lo, true_hi = _unit_anchor_corners(true_deltas)
+    pred_lo, pred_hi = _unit_anchor_corners(pred_deltas)
+    true_area = ops.prod(true_hi - true_lo, axis=-1)
+    pred_area = ops.prod(pred_hi - pred_lo, axis=-1)
+    overlap = ops.prod(ops.maximum(ops.minimum(true_hi, pred_hi) - ops.maximum(true_lo, pred_lo), 0.0), axis=-1)
+    union = true_area + pred_area - overlap
+    enclosing = ops.prod(ops.maximum(true_hi, pred_hi) - ops.minimum(true_lo, pred_lo), axis=-1)
+    eps = 1e-7
+    iou = overlap / (union + eps)
+    return iou, iou - (enclosing - union) / (enclosing + eps)
+
+
+@keras.saving.register_keras_serializable(package="detpipe")
+class QualityFocalLoss(keras.losses.Loss):
+    """Generalized Focal Loss's quality focal loss (Li et al. 2020): binary cross-entropy
+    against a soft target t (the IoU of the anchor's predicted box with its object, 0 for
+    background) scaled by |t - p|^beta, averaged over classes. The score is trained to
+    say how well the box fits, so a loose box no longer outranks a tight one at NMS and
+    in the precision ranking. Written here because Keras' focal losses modulate by the
+    binary p_t, which has no minimum at a soft target."""
+
+    def __init__(self, beta: float = 2.0, reduction="sum", name="quality_focal", **kwargs):
+        super().__init__(reduction=reduction, name=name, **kwargs)
+        self.beta = beta
+
+    def get_config(self):
+        return {**super().get_config(), "beta": self.beta}
+
+    def call(self, y_true, y_pred):
+        target = ops.cast(y_true, "float32")
+        logits = ops.cast(y_pred, "float32")
+        cross_entropy = ops.binary_crossentropy(target, logits, from_logits=True)
+        return ops.mean(cross_entropy * ops.abs(target - ops.sigmoid(logits)) ** self.beta, axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="detpipe")
 class AnchorGIoULoss(keras.losses.Loss):
     """1 - GIoU of the boxes that two sets of anchor-relative deltas describe, per anchor
@@ -57,16 +94,7 @@ class AnchorGIoULoss(keras.losses.Loss):
         return {**super().get_config(), "l1_weight": self.l1_weight}
 
     def call(self, y_true, y_pred):
-        true_lo, true_hi = _unit_anchor_corners(y_true)
-        pred_lo, pred_hi = _unit_anchor_corners(y_pred)
-        true_area = ops.prod(true_hi - true_lo, axis=-1)
-        pred_area = ops.prod(pred_hi - pred_lo, axis=-1)
-        overlap = ops.prod(ops.maximum(ops.minimum(true_hi, pred_hi) - ops.maximum(true_lo, pred_lo), 0.0), axis=-1)
-        union = true_area + pred_area - overlap
-        enclosing = ops.prod(ops.maximum(true_hi, pred_hi) - ops.minimum(true_lo, pred_lo), axis=-1)
-        eps = 1e-7
-        iou = overlap / (union + eps)
-        giou = iou - (enclosing - union) / (enclosing + eps)
+        _, giou = delta_iou(y_true, y_pred)
         # GIoU alone has no gradient for a box inside another (shifting it changes neither
         # term) and almost none for one far larger; the L1 distance of the deltas always
         # pulls towards the target (as DETR and YOLOX pair them).
@@ -95,12 +123,16 @@ class AveragedAdamW(keras.optimizers.AdamW):
 GIOU_WEIGHT = 2.0  # as mmdetection's GIoU RetinaNet configs weigh it against the focal loss
 
 
-def compile_detector(model: keras.Model, optimizer: keras.optimizers.Optimizer, box_loss: str = "giou") -> None:
-    """Compile a KerasHub RetinaNet for training with `box_loss` (BOX_LOSSES) and the focal loss."""
+def compile_detector(model: keras.Model, optimizer: keras.optimizers.Optimizer, box_loss: str = "giou",
+                     quality_targets: bool = False) -> None:
+    """Compile a KerasHub RetinaNet for training with `box_loss` (BOX_LOSSES) and the focal
+    loss, or with `quality_targets` the quality focal loss against each box's IoU."""
     if box_loss not in BOX_LOSSES:
         raise ValueError(f"box loss must be one of {', '.join(BOX_LOSSES)}, got {box_loss!r}")
+    model.quality_targets = quality_targets
+    classification_loss = QualityFocalLoss() if quality_targets else "auto"
     if box_loss == "giou":
-        model.compile(optimizer=optimizer, box_loss=AnchorGIoULoss(),
+        model.compile(optimizer=optimizer, box_loss=AnchorGIoULoss(), classification_loss=classification_loss,
                       loss_weights={"bbox_regression": GIOU_WEIGHT, "cls_logits": 1.0})
     else:
-        model.compile(optimizer=optimizer)  # KerasHub's defaults: Huber (delta 1) and focal loss
+        model.compile(optimizer=optimizer, classification_loss=classification_loss)  # KerasHub's Huber (delta 1)

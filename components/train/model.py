@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import keras
 import keras_hub
 
-from components.train.narrow_fpn import KERAS_HUB_FPN_FILTERS, NarrowRetinaNetBackbone, NarrowRetinaNetObjectDetector
+from components.train.retinanet import KERAS_HUB_FPN_FILTERS, NarrowRetinaNetBackbone, NarrowRetinaNetObjectDetector
 
 # Pixel box format used between the input pipeline, the model and the evaluator.
 BOX_FORMAT = "yxyx"
@@ -30,7 +30,7 @@ class ModelConfig:
     backbone_filters: tuple[int, ...] = (64, 64, 96, 128)
     backbone_blocks: tuple[int, ...] = (1, 1, 1, 1)
     head_conv_layers: int = 2
-    fpn_filters: int = KERAS_HUB_FPN_FILTERS  # channels of every FPN level (narrow_fpn.py)
+    fpn_filters: int = KERAS_HUB_FPN_FILTERS  # channels of every FPN level (retinanet.py)
     min_level: int = 3
     max_level: int = 5
     anchor_size: float = 4.0
