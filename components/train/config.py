@@ -48,7 +48,6 @@ class TrainConfig:
     clipnorm: float = 10.0
     augment: bool = True
     box_loss: str = "giou"  # "giou" (1 - GIoU of the decoded boxes) or "huber" (KerasHub's default); losses.py
-    quality_targets: bool = False  # class scores trained against each box's IoU (losses.QualityFocalLoss)
     ema: bool = True  # evaluate and export a moving average of the weights (losses.AveragedAdamW)
     augment_strength: float = 0.25
     flip: bool = True

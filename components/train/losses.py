@@ -59,29 +59,6 @@ def delta_iou(true_deltas, pred_deltas):
 
 
 @keras.saving.register_keras_serializable(package="detpipe")
-class QualityFocalLoss(keras.losses.Loss):
-    """Generalized Focal Loss's quality focal loss (Li et al. 2020): binary cross-entropy
-    against a soft target t (the IoU of the anchor's predicted box with its object, 0 for
-    background) scaled by |t - p|^beta, averaged over classes. The score is trained to
-    say how well the box fits, so a loose box no longer outranks a tight one at NMS and
-    in the precision ranking. Written here because Keras' focal losses modulate by the
-    binary p_t, which has no minimum at a soft target."""
-
-    def __init__(self, beta: float = 2.0, reduction="sum", name="quality_focal", **kwargs):
-        super().__init__(reduction=reduction, name=name, **kwargs)
-        self.beta = beta
-
-    def get_config(self):
-        return {**super().get_config(), "beta": self.beta}
-
-    def call(self, y_true, y_pred):
-        target = ops.cast(y_true, "float32")
-        logits = ops.cast(y_pred, "float32")
-        cross_entropy = ops.binary_crossentropy(target, logits, from_logits=True)
-        return ops.mean(cross_entropy * ops.abs(target - ops.sigmoid(logits)) ** self.beta, axis=-1)
-
-
-@keras.saving.register_keras_serializable(package="detpipe")
 class AnchorGIoULoss(keras.losses.Loss):
     """1 - GIoU of the boxes that two sets of anchor-relative deltas describe, per anchor
     (the trainer weights it by positive anchors, as KerasHub does its box loss)."""
@@ -123,16 +100,12 @@ class AveragedAdamW(keras.optimizers.AdamW):
 GIOU_WEIGHT = 2.0  # as mmdetection's GIoU RetinaNet configs weigh it against the focal loss
 
 
-def compile_detector(model: keras.Model, optimizer: keras.optimizers.Optimizer, box_loss: str = "giou",
-                     quality_targets: bool = False) -> None:
-    """Compile a KerasHub RetinaNet for training with `box_loss` (BOX_LOSSES) and the focal
-    loss, or with `quality_targets` the quality focal loss against each box's IoU."""
+def compile_detector(model: keras.Model, optimizer: keras.optimizers.Optimizer, box_loss: str = "giou") -> None:
+    """Compile a KerasHub RetinaNet for training with `box_loss` (BOX_LOSSES) and the focal loss."""
     if box_loss not in BOX_LOSSES:
         raise ValueError(f"box loss must be one of {', '.join(BOX_LOSSES)}, got {box_loss!r}")
-    model.quality_targets = quality_targets
-    classification_loss = QualityFocalLoss() if quality_targets else "auto"
     if box_loss == "giou":
-        model.compile(optimizer=optimizer, box_loss=AnchorGIoULoss(), classification_loss=classification_loss,
+        model.compile(optimizer=optimizer, box_loss=AnchorGIoULoss(),
                       loss_weights={"bbox_regression": GIOU_WEIGHT, "cls_logits": 1.0})
     else:
-        model.compile(optimizer=optimizer, classification_loss=classification_loss)  # KerasHub's Huber (delta 1)
+        model.compile(optimizer=optimizer)  # KerasHub's defaults: Huber (delta 1) and focal loss

@@ -1,5 +1,4 @@
-"""KerasHub's RetinaNet with the two things detpipe changes in it: the FPN's width as a
-setting, and (when training asks for it) class scores trained to predict box quality.
+"""KerasHub's RetinaNet with the FPN's width as a setting.
 
 Written here because KerasHub 0.31's `RetinaNetBackbone` builds its `FeaturePyramid` with
 the default 256 filters and takes no argument to change it, while `FeaturePyramid` itself
@@ -38,9 +37,6 @@ from keras_hub.src.models.retinanet.prediction_head import PredictionHead
 from keras_hub.src.models.feature_pyramid_backbone import FeaturePyramidBackbone
 from keras_hub.src.models.retinanet.feature_pyramid import FeaturePyramid
 from keras_hub.src.utils.keras_utils import standardize_data_format
-from keras import ops
-
-from components.train.losses import delta_iou
 
 # KerasHub's width: what a config written before `fpn_filters` existed was built with.
 KERAS_HUB_FPN_FILTERS = 256
@@ -114,30 +110,6 @@ def _heads_built_as(head_class):
 class NarrowRetinaNetObjectDetector(keras_hub.models.RetinaNetObjectDetector):
     """`RetinaNetObjectDetector` whose heads fit the width of the backbone's FPN."""
 
-    # Set by losses.compile_detector: each positive anchor's class target is the IoU of its
-    # predicted box with its object (losses.QualityFocalLoss), not 1. Not saved: training only.
-    quality_targets = False
-
     def __init__(self, *args, **kwargs):
         with _heads_built_as(FpnWidthPredictionHead):
             super().__init__(*args, **kwargs)
-
-    def compute_loss(self, x, y, y_pred, sample_weight, **kwargs):
-        if not self.quality_targets:
-            return super().compute_loss(x, y, y_pred, sample_weight, **kwargs)
-        # KerasHub's target encoding (RetinaNetObjectDetector.compute_loss), then soft class
-        # targets: its method encodes and computes in one, with no place between for them.
-        height, width = ops.shape(x)[1], ops.shape(x)[2]
-        encoded = keras.utils.bounding_boxes.convert_format(
-            y, source=self.bounding_box_format, target=self.label_encoder.bounding_box_format,
-            height=height, width=width)
-        boxes, labels = self.label_encoder(images=x, gt_boxes=encoded["boxes"], gt_classes=encoded["labels"])
-        positive = ops.cast(ops.greater(labels, -1.0), "float32")  # -1: background, -2: ignored
-        quality, _ = delta_iou(boxes, ops.stop_gradient(y_pred["bbox_regression"]))
-        targets = ops.one_hot(ops.cast(labels, "int32"), self.num_classes, dtype="float32") * (
-            quality * positive)[..., None]
-        normalizer = ops.maximum(ops.sum(positive), 1.0)
-        weights = {"bbox_regression": positive / normalizer,
-                   "cls_logits": ops.cast(ops.not_equal(labels, -2.0), "float32") / normalizer}
-        return keras.Model.compute_loss(self, x=x, y={"bbox_regression": boxes, "cls_logits": targets},
-                                        y_pred=y_pred, sample_weight=weights, **kwargs)

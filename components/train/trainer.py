@@ -129,8 +129,7 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
         model = build_detector(model_config)
         compile_detector(model, AveragedAdamW(schedule, weight_decay=config.weight_decay,
                                               global_clipnorm=config.clipnorm, use_ema=config.ema,
-                                              ema_momentum=plan.ema_momentum), config.box_loss,
-                         quality_targets=config.quality_targets)
+                                              ema_momentum=plan.ema_momentum), config.box_loss)
         checkpoints = StepCheckpoints(model, str(out / CHECKPOINT_DIR), str(mine / CHECKPOINT_DIR),
                                       lr_scale=schedule.scale, micro_batches=micro_batches)
     steps_done = checkpoints.restore()
