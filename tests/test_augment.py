@@ -79,3 +79,51 @@ def test_same_seed_same_augmentation_and_strength_zero_photometric_is_identity()
     np.testing.assert_array_equal(augment.photometric(floats, 0.0, seed).numpy(), floats.numpy())
     jittered = augment.photometric(floats, 1.0, seed).numpy()
     assert jittered.min() >= 0.0 and jittered.max() <= 1.0
+
+
+def _four_marked_images(size=64):
+    """Four images, image k a dark field with one square of brightness 0.3 + 0.15 k at a
+    different place, its box in pixels, label k."""
+    images = np.full((4, size, size, 3), 0.05, np.float32)
+    boxes = np.zeros((4, 2, 4), np.float32)  # a second, padding row per image
+    labels = np.full((4, 2), -1.0, np.float32)
+    for k in range(4):
+        y0, x0 = 6 + 8 * k, 30 - 6 * k
+        images[k, y0:y0 + 20, x0:x0 + 24] = 0.3 + 0.15 * k
+        boxes[k, 0], labels[k, 0] = (y0, x0, y0 + 20, x0 + 24), k
+    return tf.constant(images), tf.constant(boxes), tf.constant(labels)
+
+
+def test_mosaic_boxes_follow_their_pixels_and_boxes_pushed_off_the_canvas_are_dropped():
+    images, boxes, labels = _four_marked_images()
+    seen_kept = seen_dropped = 0
+    for i in range(12):
+        out, out_boxes, out_labels = augment.mosaic(images, boxes, labels, 1.0, tf.constant([5, i], tf.int64))
+        assert out.shape == (4, 64, 64, 3) and out_boxes.shape == (4, 8, 4) and out_labels.shape == (4, 8)
+        for k in range(4):
+            canvas = out[k].numpy()
+            assert abs(float(canvas[0, 0, 0]) - 0.5) < 1e-6 or abs(float(canvas[0, 0, 0]) - 0.05) < 1e-6
+            for box, label in zip(out_boxes[k].numpy(), out_labels[k].numpy()):
+                if label < 0:
+                    continue
+                y0, x0, y1, x1 = np.round(box).astype(int)
+                inside = canvas[y0 + 1:y1 - 1, x0 + 1:x1 - 1, 0]
+                # every pixel inside the kept box is its own image's square, at half scale
+                np.testing.assert_allclose(inside, 0.3 + 0.15 * label, atol=1e-5)
+                assert 0 <= box.min() and box.max() <= 64
+                seen_kept += 1
+            # the object of a label that was dropped is (mostly) not on the canvas
+            seen_dropped += int((out_labels[k].numpy() >= 0).sum() < 4)
+    assert seen_kept > 100 and seen_dropped > 0
+
+
+def test_without_mosaic_the_group_passes_through_and_the_same_seed_repeats():
+    images, boxes, labels = _four_marked_images()
+    out, out_boxes, out_labels = augment.mosaic(images, boxes, labels, 0.0, tf.constant([1, 1], tf.int64))
+    np.testing.assert_array_equal(out.numpy(), images.numpy())
+    np.testing.assert_array_equal(out_boxes.numpy()[:, :2], boxes.numpy())
+    assert (out_labels.numpy()[:, 2:] == -1).all() and (out_labels.numpy()[:, :2] == labels.numpy()).all()
+    a = augment.mosaic(images, boxes, labels, 0.5, tf.constant([2, 3], tf.int64))
+    b = augment.mosaic(images, boxes, labels, 0.5, tf.constant([2, 3], tf.int64))
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())

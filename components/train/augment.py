@@ -91,3 +91,47 @@ def photometric(image: tf.Tensor, strength: float, seed: tf.Tensor) -> tf.Tensor
     image = tf.image.stateless_random_brightness(image, 0.3 * strength, seeds[0])
     image = tf.image.stateless_random_contrast(image, 1.0 - 0.4 * strength, 1.0 + 0.4 * strength, seeds[1])
     return tf.clip_by_value(image, 0.0, 1.0)
+
+
+def mosaic(images: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor, probability: float,
+           seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """YOLO's mosaic over a group of four training images: each output k is, with
+    `probability`, the four images at half scale in a 2x2 grid starting with image k, the
+    grid shifted by up to a quarter of the side (grey where it uncovers the canvas); else
+    image k as it was.
+
+    `images` (4, S, S, C) in [0, 1]; `boxes` (4, N, 4) pixel yxyx at S; `labels` (4, N),
+    -1 for padding. Returns (4, S, S, C), (4, 4N, 4), (4, 4N): boxes move and shrink with
+    their image, are clipped to the canvas, and get label -1 when less than `MIN_VISIBLE`
+    of their area is left. Four outputs per four inputs, so an epoch still decodes each
+    image once."""
+    size = images.shape[1]
+    half = size // 2
+    small = tf.nn.avg_pool2d(images, 2, 2, "VALID")  # each image at half scale, (4, S/2, S/2, C)
+    count = tf.shape(boxes)[1]
+    # Where each quadrant's image lands: row and column offsets of quadrants 0-3.
+    quadrant = tf.constant([[0, 0], [0, 1], [1, 0], [1, 1]], tf.float32) * half
+    seeds = tf.random.experimental.stateless_split(seed, 4)
+    out_images, out_boxes, out_labels = [], [], []
+    for k in range(4):
+        order = [(k + j) % 4 for j in range(4)]
+        picked = tf.gather(small, order)
+        grid = tf.concat([tf.concat([picked[0], picked[1]], 1), tf.concat([picked[2], picked[3]], 1)], 0)
+        parts = tf.random.experimental.stateless_split(seeds[k], 2)
+        shift = tf.random.stateless_uniform([2], parts[0], -(size // 4), size // 4 + 1, tf.int32)
+        grey = tf.pad(grid - 0.5, [[half, half], [half, half], [0, 0]]) + 0.5
+        canvas = tf.slice(grey, tf.concat([half - shift, [0]], 0), [size, size, -1])
+        moved = tf.gather(boxes, order) * 0.5 + tf.tile(quadrant, [1, 2])[:, None, :]
+        moved = tf.reshape(moved, [-1, 4]) + tf.tile(tf.cast(shift, tf.float32), [2])
+        clipped = tf.clip_by_value(moved, 0.0, float(size))
+        area = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
+        kept = (clipped[:, 2] - clipped[:, 0]) * (clipped[:, 3] - clipped[:, 1]) >= MIN_VISIBLE * tf.maximum(area, 1e-6)
+        grouped = tf.reshape(tf.gather(labels, order), [-1])
+        mixed_labels = tf.where(kept, grouped, -tf.ones_like(grouped))
+        use = tf.random.stateless_uniform([], parts[1]) < probability
+        own = tf.pad(boxes[k], [[0, 3 * count], [0, 0]])
+        own_labels = tf.pad(labels[k], [[0, 3 * count]], constant_values=-1.0)
+        out_images.append(tf.where(use, canvas, images[k]))
+        out_boxes.append(tf.where(use, clipped, own))
+        out_labels.append(tf.where(use, mixed_labels, own_labels))
+    return tf.stack(out_images), tf.stack(out_boxes), tf.stack(out_labels)
