@@ -51,7 +51,6 @@ class TrainConfig:
     ema: bool = True  # evaluate and export a moving average of the weights (losses.AveragedAdamW)
     augment_strength: float = 0.25
     flip: bool = True
-    mosaic: float = 0.0  # share of training images that are a mosaic of four (augment.mosaic)
     cache: str | None = None  # "memory" or a file path: keep encoded records after the first epoch
     seed: int = 0
     deterministic: bool = False

@@ -46,7 +46,6 @@ class InputConfig:
     augment: bool = True
     augment_strength: float = 0.25  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
     flip: bool = True  # horizontal flips when augmenting
-    mosaic: float = 0.0  # share of training images that are a mosaic of four (augment.mosaic)
     cache: str | None = None  # "memory", or a file path prefix for a disk cache of the encoded records
     shuffle_buffer: int = 1024
     seed: int = 0
@@ -192,19 +191,6 @@ def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_re
     )
 
 
-def _mosaics(ds: tf.data.Dataset, config: InputConfig, first_group: int) -> tf.data.Dataset:
-    """Groups of four augmented images in, four images out, `config.mosaic` of them mosaics
-    (augment.mosaic), seeded by the group's position like the per-image augmentation."""
-    def mix(group, images, targets):
-        seed = tf.stack([tf.cast(config.seed, tf.int64) + 1, group])
-        images, boxes, labels = augment.mosaic(images, targets["boxes"], targets["labels"], config.mosaic, seed)
-        return images, {"boxes": boxes, "labels": labels}
-
-    groups = _padded_batch(ds, 4, config.image_size, drop_remainder=True).enumerate(start=first_group)
-    return groups.map(lambda group, element: mix(group, *element), num_parallel_calls=_calls(config),
-                      deterministic=config.deterministic).unbatch()
-
-
 def compression_type(files: list[str]) -> str:
     """The TFRecord compression of a split's shards: "GZIP" when they end in `.gz`, else ""."""
     kinds = {f.endswith(".gz") for f in files}
@@ -261,8 +247,6 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     ds = ds.enumerate(start=skip).map(
         lambda index, serialized: _train_element(serialized, index, config),
         num_parallel_calls=_calls(config), deterministic=config.deterministic)
-    if config.augment and config.mosaic > 0:
-        ds = _mosaics(ds, config, first_group=skip // 4)
     ds = _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True).prefetch(AUTOTUNE)
     if config.workers > 1:  # tf.distribute splits each global batch; by file, this worker's files are its part
         options = tf.data.Options()

@@ -135,7 +135,7 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
     steps_done = checkpoints.restore()
     input_config = InputConfig(
         image_size=config.image_size, batch_size=plan.batch_size, augment=config.augment,
-        augment_strength=config.augment_strength, flip=config.flip, mosaic=config.mosaic, cache=config.cache,
+        augment_strength=config.augment_strength, flip=config.flip, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
         workers=role.workers, worker_index=role.index)
     multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
