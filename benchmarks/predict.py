@@ -1,4 +1,4 @@
-"""Benchmark batched prediction: `components.evaluate.detect.BatchDetector` (full batches,
+"""Benchmark batched prediction: `components.detector.detect.BatchDetector` (full batches,
 the last one padded inside the graph) against Keras' own `model.predict` on the same
 images and the same model, in one run.
 
@@ -47,8 +47,8 @@ def main() -> None:
     import keras
     import tensorflow as tf
 
-    from components.evaluate.detect import BatchDetector
-    from components.train.model import build_model_for
+    from components.detector.detect import BatchDetector
+    from components.detector.model import build_model_for
 
     keras.utils.set_random_seed(0)
     model = build_model_for(args.model_size, args.image_size, 3)

@@ -35,7 +35,7 @@ def fresh_export(folder: Path) -> str:
     import keras
 
     from components.export.saved_model import export_saved_model
-    from components.train.model import build_model_for
+    from components.detector.model import build_model_for
 
     keras.utils.set_random_seed(0)
     export_saved_model(build_model_for("tiny", 128, 1), {"raccoon": 1}, 128, str(folder), score_threshold=0.05)

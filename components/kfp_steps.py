@@ -168,7 +168,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     import logging
     import shutil
 
-    from components.train.artifacts import REPORT_FILE
+    from components.detector.artifacts import REPORT_FILE
     from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
     from components.train.tuning import BEST_FILE, load_hparams
 

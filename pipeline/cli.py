@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from beam.record_checks import BAD_BOX_MODES
-from components.train.config import BOX_LOSSES
+from components.detector.box_losses import BOX_LOSSES
 from pipeline.cli_types import add_exif_option as _add_exif_option
 from pipeline.cli_types import non_negative_float as _non_negative_float
 from pipeline.cli_types import positive_float as _positive_float
@@ -165,7 +165,7 @@ def _common_train_config(args) -> dict:
 
 
 def cmd_train(args) -> int:
-    from components.train.fitted_shape import PoorAnchors
+    from components.detector.fitted_shape import PoorAnchors
     from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
     from components.train.trainer import TrainConfig, train_detector
 

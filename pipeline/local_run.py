@@ -13,7 +13,7 @@ from kfp import local
 from beam.output_files import read_manifest
 from components.evaluate.metrics_file import EvalMetrics
 from components.registry.decision import DecisionRecord, comparison_line
-from components.train.artifacts import TrainConfigFile
+from components.detector.artifacts import TrainConfigFile
 from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline
 

@@ -29,7 +29,7 @@ def test_search_reports_zero_when_nothing_fits_and_halves_when_verification_fail
 def test_trial_steps_run_the_real_model_and_compare_peak_memory(monkeypatch):
     import keras
 
-    from components.train.model import build_model_for
+    from components.detector.model import build_model_for
 
     model = build_model_for("tiny", 64, 2)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4))
@@ -54,7 +54,7 @@ def test_trial_steps_run_the_real_model_and_compare_peak_memory(monkeypatch):
 def test_cpu_bound_grows_with_ram_and_auto_is_capped_by_the_data():
     from components.train.plan import choose_batch_size
 
-    from components.train.model import model_config_for
+    from components.detector.model import model_config_for
 
     config = model_config_for("tiny", 128, 3)
     small, large = cpu_ram_bound(config, 2**30), cpu_ram_bound(config, 16 * 2**30)

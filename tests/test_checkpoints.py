@@ -23,7 +23,7 @@ def _command(data, out):
 
 
 def _weights(out):
-    from components.evaluate.evaluator import load_trained
+    from components.detector.artifacts import load_trained
 
     return load_trained(str(out))[0].get_weights()
 

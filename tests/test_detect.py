@@ -10,9 +10,10 @@ import pytest
 import tensorflow as tf
 
 from components.evaluate.coco_metrics import coco_box_metrics
-from components.evaluate.detect import BatchDetector, detect
-from components.evaluate.evaluator import evaluate_detector, load_trained, predict_split
-from components.train.input_pipeline import compression_type, shard_files
+from components.detector.detect import BatchDetector, detect
+from components.detector.artifacts import load_trained
+from components.evaluate.evaluator import evaluate_detector, predict_split
+from components.detector.records import compression_type, shard_files
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def test_padded_images_never_leak_into_the_detections_or_the_metrics(raccoon_sha
     """33 images at batch 32 (the last batch padded with 31 black images) against the same
     33 images followed by 31 real ones (two full batches, nothing padded): the 33 images
     get identical detections and identical metrics."""
-    from components.train.model import ModelConfig, build_detector
+    from components.detector.model import ModelConfig, build_detector
 
     records = _val_records(raccoon_shards)
     padded_dir = _val_split(records[:33], tmp_path / "padded")

@@ -132,7 +132,7 @@ def test_split_file_ids_that_match_no_image_are_named_and_fail_the_build(demo_di
 
 
 def test_gzip_shards_are_deterministic_and_readable(demo_dir, tmp_path):
-    from components.train.input_pipeline import count_records
+    from components.detector.records import count_records
 
     for name in ("a", "b"):
         build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "annotations"),

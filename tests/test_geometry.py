@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from components.train.fitted_shape import PoorAnchors, fit_shape
-from components.train.geometry import (
+from components.detector.fitted_shape import PoorAnchors, fit_shape
+from components.detector.geometry import (
     FAIL_COVERAGE, FIXED_SPEC, MIN_AUTO_SIZE, MIN_CLASS_BOXES, SIZE_STEP, TARGET_COVERAGE, AnchorSpec, BoxSample,
     CostModel, anchor_half_sizes,
     best_anchor_iou, choose_image_size, coverage, fit_anchors, fit_aspect_ratios,
 )
-from components.train.model import ModelConfig, model_config_for
+from components.detector.model import ModelConfig, model_config_for
 
 
 def boxes_of(heights, widths, seed=0) -> np.ndarray:
@@ -126,7 +126,7 @@ def test_poor_anchors_refuse_with_one_line_and_the_override_trains_on():
 
 
 def test_fitted_model_config_round_trips_and_builds():
-    from components.train.model import build_detector
+    from components.detector.model import build_detector
 
     base = model_config_for("tiny", 128, 2)
     shape = fit_shape(square_sample(np.full(100, 0.25), image_side=128), base, "auto", on_gpu=False)
@@ -147,7 +147,7 @@ def test_train_report_names_the_shape_and_its_coverage(trained_model):
 
 
 def test_small_objects_get_a_larger_input_and_fine_levels(small_object_shards):
-    from components.train.fitted_shape import shape_for_data
+    from components.detector.fitted_shape import shape_for_data
 
     shape = shape_for_data(str(small_object_shards), "tiny", 3, "auto", on_gpu=False)
     assert 256 <= shape.model.image_size <= 400 and shape.model.image_size % SIZE_STEP == 0
@@ -172,7 +172,7 @@ def test_train_refuses_poor_anchors_in_one_line_and_the_override_trains(small_ob
 def test_module_example():
     import doctest
 
-    from components.train import geometry
+    from components.detector import geometry
 
     assert doctest.testmod(geometry).failed == 0
 

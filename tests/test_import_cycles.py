@@ -87,3 +87,54 @@ def test_no_import_cycles():
 
 def test_a_cycle_would_be_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The steps' packages. Each builds on components.detector (the detector core) and reaches
+# another step only through one of INTERFACES: modules that define a file or a contract
+# the two share, or the one function a step lends another.
+STEPS = ("train", "evaluate", "export", "serve", "probe", "registry", "report")
+CORE = "components.detector"
+INTERFACES = {
+    "components.evaluate.evaluator": "evaluate_detector: tuning scores its trials as the evaluate step does",
+    "components.evaluate.metrics_file": "metrics.json's definition (export, register, report read it)",
+    "components.evaluate.threshold": "the score threshold used when evaluation chose none",
+    "components.evaluate.pictures": "the names of the evaluation's picture files (the run report links them)",
+    "components.registry.decision": "decision.json's definition and the promotion rule",
+    "components.registry.registry": "the registry folder: versions, champion, their SavedModels",
+    "components.export.saved_model": "the SavedModel's serving signature (serve calls it)",
+    "components.serve.predictor": "a SavedModel run as `detpipe serve` runs it (the champion's score)",
+    "components.probe.gpu_facts": "the GPU's memory as NVML reports it (the batch search's budget)",
+}
+
+
+def _step(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "components" and parts[1] in STEPS else None
+
+
+def test_the_detector_core_imports_no_step():
+    graph = import_graph()
+    core = {name: deps for name, deps in graph.items() if name == CORE or name.startswith(CORE + ".")}
+    assert len(core) > 5, "the core package moved?"
+    reached = {(name, dep) for name, deps in core.items() for dep in deps if _step(dep)}
+    assert reached == set(), f"the detector core imports a step: {sorted(reached)}"
+
+
+def test_a_step_reaches_another_only_through_a_declared_interface():
+    graph = import_graph()
+    undeclared = sorted((name, dep) for name, deps in graph.items() for dep in deps
+                        if _step(name) and _step(dep) and _step(dep) != _step(name) and dep not in INTERFACES)
+    assert undeclared == [], "a step imports another's internals; use components.detector or declare " \
+                             f"an interface in INTERFACES: {undeclared}"
+    # Each builds on the core; serve runs the exported SavedModel, whose graph holds the
+    # core's decoding, resizing and detection, and needs no Python of it.
+    for step in ("train", "evaluate", "export", "probe"):
+        assert any(_step(name) == step and any(dep.startswith(CORE + ".") for dep in deps)
+                   for name, deps in graph.items()), step
+    used = {dep for name, deps in graph.items() for dep in deps if _step(name) and _step(dep) != _step(name)}
+    assert set(INTERFACES) <= used, f"declared but unused: {sorted(set(INTERFACES) - used)}"
+
+
+def test_an_undeclared_import_between_steps_would_be_found():
+    assert _step("components.train.model") == "train" and _step("components.detector.model") is None
+    assert _step("components.kfp_steps") is None and _step("pipeline.cli") is None

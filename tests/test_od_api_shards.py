@@ -68,7 +68,7 @@ def write_od_api_dataset(folder, num_train=24, num_val=8, num_shards=2):
 
 def test_od_api_shards_train_and_evaluate_without_change(tmp_path):
     from components.evaluate.evaluator import evaluate_detector
-    from components.train.input_pipeline import count_records
+    from components.detector.records import count_records
     from components.train.trainer import TrainConfig, train_detector
 
     data = tmp_path / "odapi"

@@ -88,7 +88,7 @@ def test_what_is_right_passes(demo_dir, folders):
 
 
 def test_built_shards_and_a_training_output_pass(demo_shards, tmp_path):
-    from components.train.artifacts import CONFIG_FILE, MODEL_FILE
+    from components.detector.artifacts import CONFIG_FILE, MODEL_FILE
 
     assert preflight.shards_problem(str(demo_shards)) is None  # what `data build` wrote in this session
     trained = tmp_path / "trained"  # the names `detpipe train` writes (its artifacts' one definition)

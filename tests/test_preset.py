@@ -8,7 +8,7 @@ import pytest
 def test_builtin_preset_goes_to_the_download_and_fails_clearly_without_network(monkeypatch):
     from keras_hub.src.utils import preset_utils
 
-    from components.train.model import PresetUnavailable, backbone_from_preset
+    from components.detector.model import PresetUnavailable, backbone_from_preset
 
     requested = []
 
@@ -23,7 +23,7 @@ def test_builtin_preset_goes_to_the_download_and_fails_clearly_without_network(m
 
 
 def test_unknown_preset_is_named_with_the_known_ones():
-    from components.train.model import PresetUnavailable, backbone_from_preset
+    from components.detector.model import PresetUnavailable, backbone_from_preset
 
     with pytest.raises(PresetUnavailable, match="unknown preset 'retinanet_nope'.*retinanet_resnet50_fpn_coco"):
         backbone_from_preset("retinanet_nope")
@@ -32,7 +32,7 @@ def test_unknown_preset_is_named_with_the_known_ones():
 def test_training_starts_from_a_local_preset_folder(demo_shards, tmp_path):
     """A preset saved to a folder (as one copied from Kaggle would be) trains with new heads
     for the dataset's classes, starting from the preset's backbone weights."""
-    from components.train.model import ModelConfig, backbone_from_preset, build_detector
+    from components.detector.model import ModelConfig, backbone_from_preset, build_detector
     from components.train.trainer import TrainConfig, train_detector
 
     source = build_detector(ModelConfig(num_classes=7, image_size=64, backbone_filters=(64, 32, 32, 32),

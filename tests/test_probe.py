@@ -229,7 +229,7 @@ def test_memory_estimate_takes_the_classes_of_the_data(raccoon_shards, demo_shar
 def test_memory_estimate_uses_the_fitted_shape(demo_shards):
     """--image-size auto: the probe fits the shape to the data as training does, and
     estimates memory for that model; a pinned size still gets fitted levels and anchors."""
-    from components.probe.memory_estimate import bytes_per_image
+    from components.detector.memory_estimate import bytes_per_image
 
     auto = Expectations.from_train_options("auto", "tiny", "auto", data_dir=str(demo_shards), on_gpu=True)
     pinned = Expectations.from_train_options("256", "tiny", "auto", data_dir=str(demo_shards), on_gpu=True)
@@ -242,7 +242,7 @@ def test_memory_estimate_uses_the_fitted_shape(demo_shards):
 
 def test_one_precision_rule_for_the_trainer_and_the_probe():
     """The oldest GPU decides, the same way for the trainer and the probe's recommendation."""
-    from components.train.precision import is_mixed, precision_for
+    from components.detector.precision import is_mixed, precision_for
 
     assert precision_for([9, 8])[0] == "mixed_bfloat16"
     assert precision_for([8, 7])[0] == "mixed_float16"  # a T4 next to an A100: float16

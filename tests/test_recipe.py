@@ -1,11 +1,11 @@
 """The training recipe: the box loss, the weight average and the heads' initialisation
-(components/train/losses.py, model.py)."""
+(components/detector/losses.py, model.py)."""
 
 import numpy as np
 import pytest
 
-from components.train.losses import AnchorGIoULoss, AveragedAdamW, compile_detector
-from components.train.model import CLASS_PRIOR, ModelConfig, build_detector
+from components.detector.losses import AnchorGIoULoss, AveragedAdamW, compile_detector
+from components.detector.model import CLASS_PRIOR, ModelConfig, build_detector
 
 
 def giou_in_pixels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -108,8 +108,8 @@ def test_a_narrow_fpn_is_built_saved_and_loaded_at_its_width(tmp_path):
     inputs; detpipe's tiny model has a 64-wide FPN that the heads read directly."""
     import keras
 
-    from components.train.artifacts import MODEL_FILE
-    from components.train.model import model_config_for
+    from components.detector.artifacts import MODEL_FILE
+    from components.detector.model import model_config_for
 
     config = model_config_for("tiny", 64, num_classes=2)
     assert config.fpn_filters == 64 and config.head_conv_layers == 0
@@ -131,7 +131,7 @@ def test_a_narrow_fpn_is_built_saved_and_loaded_at_its_width(tmp_path):
 
 
 def test_the_cost_model_counts_the_fpn_width():
-    from components.train.geometry import AnchorSpec, CostModel
+    from components.detector.geometry import AnchorSpec, CostModel
 
     spec = AnchorSpec(min_level=3, max_level=5, anchor_size=2.0, num_scales=3, aspect_ratios=(0.5, 1.0, 2.0))
     kerashub = CostModel(head_conv_layers=1, fpn_filters=256)

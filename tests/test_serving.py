@@ -18,10 +18,10 @@ import tensorflow as tf
 
 from beam import feature_keys as K
 from beam.example_codec import decode_example
-from components.evaluate.detect import BatchDetector
-from components.evaluate.evaluator import load_trained
+from components.detector.detect import BatchDetector
+from components.detector.artifacts import load_trained
 from components.export.saved_model import export_saved_model
-from components.train.input_pipeline import compression_type, decode_rgb, shard_files, to_model_image
+from components.detector.records import compression_type, decode_rgb, shard_files, to_model_image
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Non-square real photos, one of them greyscale (raccoon-150).

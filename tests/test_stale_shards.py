@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from components.train.input_pipeline import ShardsChanged, count_records, eval_examples, shard_files
+from components.detector.records import ShardsChanged, count_records, eval_examples, shard_files
 from pipeline.cli import main
 from pipeline.demo_data import write_demo_dataset
 

@@ -6,8 +6,9 @@ import pytest
 
 from beam.split import TRAIN
 from components.evaluate.evaluator import GateFailed, evaluate_detector
-from components.train.input_pipeline import InputConfig, count_records, eval_examples, train_dataset
-from components.train.model import ModelConfig, build_detector
+from components.detector.records import count_records, eval_examples
+from components.train.input_pipeline import InputConfig, train_dataset
+from components.detector.model import ModelConfig, build_detector
 from components.train.plan import choose_batch_size
 from components.train.trainer import TrainConfig, train_detector
 
@@ -112,7 +113,7 @@ def test_every_accepted_colour_mode_decodes_to_rgb(tmp_path):
     from beam.example_codec import encode_example
     from beam.record_checks import CheckOptions, check_record
     from beam.source_records import SourceBox, SourceRecord
-    from components.train.input_pipeline import parse_example
+    from components.detector.records import parse_example
 
     for mode, fmt in (("CMYK", "JPEG"), ("P", "PNG"), ("RGBA", "PNG"), ("L", "PNG"), ("LA", "PNG")):
         buf = io.BytesIO()

@@ -22,7 +22,7 @@ from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_dete
 from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict,
                                           comparison_line, decide, readable)
 from components.registry.registry import SAVED_MODEL_DIR, Registry
-from components.train.fitted_shape import read_box_sample
+from components.detector.fitted_shape import read_box_sample
 
 logger = logging.getLogger(__name__)
 

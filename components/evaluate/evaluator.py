@@ -14,19 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import keras
-import keras_hub  # noqa: F401  (registers the KerasHub classes for model loading)
 import numpy as np
 import tensorflow as tf
 
 from beam import feature_keys as K
+from components.detector.artifacts import load_trained
+from components.detector.detect import BatchDetector
+from components.detector.records import eval_examples, read_records, shard_files, to_model_image
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
-from components.evaluate.detect import BatchDetector
+from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
 from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
 from components.evaluate.threshold import best_f1_threshold
-from components.train.input_pipeline import eval_examples, read_records, shard_files, to_model_image
-from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
-from components.train.artifacts import CONFIG_FILE, MODEL_FILE, TrainConfigFile
-from components.train import retinanet  # noqa: F401  (registers detpipe's model classes for loading)
 
 logger = logging.getLogger(__name__)
 
@@ -48,18 +46,6 @@ class EvalResult:
 
 class GateFailed(RuntimeError):
     """mAP below the configured minimum."""
-
-
-def load_trained(model_dir: str) -> tuple[keras.Model, TrainConfigFile]:
-    model_dir_path = Path(model_dir)
-    path = model_dir_path / MODEL_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is {model_dir} the output of `detpipe train`?")
-    if not (model_dir_path / CONFIG_FILE).exists():
-        raise FileNotFoundError(f"{model_dir} has {MODEL_FILE} but no {CONFIG_FILE} (the label map and input size "
-                                "training used): pass the whole output folder of `detpipe train`")
-    config = TrainConfigFile.read(model_dir_path)
-    return keras.saving.load_model(path, compile=False), config  # for inference: no optimizer or losses
 
 
 def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size: int = 32,

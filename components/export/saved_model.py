@@ -10,7 +10,7 @@ ymax, xmax on the original image), `detection_scores`, `detection_classes` (1-ba
 label-map ids), `detection_class_names`, `num_detections`; rows are sorted by score and
 padded with zeros past `num_detections`.
 
-Preprocessing is the evaluator's (`input_pipeline.decode_rgb` then `to_model_image`), and
+Preprocessing is the evaluator's (`records.decode_rgb` then `to_model_image`), and
 the detector runs through `detect.detect` (full batches, the last one padded), so the
 export answers what the evaluation measured. Beside the SavedModel: `label_map.json` and
 `serving_config.json` (default threshold and where it came from, max detections, input
@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass
 import keras
 import tensorflow as tf
 
-from components.evaluate.detect import detect
+from components.detector.detect import detect
 from components.evaluate.threshold import FALLBACK_THRESHOLD
-from components.train.input_pipeline import decode_rgb, to_model_image
+from components.detector.records import decode_rgb, to_model_image
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def export_trained(model_dir: str, output_dir: str, metrics_file: str | None = N
     """`detpipe export`: the output of `detpipe train` → a SavedModel. The default threshold is
     `score_threshold` when given, else the one `detpipe evaluate` chose (its `metrics.json`),
     else DEFAULT_SCORE_THRESHOLD."""
-    from components.evaluate.evaluator import load_trained
+    from components.detector.artifacts import load_trained
     from components.evaluate.metrics_file import EvalMetrics
 
     model, config = load_trained(model_dir)

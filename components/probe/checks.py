@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from beam.label_map import num_class_slots, read_dataset_label_map
-from components.train.precision import is_mixed, precision_for
+from components.detector.precision import is_mixed, precision_for
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _ORDER = {PASS: 0, WARN: 1, FAIL: 2}
@@ -55,7 +55,7 @@ class Expectations:
         """The ModelConfig the memory estimate builds: the fitted one, else the model size's at image_size."""
         if self.model_config is not None:
             return self.model_config
-        from components.train.model import model_config_for
+        from components.detector.model import model_config_for
 
         return model_config_for(self.model_size, self.image_size, self.num_classes)
 
@@ -71,7 +71,7 @@ class Expectations:
             size = 128 if image_size == "auto" else int(image_size)
             return cls(image_size=size, model_size=model_size, batch_size=batch,
                        shape=f"{size}px" + (" (auto without --data: the fixed shape)" if image_size == "auto" else ""))
-        from components.train.fitted_shape import gpu_visible, shape_for_data
+        from components.detector.fitted_shape import gpu_visible, shape_for_data
 
         num_classes = num_class_slots(read_dataset_label_map(data_dir))
         fitted = shape_for_data(data_dir, model_size, num_classes, image_size,
@@ -189,7 +189,7 @@ def check_matmul(facts: dict) -> CheckResult | None:
 
 def check_gpu_memory(facts: dict, expect: Expectations) -> tuple[CheckResult | None, int | None]:
     """The GPU memory check and the largest safe batch (None without a GPU)."""
-    from components.probe.memory_estimate import bytes_per_image, largest_safe_batch
+    from components.detector.memory_estimate import bytes_per_image, largest_safe_batch
 
     nvml_gpus = facts.get("nvml", {}).get("gpus") or []
     if not facts["tensorflow"]["gpus"] or not nvml_gpus:

@@ -11,7 +11,7 @@ from pathlib import Path
 from components.probe.baseline_diff import compare_facts, difference_lines
 from components.probe.checks import CheckResult, Expectations, check_gpu_memory, run_checks, verdict
 from components.probe.machine_facts import collect
-from components.train.precision import precision_for
+from components.detector.precision import precision_for
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,8 @@ def measure_training_rate(model_config, batch: int) -> TrainingRate:
     import keras
     import tensorflow as tf
 
-    from components.train.batch_search import synthetic_batch
-    from components.train.losses import compile_detector
-    from components.train.model import build_detector
+    from components.detector.losses import compile_detector
+    from components.detector.model import build_detector, synthetic_batch
 
     model = build_detector(model_config)
     compile_detector(model, keras.optimizers.AdamW(1e-4))

@@ -20,7 +20,7 @@ from beam.output_files import read_manifest, read_rejects
 from beam.source_records import Reject
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
 from components.registry.decision import DecisionRecord, comparison_line
-from components.train.artifacts import CONFIG_FILE, LOSS_CURVE_FILE, TrainConfigFile
+from components.detector.artifacts import CONFIG_FILE, LOSS_CURVE_FILE, TrainConfigFile
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

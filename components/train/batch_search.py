@@ -71,16 +71,6 @@ def search_largest_batch(fits: Callable[[int], bool], start: int, limit: int, mu
     return result
 
 
-def synthetic_batch(batch: int, image_size: int):
-    """Images and one centred box per image: what a trial step needs, no data read."""
-    import tensorflow as tf
-
-    quarter, three = image_size / 4, 3 * image_size / 4
-    images = tf.random.stateless_uniform([batch, image_size, image_size, 3], [0, 1])
-    boxes = tf.tile(tf.constant([[[quarter, quarter, three, three]]], tf.float32), [batch, 1, 1])
-    return images, {"boxes": boxes, "labels": tf.zeros([batch, 1], tf.float32)}
-
-
 def gpu_memory_peak() -> int:
     import tensorflow as tf
 
@@ -92,6 +82,8 @@ def trial_step_fits(model, image_size: int, budget_bytes: int,
                     reset: Callable[[], None] | None = None) -> Callable[[int], bool]:
     """A `fits(batch)` that runs two real train steps of `model` (the first also traces)."""
     import tensorflow as tf
+
+    from components.detector.model import synthetic_batch
 
     def reset_gpu_stats() -> None:
         tf.config.experimental.reset_memory_stats("GPU:0")
@@ -116,7 +108,7 @@ def trial_step_fits(model, image_size: int, budget_bytes: int,
 
 def cpu_ram_bound(model_config, available_bytes: int) -> int:
     """The largest batch whose estimated training memory fits `TARGET_FRACTION` of RAM."""
-    from components.probe.memory_estimate import largest_safe_batch
+    from components.detector.memory_estimate import largest_safe_batch
 
     return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_config, mixed_precision=False)
 
@@ -129,8 +121,8 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
     import tensorflow as tf
 
     from components.probe.gpu_facts import nvml_facts
-    from components.train.losses import compile_detector
-    from components.train.model import build_detector
+    from components.detector.losses import compile_detector
+    from components.detector.model import build_detector
 
     if not tf.config.list_physical_devices("GPU"):
         available = psutil.virtual_memory().available

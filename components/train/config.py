@@ -8,13 +8,6 @@ import json
 from dataclasses import dataclass, field
 
 
-# The box losses a run can use (components/train/losses.py), with what each is.
-BOX_LOSSES = {
-    "giou": "1 - GIoU of the predicted and true boxes, weight 2 beside the focal loss (localises tightly)",
-    "huber": "Huber (delta 1) on the anchor-relative deltas, KerasHub's default (boxes placed loosely)",
-}
-
-
 @dataclass(frozen=True)
 class ProbeAdvice:
     """What the probe measured on this machine (components/probe): starting points."""

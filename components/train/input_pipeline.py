@@ -1,8 +1,8 @@
-"""tf.data readers of the shards (TF OD API keys, from beam/feature_keys.py).
+"""Training's stream of the train shards (read and decoded by components/detector/records.py).
 
-Parallel interleaved reads, optional cache, parallel parse and decode (JPEG/PNG,
-greyscale/CMYK/alpha → RGB), box-aware scale jitter (crop or pad) fused with the
-resize to the model size, flip, photometric jitter (augment.py), padded boxes per batch, prefetch.
+Parallel interleaved reads, optional cache, parallel parse and decode, box-aware scale
+jitter (crop or pad) fused with the resize to the model size, flip, photometric jitter
+(augment.py), padded boxes per batch, prefetch; sharded across workers.
 
 Boxes leave this module as pixel `yxyx` at the model's image size with 0-based
 labels, padded with label -1: what `RetinaNetObjectDetector.fit` expects.
@@ -10,33 +10,17 @@ labels, padded with label -1: what `RetinaNetObjectDetector.fit` expects.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 
 import tensorflow as tf
 
-from beam import feature_keys as K
-from beam.manifest import MANIFEST_FILE, Manifest
+from components.detector.records import AUTOTUNE, parse_example, read_records, shard_files, to_model_image
 from components.train import augment
 
 logger = logging.getLogger(__name__)
 
-AUTOTUNE = tf.data.AUTOTUNE
 MAX_BOXES = 100
-
-_FEATURES = {
-    K.ENCODED: tf.io.FixedLenFeature([], tf.string),
-    K.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
-    K.WIDTH: tf.io.FixedLenFeature([], tf.int64),
-    K.SOURCE_ID: tf.io.FixedLenFeature([], tf.string, default_value=""),
-    K.XMIN: tf.io.VarLenFeature(tf.float32),
-    K.YMIN: tf.io.VarLenFeature(tf.float32),
-    K.XMAX: tf.io.VarLenFeature(tf.float32),
-    K.YMAX: tf.io.VarLenFeature(tf.float32),
-    K.CLASS_LABEL: tf.io.VarLenFeature(tf.int64),
-    K.DIFFICULT: tf.io.VarLenFeature(tf.int64),
-}
 
 
 @dataclass(frozen=True)
@@ -58,100 +42,6 @@ class InputConfig:
 
 def _calls(config: InputConfig) -> int:
     return config.parallelism or AUTOTUNE
-
-
-# Shard names: detpipe's `train-00000-of-00004.tfrecord[.gz]`, and the TF OD API's
-# `train.record`, `train.record-00000-of-00010` and `train.tfrecord`.
-SHARD_PATTERNS = ("{split}-*.tfrecord*", "{split}.tfrecord*", "{split}.record*")
-
-
-class ShardsChanged(FileNotFoundError):
-    """A shard the manifest lists is missing or not the size it was written with."""
-
-
-def _manifest_shards(root: str) -> list[dict] | None:
-    """The shard list of `manifest.json` (through its one definition), None without one."""
-    path = f"{root}/{MANIFEST_FILE}"
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as handle:
-        return Manifest.from_dict(json.load(handle)).shards
-
-
-def shard_files(data_dir: str, split: str) -> list[str]:
-    """The split's shard files, sorted; raises if there are none.
-
-    With a `manifest.json` (`detpipe data build`) the manifest's list is the truth: a listed
-    shard that is missing or has another size fails here, in one line, and files it does not
-    list (an earlier build in the same folder) are never read. Without one (shards from
-    other converters), the files matching the usual shard names."""
-    root = data_dir.rstrip("/")
-    listed = _manifest_shards(root)
-    if listed is not None:
-        files = []
-        for shard in sorted((s for s in listed if s["split"] == split), key=lambda s: s["name"]):
-            path = f"{root}/{shard['name']}"
-            if not tf.io.gfile.exists(path):
-                raise ShardsChanged(f"{path} is listed in {root}/manifest.json but missing: rebuild the dataset")
-            size = tf.io.gfile.stat(path).length
-            if "bytes" in shard and size != shard["bytes"]:
-                raise ShardsChanged(f"{path} has {size} bytes, manifest.json says {shard['bytes']}: the shards "
-                                    "changed after the build; rebuild the dataset")
-            files.append(path)
-        if files:
-            return files
-        raise FileNotFoundError(f"{root}/manifest.json lists no {split} shards")
-    files = sorted({f for pattern in SHARD_PATTERNS for f in tf.io.gfile.glob(f"{root}/{pattern.format(split=split)}")})
-    if not files:
-        names = ", ".join(p.format(split=split) for p in SHARD_PATTERNS)
-        raise FileNotFoundError(f"no {split} shards in {data_dir} (looked for {names})")
-    return files
-
-
-def decode_rgb(encoded: tf.Tensor) -> tf.Tensor:
-    """JPEG/PNG bytes → uint8 RGB (greyscale, CMYK, palette and alpha become 3 channels).
-    TensorFlow ignores EXIF: the data step wrote photos in their annotation's frame."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    image.set_shape([None, None, 3])
-    return image
-
-
-_BOX_FEATURES = {key: _FEATURES[key] for key in (*K.BOX_KEYS, K.CLASS_LABEL, K.HEIGHT, K.WIDTH)}
-
-
-def _yxyx(dense: dict[str, tf.Tensor]) -> tf.Tensor:
-    return tf.reshape(tf.stack([dense[K.YMIN], dense[K.XMIN], dense[K.YMAX], dense[K.XMAX]], axis=-1), [-1, 4])
-
-
-def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-    """One Example → decoded RGB uint8 image, normalised yxyx boxes, 1-based labels."""
-    parsed = tf.io.parse_single_example(serialized, _FEATURES)
-    dense = {k: tf.sparse.to_dense(v) for k, v in parsed.items() if isinstance(v, tf.SparseTensor)}
-    image = decode_rgb(parsed[K.ENCODED])
-    return {
-        "image": image,
-        "boxes": _yxyx(dense),
-        "labels": dense[K.CLASS_LABEL],
-        "difficult": dense[K.DIFFICULT],
-        "height": parsed[K.HEIGHT],
-        "width": parsed[K.WIDTH],
-        "source_id": parsed[K.SOURCE_ID],
-    }
-
-
-def parse_boxes(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-    """One Example → its normalised yxyx boxes, 1-based labels and image size, without decoding the image."""
-    parsed = tf.io.parse_single_example(serialized, _BOX_FEATURES)
-    dense = {k: tf.sparse.to_dense(v) for k, v in parsed.items() if isinstance(v, tf.SparseTensor)}
-    return {"boxes": _yxyx(dense), "labels": dense[K.CLASS_LABEL], "height": parsed[K.HEIGHT],
-            "width": parsed[K.WIDTH]}
-
-
-def to_model_image(image: tf.Tensor, image_size: int) -> tf.Tensor:
-    """A decoded RGB uint8 image of any size → float32 in [0, 1] at the model size: the
-    preprocessing of training without augmentation, of evaluation and of serving."""
-    # Resizing the uint8 image first and scaling after is one pass less over the full-size image.
-    return tf.image.resize(image, [image_size, image_size]) / 255.0
 
 
 def _resized(image, boxes, labels, image_size: int) -> tuple[tf.Tensor, dict]:
@@ -189,25 +79,6 @@ def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_re
         padding_values=(0.0, {"boxes": 0.0, "labels": -1.0}),
         drop_remainder=drop_remainder,
     )
-
-
-def compression_type(files: list[str]) -> str:
-    """The TFRecord compression of a split's shards: "GZIP" when they end in `.gz`, else ""."""
-    kinds = {f.endswith(".gz") for f in files}
-    if len(kinds) > 1:
-        raise ValueError("a split mixes GZIP (.gz) and plain shards")
-    return "GZIP" if kinds.pop() else ""
-
-
-def read_records(files: list[str], deterministic: bool, shuffle_seed: int | None = None) -> tf.data.Dataset:
-    """Interleaved parallel reads of shard files, in a seeded random file order if asked."""
-    compression = compression_type(files)
-    names = tf.data.Dataset.from_tensor_slices(files)
-    if shuffle_seed is not None:
-        names = names.shuffle(len(files), seed=shuffle_seed)
-    return names.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
-        cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
 def shard_policy(num_files: int, workers: int) -> tf.data.experimental.AutoShardPolicy:
@@ -257,17 +128,3 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     return ds
 
 
-def eval_examples(data_dir: str, split: str = "val") -> tf.data.Dataset:
-    """Parsed examples in shard order (no augmentation), for evaluation."""
-    return read_records(shard_files(data_dir, split), deterministic=True).map(parse_example, num_parallel_calls=AUTOTUNE)
-
-
-def count_records(data_dir: str, split: str) -> int:
-    """Records in a split: from `manifest.json` when `detpipe data build` wrote the shards
-    (no pass over the data), else by reading them (shards from other converters)."""
-    files = shard_files(data_dir, split)  # with a manifest: exactly its shards, checked
-    listed = _manifest_shards(data_dir.rstrip("/"))
-    if listed is not None:
-        return sum(shard["records"] for shard in listed if shard["split"] == split)
-    compression = compression_type(files)
-    return sum(1 for f in files for _ in tf.data.TFRecordDataset(f, compression_type=compression))

@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from components.train.config import BOX_LOSSES, TrainConfig
-from components.train.precision import precision_for
+from components.detector.box_losses import BOX_LOSSES
+from components.train.config import TrainConfig
+from components.detector.precision import precision_for
 
 
 @dataclass(frozen=True)

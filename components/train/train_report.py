@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.train.artifacts import LOSS_CURVE_FILE, TENSORBOARD_DIR
+from components.detector.artifacts import LOSS_CURVE_FILE, TENSORBOARD_DIR
 
 
 def training_report(result, losses: dict[str, list[float]], has_curve: bool) -> str:

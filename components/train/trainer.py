@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from beam.label_map import num_class_slots, read_dataset_label_map
 from components.train.accumulation import use_micro_batches
-from components.train.artifacts import (
+from components.detector.artifacts import (
     CHECKPOINT_DIR,
     HISTORY_FILE,
     LOSS_CURVE_FILE,
@@ -36,11 +36,12 @@ from components.train.distribution import (ClusterRole, cluster_role, fit_across
                                            make_strategy, synchronise_batch_norm, vector_logs,
                                            weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
-from components.train.fitted_shape import FittedShape, shape_for_data
-from components.train.input_pipeline import InputConfig, count_records, train_dataset
-from components.train.losses import AveragedAdamW, compile_detector
+from components.detector.fitted_shape import FittedShape, shape_for_data
+from components.detector.records import count_records
+from components.train.input_pipeline import InputConfig, train_dataset
+from components.detector.losses import AveragedAdamW, compile_detector
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
-from components.train.model import build_detector, count_params
+from components.detector.model import build_detector, count_params
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import MachineFacts, TrainPlan, choose_precision, plan_training
 from components.train.schedules import ScaledSchedule

@@ -29,7 +29,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from components.train.config import BOX_LOSSES
+from components.detector.box_losses import BOX_LOSSES
 
 # Predicted log-size deltas are clipped to this before exp: a box more than e^8 (~3000)
 # times its anchor is meaningless, and an overflow would turn the sum (0 x inf) into NaN.

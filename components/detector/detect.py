@@ -8,11 +8,11 @@ sees exactly `batch_size` images: the images are padded with black ones up to a 
 dropped. The padding is written in TensorFlow ops, not numpy, so the same function works
 inside a SavedModel signature whose batch is unknown until a request arrives.
 
-Images come in already at the model size: `input_pipeline.to_model_image` is the one
+Images come in already at the model size: `records.to_model_image` is the one
 preprocessing that training, evaluation and serving share.
 
 Example:
-    >>> from components.train.model import ModelConfig, build_detector
+    >>> from components.detector.model import ModelConfig, build_detector
     >>> model = build_detector(ModelConfig(num_classes=2, image_size=64, backbone_filters=(64, 16, 16, 16)))
     >>> out = detect(model, tf.zeros([3, 64, 64, 3]), batch_size=2)
     >>> out["boxes"].shape[0], out["num_detections"].shape
@@ -39,7 +39,7 @@ def detect(model: keras.Model, images: tf.Tensor, batch_size: int) -> dict[str, 
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     size = images.shape[1]
     if size is None or images.shape[2] is None:
-        raise ValueError("detect needs images of a static size; resize them with input_pipeline.to_model_image first")
+        raise ValueError("detect needs images of a static size; resize them with records.to_model_image first")
     images = tf.cast(images, tf.float32)
     count = tf.shape(images)[0]
     padded = (count + batch_size - 1) // batch_size * batch_size

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from components.train.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC, MIN_CLASS_BOXES,
+from components.detector.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC, MIN_CLASS_BOXES,
                                        PREFERRED_LOWEST_LEVEL, SIZE_STEP, AnchorFit, BoxSample,
                                        CostModel, choose_image_size, coverage, fit_anchors, size_cap)
-from components.train.model import ModelConfig, model_config_for
+from components.detector.model import ModelConfig, model_config_for
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dic
     """The boxes, classes and image sizes of the first `records` train records (in shard order)."""
     import tensorflow as tf
 
-    from components.train.input_pipeline import compression_type, parse_boxes, shard_files
+    from components.detector.records import compression_type, parse_boxes, shard_files
 
     files = shard_files(data_dir, "train")
     data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(parse_boxes)

@@ -1,5 +1,6 @@
 """The names of what `detpipe train` writes into its output folder, in one place: readers
-(evaluation, export, the run report) import these instead of the whole trainer."""
+(evaluation, export, the run report) import these instead of the whole trainer; and
+`load_trained`, the one way to load a trained model with the config it was trained with."""
 
 from __future__ import annotations
 
@@ -66,3 +67,22 @@ class TrainConfigFile:
     @classmethod
     def read(cls, folder: str | Path) -> "TrainConfigFile":
         return cls.from_dict(json.loads((Path(folder) / CONFIG_FILE).read_text()))
+
+
+def load_trained(model_dir: str):
+    """The trained model (for inference: no optimizer or losses) and its `TrainConfigFile`.
+    Keras is imported here, not at the top: the run report reads this module's names only."""
+    import keras
+    import keras_hub  # noqa: F401  (registers the KerasHub classes the saved model names)
+
+    from components.detector import retinanet  # noqa: F401  (registers detpipe's model classes)
+
+    model_dir_path = Path(model_dir)
+    path = model_dir_path / MODEL_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {model_dir} the output of `detpipe train`?")
+    if not (model_dir_path / CONFIG_FILE).exists():
+        raise FileNotFoundError(f"{model_dir} has {MODEL_FILE} but no {CONFIG_FILE} (the label map and input size "
+                                "training used): pass the whole output folder of `detpipe train`")
+    config = TrainConfigFile.read(model_dir_path)
+    return keras.saving.load_model(path, compile=False), config

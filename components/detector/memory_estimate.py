@@ -38,7 +38,7 @@ def model_footprint(config) -> tuple[int, int]:
     describes (its input size, levels and anchors: the fitted shape)."""
     key = json.dumps(config.to_dict(), sort_keys=True, default=str)
     if key not in _FOOTPRINTS:
-        from components.train.model import build_detector
+        from components.detector.model import build_detector
 
         model = build_detector(config)
         _FOOTPRINTS[key] = (_output_elements(model), model.count_params())

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import keras
 import keras_hub
 
-from components.train.retinanet import KERAS_HUB_FPN_FILTERS, NarrowRetinaNetBackbone, NarrowRetinaNetObjectDetector
+from components.detector.retinanet import KERAS_HUB_FPN_FILTERS, NarrowRetinaNetBackbone, NarrowRetinaNetObjectDetector
 
 # Pixel box format used between the input pipeline, the model and the evaluator.
 BOX_FORMAT = "yxyx"
@@ -194,3 +194,13 @@ def model_config_for(model_size: str, image_size: int, num_classes: int, preset:
 
 def build_model_for(model_size: str, image_size: int, num_classes: int):
     return build_detector(model_config_for(model_size, image_size, num_classes))
+
+
+def synthetic_batch(batch: int, image_size: int):
+    """Images and one centred box per image: what a trial step needs, no data read."""
+    import tensorflow as tf
+
+    quarter, three = image_size / 4, 3 * image_size / 4
+    images = tf.random.stateless_uniform([batch, image_size, image_size, 3], [0, 1])
+    boxes = tf.tile(tf.constant([[[quarter, quarter, three, three]]], tf.float32), [batch, 1, 1])
+    return images, {"boxes": boxes, "labels": tf.zeros([batch, 1], tf.float32)}
