@@ -14,9 +14,21 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from components.detector.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC, MIN_CLASS_BOXES,
-                                       PREFERRED_LOWEST_LEVEL, SIZE_STEP, AnchorFit, BoxSample,
-                                       CostModel, choose_image_size, coverage, fit_anchors, size_cap)
+from components.detector.geometry import (
+    FAIL_COVERAGE,
+    FIXED_SIZE,
+    FIXED_SPEC,
+    MIN_CLASS_BOXES,
+    PREFERRED_LOWEST_LEVEL,
+    SIZE_STEP,
+    AnchorFit,
+    BoxSample,
+    CostModel,
+    choose_image_size,
+    coverage,
+    fit_anchors,
+    size_cap,
+)
 from components.detector.model import ModelConfig, model_config_for
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,11 @@ from dataclasses import asdict, dataclass, field
 import keras
 import keras_hub
 
-from components.detector.retinanet import KERAS_HUB_FPN_FILTERS, NarrowRetinaNetBackbone, NarrowRetinaNetObjectDetector
+from components.detector.retinanet import (
+    KERAS_HUB_FPN_FILTERS,
+    NarrowRetinaNetBackbone,
+    NarrowRetinaNetObjectDetector,
+)
 
 # Pixel box format used between the input pipeline, the model and the evaluator.
 BOX_FORMAT = "yxyx"

@@ -32,10 +32,10 @@ import contextlib
 
 import keras
 import keras_hub
-from keras_hub.src.models.retinanet import retinanet_object_detector
-from keras_hub.src.models.retinanet.prediction_head import PredictionHead
 from keras_hub.src.models.feature_pyramid_backbone import FeaturePyramidBackbone
+from keras_hub.src.models.retinanet import retinanet_object_detector
 from keras_hub.src.models.retinanet.feature_pyramid import FeaturePyramid
+from keras_hub.src.models.retinanet.prediction_head import PredictionHead
 from keras_hub.src.utils.keras_utils import standardize_data_format
 
 # KerasHub's width: what a config written before `fpn_filters` existed was built with.

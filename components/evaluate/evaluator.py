@@ -20,9 +20,23 @@ import tensorflow as tf
 from beam import feature_keys as K
 from components.detector.artifacts import load_trained
 from components.detector.detect import BatchDetector
-from components.detector.records import eval_examples, read_records, shard_files, to_model_image
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
-from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
+from components.detector.records import (
+    eval_examples,
+    read_records,
+    shard_files,
+    to_model_image,
+)
+from components.evaluate.coco_metrics import (
+    ImageDetections,
+    ImageTruth,
+    coco_box_metrics,
+)
+from components.evaluate.metrics_file import (
+    METRICS_FILE,
+    DetectionCap,
+    EvalMetrics,
+    Gate,
+)
 from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
 from components.evaluate.threshold import best_f1_threshold
 

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from components.detector.records import AUTOTUNE, parse_example, read_records, shard_files, to_model_image
+from components.detector.records import (
+    AUTOTUNE,
+    parse_example,
+    read_records,
+    shard_files,
+    to_model_image,
+)
 from components.train import augment
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,6 @@ import keras
 import tensorflow as tf
 
 from beam.label_map import num_class_slots, read_dataset_label_map
-from components.train.accumulation import use_micro_batches
 from components.detector.artifacts import (
     CHECKPOINT_DIR,
     HISTORY_FILE,
@@ -29,21 +28,34 @@ from components.detector.artifacts import (
     TENSORBOARD_DIR,
     TrainConfigFile,
 )
+from components.detector.fitted_shape import FittedShape, shape_for_data
+from components.detector.losses import AveragedAdamW, compile_detector
+from components.detector.model import build_detector, count_params
+from components.detector.records import count_records
+from components.train.accumulation import use_micro_batches
 from components.train.batch_search import measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
 from components.train.config import ProbeAdvice, TrainConfig
-from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers,
-                                           make_strategy, synchronise_batch_norm, vector_logs,
-                                           weights_digest)
+from components.train.distribution import (
+    ClusterRole,
+    cluster_role,
+    fit_across_workers,
+    make_strategy,
+    synchronise_batch_norm,
+    vector_logs,
+    weights_digest,
+)
 from components.train.faults import FaultPlan, FiniteGuard
-from components.detector.fitted_shape import FittedShape, shape_for_data
-from components.detector.records import count_records
 from components.train.input_pipeline import InputConfig, train_dataset
-from components.detector.losses import AveragedAdamW, compile_detector
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
-from components.detector.model import build_detector, count_params
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
-from components.train.plan import MachineFacts, TrainPlan, choose_precision, plan_training
+from components.train.plan import (
+    MachineFacts,
+    TrainPlan,
+    choose_precision,
+    plan_training,
+)
+from components.train.process_state import training_state
 from components.train.schedules import ScaledSchedule
 from components.train.train_report import training_report
 
@@ -82,44 +94,83 @@ def _machine_facts(role: ClusterRole, strategy: tf.distribute.Strategy, descript
                         gpu_majors=majors, strategy=description)
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What training found before planning: the data, the shape fitted to its boxes, the
+    machine, and the run's config with `image_size` resolved to the fitted number."""
+
+    config: TrainConfig
+    label_map: dict[str, int]
+    num_train: int
+    shape: FittedShape
+    machine: MachineFacts  # with the measured auto batch when `--batch-size auto`
+
+
+@dataclass
+class BuiltRun:
+    """The model and everything the fit loop drives, built under the strategy."""
+
+    parts: LoopParts
+    input_config: InputConfig
+    steps_done: int  # restored from a checkpoint; 0 for a fresh run
+    monitor: TrainingMonitor
+    write_dir: Path  # the chief's output folder, or this worker's scratch
+
+
 def train_detector(config: TrainConfig) -> TrainResult:
-    """Train and save `model.keras`, `history.json`, `train_config.json`, `train_report.md`."""
+    """Train and save `model.keras`, `history.json`, `train_config.json`, `train_report.md`.
+
+    Phases: facts (data, fitted shape, machine, measured batch), plan (plan.plan_training:
+    pure, every number with its reason), build, fit (loop.fit_with_recovery), report. The
+    process-wide TensorFlow state (seeds, determinism, precision policy) is set once around
+    them and restored afterwards, also after a failure (process_state.py)."""
     started = time.monotonic()
     role = cluster_role()
     strategy, description = make_strategy(role)  # first: several workers must set up collectives before other work
+    machine = _machine_facts(role, strategy, description)
+    precision, _ = choose_precision(config.probe.precision, machine.gpu_majors)
     try:
-        return _train(config, role, strategy, description, started)
+        with training_state(config.seed, config.deterministic, precision):  # the batch search's trials use it too
+            facts = gather_facts(config, machine)
+            plan = plan_training(facts.config, facts.machine, facts.num_train)
+            built = build_run(facts, plan, role, strategy)
+            decisions = _decisions(plan, facts.config, built.parts.model, Path(config.output_dir),
+                                   built.steps_done, facts.shape)
+            for key, value in decisions.items():
+                logger.info("train: %s = %s", key, value)
+            losses, recoveries = fit_with_recovery(built.parts, facts.config, built.input_config,
+                                                   built.steps_done, plan.chunk, plan.total_steps)
+            return finish_run(facts, plan, built, role, decisions, losses, recoveries, started)
     finally:
         role.clean_up(config.output_dir)
 
 
-def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strategy, description: str,
-           started: float) -> TrainResult:
-    keras.utils.set_random_seed(config.seed)
-    if config.deterministic:
-        tf.config.experimental.enable_op_determinism()
+def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
+    """The label map and train count, the input size (for "auto"), pyramid levels and
+    anchors fitted to the train boxes (refuses with PoorAnchors when too few boxes could
+    match an anchor), and on `--batch-size auto` the batch measured on this machine."""
     label_map = read_dataset_label_map(config.data_dir)
     num_train = count_records(config.data_dir, "train")
     if num_train == 0:
         raise ValueError(f"the train split in {config.data_dir} has no records")
-    num_classes = num_class_slots(label_map)
-    machine = _machine_facts(role, strategy, description)
-    # The input size (for "auto"), pyramid levels and anchors fitted to the train boxes;
-    # refuses (PoorAnchors) when too few boxes could match an anchor. Everything after
-    # this sees the fitted size as a number.
-    shape = shape_for_data(config.data_dir, config.model_size, num_classes, config.image_size,
+    shape = shape_for_data(config.data_dir, config.model_size, num_class_slots(label_map), config.image_size,
                            on_gpu=bool(machine.gpu_majors), preset=config.preset,
                            allow_poor_anchors=config.allow_poor_anchors)
-    config, model_config = replace(config, image_size=shape.model.image_size), shape.model
-    policy, _ = choose_precision(config.probe.precision, machine.gpu_majors)
-    keras.mixed_precision.set_global_policy(policy)  # before the batch search: trials use it too
+    resolved = replace(config, image_size=shape.model.image_size)  # from here on the size is a number
+    measured = machine
     if config.batch_size == "auto":
-        machine = replace(machine, auto_batch=measure_auto_batch(config, model_config, machine.local_replicas))
-    plan = plan_training(config, machine, num_train)
+        measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas))
+    return RunFacts(resolved, label_map, num_train, shape, measured)
 
+
+def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.distribute.Strategy) -> BuiltRun:
+    """The model, optimizer and checkpoints under the strategy (restored when a checkpoint
+    exists), the input config, and each train step wrapped: timed, checked for NaN/Inf and
+    carrying the stop flag."""
+    config = facts.config
     out = Path(config.output_dir)
-    mine = Path(role.write_dir(config.output_dir))  # the chief's output folder, or this worker's scratch
-    mine.mkdir(parents=True, exist_ok=True)
+    write_dir = Path(role.write_dir(config.output_dir))
+    write_dir.mkdir(parents=True, exist_ok=True)
     schedule = ScaledSchedule(keras.optimizers.schedules.CosineDecay(
         0.0, max(1, plan.total_steps - plan.warmup_steps), warmup_target=plan.peak_lr,
         warmup_steps=plan.warmup_steps))
@@ -127,11 +178,11 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
     # saved with the checkpoints so a restarted run keeps the smaller micro-batch.
     micro_batches = tf.Variable(1, dtype=tf.int64, trainable=False, name="micro_batches")
     with strategy.scope():  # weights and optimizer state mirrored on every device (a no-op on one)
-        model = build_detector(model_config)
+        model = build_detector(facts.shape.model)
         compile_detector(model, AveragedAdamW(schedule, weight_decay=config.weight_decay,
                                               global_clipnorm=config.clipnorm, use_ema=config.ema,
                                               ema_momentum=plan.ema_momentum), config.box_loss)
-        checkpoints = StepCheckpoints(model, str(out / CHECKPOINT_DIR), str(mine / CHECKPOINT_DIR),
+        checkpoints = StepCheckpoints(model, str(out / CHECKPOINT_DIR), str(write_dir / CHECKPOINT_DIR),
                                       lr_scale=schedule.scale, micro_batches=micro_batches)
     steps_done = checkpoints.restore()
     input_config = InputConfig(
@@ -154,16 +205,20 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
     use_micro_batches(model, int(micro_batches.numpy()), wrap=wrap)
     if steps_done == 0:
         checkpoints.save(0)  # the state a NaN in the first chunk goes back to
-    decisions = _decisions(plan, config, model, out, steps_done, shape)
-    for key, value in decisions.items():
-        logger.info("train: %s = %s", key, value)
-
-    monitor = TrainingMonitor(str(mine / TENSORBOARD_DIR), plan.batch_size, clock)
+    monitor = TrainingMonitor(str(write_dir / TENSORBOARD_DIR), plan.batch_size, clock)
     parts = LoopParts(model=model, schedule=schedule, micro_batches=micro_batches, checkpoints=checkpoints,
                       monitor=monitor, faults=faults, guard=guard, stop=stop, wrap=wrap, multi_worker=multi_worker)
-    losses, recoveries = fit_with_recovery(parts, config, input_config, steps_done, plan.chunk, plan.total_steps)
-    pieces = int(micro_batches.numpy())
+    return BuiltRun(parts, input_config, steps_done, monitor, write_dir)
+
+
+def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterRole, decisions: dict[str, str],
+               losses: dict[str, list[float]], recoveries: list[str], started: float) -> TrainResult:
+    """The weight average put in place, the model saved, the result; on the chief also the
+    history, `train_config.json`, the loss curve and `train_report.md`."""
+    model, out = built.parts.model, Path(facts.config.output_dir)
+    pieces = int(built.parts.micro_batches.numpy())
     micro_batch_size = plan.batch_size // plan.replicas // pieces  # images per forward/backward pass on one device
+    decisions = dict(decisions)
     if pieces > 1:
         decisions["micro_batch"] = (f"{micro_batch_size} images x {pieces} accumulated parts"
                                     + (f" x {plan.replicas} GPUs" if plan.replicas > 1 else "")
@@ -172,21 +227,22 @@ def _train(config: TrainConfig, role: ClusterRole, strategy: tf.distribute.Strat
         decisions["recoveries"] = "; ".join(recoveries)
     synchronise_batch_norm(model, on=False)
     model.optimizer.use_averages(model.trainable_variables)  # the moving average is the model (with --ema)
-    model.save(mine / MODEL_FILE)  # every worker saves (it may read synchronised variables); only the chief's stays
+    model.save(built.write_dir / MODEL_FILE)  # every worker saves (it may read synchronised variables); only the chief's stays
     digest = weights_digest(model)
     logger.info("train: %s final weights sha256 %s", role.name, digest)
+    monitor = built.monitor
     result = TrainResult(
-        model_path=str(out / MODEL_FILE), num_train=num_train, batch_size=plan.batch_size,
+        model_path=str(out / MODEL_FILE), num_train=facts.num_train, batch_size=plan.batch_size,
         micro_batch_size=micro_batch_size, steps=plan.total_steps,
         images_per_second=round(monitor.images_per_second, 2),
         input_wait_share=None if monitor.input_wait_share is None else round(monitor.input_wait_share, 3),
         final_loss=losses["loss"][-1] if losses.get("loss") else None,  # no losses: nothing was left to train
         seconds=round(time.monotonic() - started, 1), weights_sha256=digest, decisions=decisions,
-        shape=shape.metadata(), is_chief=role.is_chief)
+        shape=facts.shape.metadata(), is_chief=role.is_chief)
     if role.is_chief:
         (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
-        TrainConfigFile(model=model_config.to_dict(), train=asdict(config), result=result.to_dict(),
-                        label_map=label_map).write(out)
+        TrainConfigFile(model=facts.shape.model.to_dict(), train=asdict(facts.config), result=result.to_dict(),
+                        label_map=facts.label_map).write(out)
         has_curve = draw_loss_curve(monitor.step_losses, out / LOSS_CURVE_FILE)
         (out / REPORT_FILE).write_text(training_report(result, losses, has_curve))
     return result
