@@ -226,7 +226,10 @@ def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
                         "training boxes so the small ones stay as large as the smallest anchor, at most the "
                         "images' median long side and 512 on a CPU, 1024 on a GPU. Pyramid levels and anchors "
                         "are fitted at either; train_report.md says what was chosen and why")
-    p.add_argument("--model-size", **declared("model_size"), help="backbone and head size (default tiny)")
+    p.add_argument("--model-size", **declared("model_size"),
+                   help="tiny (default): a small ResNet, a 64-wide FPN and no head convs, the recipe the "
+                        "README measures; small: a wider backbone with KerasHub's 256-wide FPN and 2 head convs; "
+                        "resnet18: ResNet-18 with 4 head convs. Larger sizes cost more time and memory per image")
     p.add_argument("--seed", **declared("seed"), help="random seed (default 0)")
 
 
