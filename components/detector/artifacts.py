@@ -73,9 +73,9 @@ def load_trained(model_dir: str):
     """The trained model (for inference: no optimizer or losses) and its `TrainConfigFile`.
     Keras is imported here, not at the top: the run report reads this module's names only."""
     import keras
-    import keras_hub  # noqa: F401  (registers the KerasHub classes the saved model names)
 
-    from components.detector import retinanet  # noqa: F401  (registers detpipe's model classes)
+    # Registers detpipe's model classes, and through keras_hub KerasHub's, for load_model.
+    from components.detector import retinanet  # noqa: F401
 
     model_dir_path = Path(model_dir)
     path = model_dir_path / MODEL_FILE

@@ -44,20 +44,6 @@ def _unit_anchor_corners(deltas):
     return centre - half, centre + half
 
 
-def delta_iou(true_deltas, pred_deltas):
-    """IoU and GIoU, per anchor, of the boxes two sets of anchor-relative deltas describe."""
-    true_lo, true_hi = _unit_anchor_corners(true_deltas)
-    pred_lo, pred_hi = _unit_anchor_corners(pred_deltas)
-    true_area = ops.prod(true_hi - true_lo, axis=-1)
-    pred_area = ops.prod(pred_hi - pred_lo, axis=-1)
-    overlap = ops.prod(ops.maximum(ops.minimum(true_hi, pred_hi) - ops.maximum(true_lo, pred_lo), 0.0), axis=-1)
-    union = true_area + pred_area - overlap
-    enclosing = ops.prod(ops.maximum(true_hi, pred_hi) - ops.minimum(true_lo, pred_lo), axis=-1)
-    eps = 1e-7
-    iou = overlap / (union + eps)
-    return iou, iou - (enclosing - union) / (enclosing + eps)
-
-
 @keras.saving.register_keras_serializable(package="detpipe")
 class AnchorGIoULoss(keras.losses.Loss):
     """1 - GIoU of the boxes that two sets of anchor-relative deltas describe, per anchor
@@ -71,7 +57,16 @@ class AnchorGIoULoss(keras.losses.Loss):
         return {**super().get_config(), "l1_weight": self.l1_weight}
 
     def call(self, y_true, y_pred):
-        _, giou = delta_iou(y_true, y_pred)
+        true_lo, true_hi = _unit_anchor_corners(y_true)
+        pred_lo, pred_hi = _unit_anchor_corners(y_pred)
+        true_area = ops.prod(true_hi - true_lo, axis=-1)
+        pred_area = ops.prod(pred_hi - pred_lo, axis=-1)
+        overlap = ops.prod(ops.maximum(ops.minimum(true_hi, pred_hi) - ops.maximum(true_lo, pred_lo), 0.0), axis=-1)
+        union = true_area + pred_area - overlap
+        enclosing = ops.prod(ops.maximum(true_hi, pred_hi) - ops.minimum(true_lo, pred_lo), axis=-1)
+        eps = 1e-7
+        iou = overlap / (union + eps)
+        giou = iou - (enclosing - union) / (enclosing + eps)
         # GIoU alone has no gradient for a box inside another (shifting it changes neither
         # term) and almost none for one far larger; the L1 distance of the deltas always
         # pulls towards the target (as DETR and YOLOX pair them).

@@ -252,8 +252,8 @@ def _decisions(plan: TrainPlan, config: TrainConfig, model: keras.Model, out: Pa
                shape: FittedShape) -> dict[str, str]:
     """The plan's and the shape fit's decisions plus what only the built model tells."""
     decisions = {**shape.decisions, **plan.decisions}
-    built = shape.model
-    width = f"; FPN {built.fpn_filters} wide, {built.head_conv_layers} conv layer(s) per head" if not config.preset else ""
+    fitted = shape.model
+    width = f"; FPN {fitted.fpn_filters} wide, {fitted.head_conv_layers} conv layer(s) per head" if not config.preset else ""
     decisions["model"] = ((f"preset {config.preset} (pretrained backbone, new heads)" if config.preset
                            else config.model_size) + f": {count_params(model):,} parameters, {config.image_size}px input"
                           + width)
