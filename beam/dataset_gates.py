@@ -79,7 +79,7 @@ def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int
     if fraction > options.max_reject_fraction:
         problems.append(f"(records) | too many rejects | {rejected} of {records_in} records rejected "
                         f"({fraction:.1%}), over --max-reject-fraction {options.max_reject_fraction:.1%}; "
-                        "see rejects.jsonl")
+                        "see rejects-*.jsonl")
     stats = {s: tfdv.load_stats_binary(FileSystems.join(out, f"stats-{s}.pb")) for s in (TRAIN, VAL)
              if written.get(s)}
     if TRAIN in stats:

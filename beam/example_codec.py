@@ -27,10 +27,20 @@ class ImageChanged(RuntimeError):
     """The image file differs from the one the checks read."""
 
 
-def encode_example(record: CheckedRecord, image_bytes: bytes, label_map: dict[str, int]) -> tf.train.Example:
-    """The tf.Example of one record from its source image bytes; labels are 1-based ids
-    from `label_map`. When the checks applied the EXIF orientation, the image is written
-    upright (beam/exif.py) and `image/key/sha256` is the hash of the bytes written.
+# The kind of each feature but `image/encoded` (bytes): the Example and the statistics'
+# Arrow columns are both built from `record_features` with these.
+BYTES, FLOATS, INTS = "bytes", "floats", "ints"
+FEATURE_KINDS = {
+    K.FORMAT: BYTES, K.HEIGHT: INTS, K.WIDTH: INTS, K.FILENAME: BYTES, K.SOURCE_ID: BYTES, K.KEY_SHA256: BYTES,
+    K.XMIN: FLOATS, K.YMIN: FLOATS, K.XMAX: FLOATS, K.YMAX: FLOATS,
+    K.CLASS_TEXT: BYTES, K.CLASS_LABEL: INTS, K.DIFFICULT: INTS,
+}
+_FEATURE = {BYTES: _bytes, FLOATS: _floats, INTS: _ints}
+
+
+def written_image(record: CheckedRecord, image_bytes: bytes) -> tuple[bytes, str]:
+    """(the bytes the shard holds, their sha256): the source bytes, or the image turned
+    upright when the checks applied its EXIF orientation (beam/exif.py).
 
     Raises `ImageChanged` when `image_bytes` is not the image the record was checked on.
     """
@@ -40,22 +50,35 @@ def encode_example(record: CheckedRecord, image_bytes: bytes, label_map: dict[st
     if record.orientation_applied:
         image_bytes = upright_image_bytes(image_bytes)
         digest = hashlib.sha256(image_bytes).hexdigest()
+    return image_bytes, digest
+
+
+def record_features(record: CheckedRecord, digest: str, label_map: dict[str, int]) -> dict[str, list]:
+    """Every feature of the record's Example but the image bytes, as lists of values;
+    labels are 1-based ids from `label_map`."""
     xmin, ymin, xmax, ymax = (list(c) for c in zip(*record.boxes)) if record.boxes else ([], [], [], [])
-    feature = {
-        K.ENCODED: _bytes([image_bytes]),
-        K.FORMAT: _bytes([record.image_format.encode()]),
-        K.HEIGHT: _ints([record.height]),
-        K.WIDTH: _ints([record.width]),
-        K.FILENAME: _bytes([record.filename.encode()]),
-        K.SOURCE_ID: _bytes([record.image_id.encode()]),
-        K.KEY_SHA256: _bytes([digest.encode()]),
-        K.XMIN: _floats(xmin), K.YMIN: _floats(ymin),
-        K.XMAX: _floats(xmax), K.YMAX: _floats(ymax),
-        K.CLASS_TEXT: _bytes([t.encode() for t in record.class_texts]),
-        K.CLASS_LABEL: _ints([label_map[t] for t in record.class_texts]),
-        K.DIFFICULT: _ints([int(d) for d in record.difficult]),
+    return {
+        K.FORMAT: [record.image_format.encode()], K.HEIGHT: [record.height], K.WIDTH: [record.width],
+        K.FILENAME: [record.filename.encode()], K.SOURCE_ID: [record.image_id.encode()],
+        K.KEY_SHA256: [digest.encode()],
+        K.XMIN: xmin, K.YMIN: ymin, K.XMAX: xmax, K.YMAX: ymax,
+        K.CLASS_TEXT: [t.encode() for t in record.class_texts],
+        K.CLASS_LABEL: [label_map[t] for t in record.class_texts],
+        K.DIFFICULT: [int(d) for d in record.difficult],
     }
+
+
+def to_example(features: dict[str, list], image_bytes: bytes) -> tf.train.Example:
+    feature = {K.ENCODED: _bytes([image_bytes])}
+    feature.update((key, _FEATURE[FEATURE_KINDS[key]](values)) for key, values in features.items())
     return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def encode_example(record: CheckedRecord, image_bytes: bytes, label_map: dict[str, int]) -> tf.train.Example:
+    """The tf.Example of one record from its source image bytes (`written_image`,
+    `record_features`)."""
+    image_bytes, digest = written_image(record, image_bytes)
+    return to_example(record_features(record, digest, label_map), image_bytes)
 
 
 def decode_example(serialized: bytes) -> dict:

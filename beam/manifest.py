@@ -17,14 +17,21 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 
 MANIFEST_FILE = "manifest.json"
-REJECTS_FILE = "rejects.jsonl"
 LABEL_MAP_FILE = "label_map.json"
+# Rejects: `rejects-00000-of-00001.jsonl`, one file per REJECTS_PER_FILE input records (most
+# datasets: one file), one row per rejected image or dropped box, sorted by source inside
+# each; `beam/output_files.py::read_rejects` reads them all.
+REJECTS_PER_FILE = 100_000
+REJECTS_GLOB = "rejects-*.jsonl"
+_REJECTS_FILE = re.compile(r"^rejects-\d{5}-of-\d{5}\.jsonl$")
+# What builds before the sharded rejects wrote (recognised, so --overwrite removes it).
+OLD_REJECTS_FILE = "rejects.jsonl"
 # 2: box-level rejects and the `boxes` counts. A version-1 manifest has no box counts.
 MANIFEST_VERSION = 2
 
 # Every name a build writes at the top of its output folder besides the shards (the job's
 # scratch folder included); `--overwrite` removes these and the shards, nothing else.
-BUILD_FILES = (MANIFEST_FILE, REJECTS_FILE, LABEL_MAP_FILE, "schema.pbtxt", "anomalies.txt", "stats.html",
+BUILD_FILES = (MANIFEST_FILE, OLD_REJECTS_FILE, LABEL_MAP_FILE, "schema.pbtxt", "anomalies.txt", "stats.html",
                "stats-train.pb", "stats-val.pb", "_job")
 _SHARD = re.compile(r"^(train|val)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
 
@@ -35,7 +42,30 @@ def written_by_build(name: str) -> bool:
     >>> [written_by_build(n) for n in ("val-00001-of-00002.tfrecord.gz", "stats.html", "notes.txt")]
     [True, True, False]
     """
-    return name.rstrip("/") in BUILD_FILES or bool(_SHARD.match(name.rstrip("/")))
+    name = name.rstrip("/")
+    return name in BUILD_FILES or bool(_SHARD.match(name)) or is_rejects_file(name)
+
+
+def rejects_file_count(records_in: int) -> int:
+    """How many rejects files a job over `records_in` records writes.
+
+    >>> rejects_file_count(10), rejects_file_count(250_000)
+    (1, 3)
+    """
+    return max(1, -(-records_in // REJECTS_PER_FILE))
+
+
+def rejects_file_name(index: int, count: int) -> str:
+    """The name of rejects file `index` of `count`.
+
+    >>> rejects_file_name(0, 1), is_rejects_file(rejects_file_name(0, 1))
+    ('rejects-00000-of-00001.jsonl', True)
+    """
+    return f"rejects-{index:05d}-of-{count:05d}.jsonl"
+
+
+def is_rejects_file(name: str) -> bool:
+    return bool(_REJECTS_FILE.match(name))
 
 
 def earlier_build_problem(names: list[str]) -> str | None:

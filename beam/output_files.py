@@ -6,7 +6,7 @@ import json
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam.manifest import MANIFEST_FILE, Manifest
+from beam.manifest import MANIFEST_FILE, REJECTS_GLOB, Manifest
 from beam.source_records import Reject
 
 
@@ -25,27 +25,15 @@ def read_json(path: str):
         return json.loads(handle.read())
 
 
-def pop_json(path: str, default):
-    """Read and delete a side file the Beam job left (absent when it saw no records)."""
-    if not FileSystems.exists(path):
-        return default
-    data = read_json(path)
-    FileSystems.delete([path])
-    return data
-
-
-def write_rejects(path: str, rejects: list[Reject]) -> None:
-    """`rejects.jsonl`: one JSON object a line, sorted by source so reruns match."""
-    rows = sorted((r.to_dict() for r in rejects), key=lambda d: (d["source"], d["image_id"], d.get("box", -1)))
-    write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
-
-
-def read_rejects(path: str) -> list[Reject]:
-    """The rows of `rejects.jsonl` (none when the file is absent)."""
-    if not FileSystems.exists(path):
-        return []
-    with FileSystems.open(path) as handle:
-        return [Reject.from_dict(json.loads(line)) for line in handle.read().decode().splitlines() if line.strip()]
+def read_rejects(dataset_dir: str) -> list[Reject]:
+    """Every row of the dataset's rejects files (`rejects-*.jsonl`; none when there are none),
+    in file order."""
+    rows = []
+    for match in sorted(FileSystems.match([FileSystems.join(dataset_dir, REJECTS_GLOB)])[0].metadata_list,
+                        key=lambda m: m.path):
+        with FileSystems.open(match.path) as handle:
+            rows += [Reject.from_dict(json.loads(line)) for line in handle.read().decode().splitlines() if line.strip()]
+    return rows
 
 
 def read_manifest(dataset_dir: str) -> Manifest:

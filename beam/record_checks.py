@@ -1,6 +1,6 @@
 """Per-record checks: a `SourceRecord` becomes a `CheckedRecord` or a `Reject`.
 
-Reason codes are stable strings that `rejects.jsonl` and `manifest.json` use.
+Reason codes are stable strings that the rejects files and `manifest.json` use.
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ def _reject(record: SourceRecord, reason: str, message: str) -> Reject:
 
 
 def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
-    """(PIL format, stored width, stored height, mode, EXIF orientation) after fully
-    decoding the image.
+    """(PIL format, stored width, stored height, mode, EXIF orientation) after decoding the
+    whole image, a JPEG at 1/8 scale: libjpeg's DCT-domain scaling still entropy-decodes
+    every coefficient (so a truncated or corrupt stream fails as in a full decode) but
+    skips most of the inverse DCT and colour conversion, which nothing here needs.
 
     Raises `ValueError` for data Pillow cannot decode (corrupt or truncated).
     """
@@ -69,7 +71,9 @@ def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
         with Image.open(io.BytesIO(data)) as image:
             fmt, (width, height), mode = image.format, image.size, image.mode
             orientation = orientation_of(image)
-            image.load()  # decodes every pixel: catches truncated files
+            if fmt == "JPEG":
+                image.draft(mode, (max(1, width // 8), max(1, height // 8)))
+            image.load()  # decodes the whole stream: catches truncated files
     except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as err:
         raise ValueError(str(err) or type(err).__name__) from err
     return fmt or "unknown", width, height, mode, orientation

@@ -65,8 +65,8 @@ class SourceRecord:
 @dataclass(frozen=True)
 class Reject:
     """A record that was not written, or one box of a written record that was dropped, with a
-    reason code and a one-line message. One row of `rejects.jsonl`: its writer
-    (`beam/output_files.py::write_rejects`) and every reader go through `to_dict`/`from_dict`.
+    reason code and a one-line message. One row of a rejects file (`rejects-*.jsonl`): its writer
+    (`beam/job_transforms.py::WriteRejects`) and every reader go through `to_dict`/`from_dict`.
 
     A box-level reject (`box_index` set) names the box's index in its annotation and its
     class; the image it came from was written, with its other boxes, to `split`.

@@ -86,7 +86,7 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
     from beam.label_map import read_label_map
-    from beam.manifest import REJECTS_FILE, near_duplicate_line
+    from beam.manifest import REJECTS_GLOB, near_duplicate_line
 
     options = ConvertOptions(
         images=args.images, annotations=args.annotations, output=args.output, format=args.format,
@@ -99,14 +99,14 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
                           previous_stats=args.previous_stats, drift_threshold=args.drift_threshold,
                           allow_new_classes=args.allow_new_classes),
-        runner=args.runner, beam_args=tuple(beam_args),
+        runner=args.runner, num_workers=args.direct_num_workers, beam_args=tuple(beam_args),
     )
     result = build_dataset(options)
     m = result.manifest
     print(f"{m.records_in} records in: {m.written['train']} train + {m.written['val']} val written, "
           f"{m.rejected} rejected -> {args.output}")
     for reason, count in m.rejected_by_reason.items():
-        print(f"  rejected {count}: {reason} (details in {args.output}/{REJECTS_FILE})")
+        print(f"  rejected {count}: {reason} (details in {args.output}/{REJECTS_GLOB})")
     if m.near_duplicates["pairs"]:
         print(f"detpipe: warning: {near_duplicate_line(m)}", file=sys.stderr)
     if m.split_file:
@@ -115,7 +115,7 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
     boxes = sum(c.boxes_in for c in m.boxes.values())
     for reason, count in m.boxes_rejected_by_reason.items():
         print(f"  box(es) dropped {count} of {boxes}: {reason}, their images kept (details in "
-              f"{args.output}/{REJECTS_FILE})")
+              f"{args.output}/{REJECTS_GLOB})")
     if result.anomalies:
         table = ["dataset anomalies (feature | problem | detail):", *result.anomalies]
         if not result.allowed:
@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="data_command", required=True, metavar="DATA_COMMAND", help="build: validate and convert")
     p = data.add_parser(
         "build", help="validate a dataset and write sharded TFRecords",
-        description="Validate every record, write rejects.jsonl, TFDV statistics/schema/anomalies and "
+        description="Validate every record, write the rejects (rejects-*.jsonl), TFDV statistics/schema/anomalies and "
                     "sharded TFRecords. Unknown options are passed to Beam (e.g. --project, --region, "
                     "--temp_location, --sdk_container_image for DataflowRunner).")
     p.add_argument("--format", choices=("voc", "coco", "csv"), required=True, help="annotation format")
@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bad-box", choices=BAD_BOX_MODES, default=BAD_BOX_MODES[0],
                    help="a box that cannot be trusted on its own (empty, inverted, NaN, zero area once clipped, "
                         "outside the image): drop it and keep the image with its other boxes (default; each "
-                        "dropped box is a row of rejects.jsonl), or reject-image: reject the whole image")
+                        "dropped box is a row of rejects-*.jsonl), or reject-image: reject the whole image")
     p.add_argument("--max-pixels", type=_positive_int, default=50_000_000,
                    help="reject images with more pixels than this (default 50,000,000)")
     p.add_argument("--split-file", type=existing_file, help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
@@ -322,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the dataset and exit 0 despite anomalies (they are still reported)")
     p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default="DirectRunner",
                    help="Beam runner (default DirectRunner)")
+    p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
+                   help="DirectRunner: check and write in N worker processes, each record pickled to them as "
+                        "Dataflow does (default: every CPU this process may use, counted as `detpipe probe` counts "
+                        "them; 1 runs in this process). The shards are the same for any N")
     p.set_defaults(func=cmd_data_build, takes_beam_args=True)
 
     p = sub.add_parser(

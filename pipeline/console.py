@@ -20,10 +20,11 @@ from pathlib import Path
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '([^']+)'")
 _END = re.compile(r"Task '([^']+)' finished with status (\w+)")
-# Progress the steps print (Keras' "Epoch 3/8", the data step's "checked 500/2304 records"),
+# Progress the steps print (Keras' "Epoch 3/8", the data step's "checked 500 records on worker 81 (2304 in the job)"),
 # and how the live line shows it.
 _PROGRESS = ((re.compile(r"\bEpoch (\d+)/(\d+)"), "epoch {}/{}"),
-             (re.compile(r"checked (\d+)/(\d+) records"), "{}/{} records checked"))
+             (re.compile(r"checked (\d+) records on worker \d+ \((\d+) in the job\)"),
+              "a worker checked {} of {} records"))
 
 
 def strip_ansi(text: str) -> str:

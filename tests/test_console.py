@@ -9,7 +9,7 @@ from pipeline.console import StepDisplay, StepRouter, error_lines
 
 KFP_OUTPUT = """\
 16:14:00.749 - INFO - Executing task \x1b[96m'validate-and-convert'\x1b[0m
-    [KFP Executor 2026-11-21 16:14:08,911 INFO]: checked 250/300 records
+    [KFP Executor 2026-11-21 16:14:08,911 INFO]: checked 250 records on worker 4711 (300 in the job)
     beam chatter
 16:14:10.001 - INFO - Task \x1b[96m'validate-and-convert'\x1b[0m finished with status \x1b[92mSUCCESS\x1b[0m
 16:14:10.101 - INFO - Executing task \x1b[96m'train'\x1b[0m
@@ -38,7 +38,7 @@ def test_router_files_lines_by_step_and_reports_progress_and_figures(tmp_path):
     assert shown[0].startswith("✓ validate-and-convert") and shown[0].endswith("290 written, 10 rejected")
     assert shown[1].startswith("✗ train") and shown[1].endswith("failed")
     assert "\x1b" not in out.getvalue()
-    assert progress == ["250/300 records checked", "epoch 2/8"]
+    assert progress == ["a worker checked 250 of 300 records", "epoch 2/8"]
     assert "beam chatter" in (tmp_path / "logs" / "validate-and-convert.log").read_text()
     assert "Epoch 2/8" not in (tmp_path / "logs" / "validate-and-convert.log").read_text()
     assert router.failed == "train"

@@ -45,7 +45,7 @@ def test_raccoon_all_written_none_rejected(raccoon, raccoon_out):
     assert m.written["train"] + m.written["val"] == 200 and m.written["val"] > 0
     assert m.color_modes.get("L") == 3
     assert sum(c.boxes_in for c in m.boxes.values()) == _raccoon_boxes(raccoon) == sum(c.written for c in m.boxes.values())
-    assert (out / "rejects.jsonl").read_text() == ""
+    assert (out / "rejects-00000-of-00001.jsonl").read_text() == ""
     assert json.loads((out / "label_map.json").read_text()) == {"raccoon": 1}
     assert result.anomalies == []
     for name in ("schema.pbtxt", "stats.html", "manifest.json", "stats-train.pb", "stats-val.pb"):
@@ -157,7 +157,7 @@ def test_bad_records_rejected_with_reasons_and_counts_reconcile(demo_dir, tmp_pa
     result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
                                           keep_empty=False, max_pixels=100_000, bad_box="reject-image",
                                           gates=GateOptions(max_reject_fraction=1.0)))
-    rows = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "rejects-00000-of-00001.jsonl").read_text().splitlines()]
     got = {}
     for row in rows:
         key = row["image_id"] + ("#dup" if row["reason"] == "duplicate_image_id" else "")
@@ -223,7 +223,7 @@ def test_given_label_map_rejects_unknown_classes(demo_dir, tmp_path):
     out = tmp_path / "out"
     result = build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "annotations"),
                                           output=str(out), label_map={"circle": 1, "square": 2}))
-    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    rejects = [json.loads(line) for line in (out / "rejects-00000-of-00001.jsonl").read_text().splitlines()]
     assert rejects and {r["reason"] for r in rejects} == {"unknown_class"}
     assert all("'triangle'" in r["message"] for r in rejects)
     assert json.loads((out / "label_map.json").read_text()) == {"circle": 1, "square": 2}
@@ -234,7 +234,7 @@ def test_given_label_map_rejects_unknown_classes(demo_dir, tmp_path):
 
 def test_every_record_rejected_fails_with_pointer_to_rejects(demo_dir, tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(DataBuildError, match="rejects.jsonl"):
+    with pytest.raises(DataBuildError, match=r"rejects-\*\.jsonl"):
         build_dataset(ConvertOptions(images=str(tmp_path / "no-images-here"),
                                      annotations=str(demo_dir / "annotations"), output=str(out)))
-    assert len((out / "rejects.jsonl").read_text().splitlines()) == len(list(demo_dir.glob("annotations/*.xml")))
+    assert len((out / "rejects-00000-of-00001.jsonl").read_text().splitlines()) == len(list(demo_dir.glob("annotations/*.xml")))

@@ -16,7 +16,6 @@ from beam import feature_keys as K
 from beam import record_checks as rc
 from beam.convert_job import ConvertOptions, build_dataset
 from beam.example_codec import decode_example
-from beam.manifest import REJECTS_FILE
 from beam.output_files import read_manifest, read_rejects
 from components.report.run_report import write_dataset_page
 from dirty_data import make_dirty_copy, split_of
@@ -60,7 +59,7 @@ def test_every_reason_the_checks_know_is_produced_by_a_real_input(dirty):
 
 def test_rejects_are_what_the_dirty_inputs_should_give(dirty, built):
     out, _ = built
-    rejects = read_rejects(str(out / REJECTS_FILE))
+    rejects = read_rejects(str(out))
     images = {r.image_id + ("#duplicate" if r.reason == rc.DUPLICATE_IMAGE_ID else ""): r.reason
               for r in rejects if not r.is_box}
     boxes = {(r.image_id, r.box_index): r.reason for r in rejects if r.is_box}
@@ -93,7 +92,7 @@ def test_manifest_reconciles_images_and_boxes_with_the_rejects_file(dirty, built
     out, result = built
     manifest = read_manifest(str(out))  # the file, through its one definition
     assert manifest == result.manifest and manifest.reconcile_problems() == []
-    rejects = read_rejects(str(out / REJECTS_FILE))
+    rejects = read_rejects(str(out))
     assert manifest.rejected == sum(1 for r in rejects if not r.is_box)
     assert manifest.records_in == manifest.written_total + manifest.rejected
     records = _shard_records(out)
@@ -118,7 +117,7 @@ def test_dataset_page_renders_every_reason_with_examples(dirty, built, tmp_path)
     check_self_contained(html)
     for reason in EVERY_REASON:
         assert f"<td>{reason}</td>" in html, reason
-    rejects = read_rejects(str(out / REJECTS_FILE))
+    rejects = read_rejects(str(out))
     for image_id in {r.image_id for r in rejects}:
         assert f"<code>{image_id}</code>" in html
     assert "Dropped boxes by reason" in html and "too many rejects" in html  # the real gate's anomaly
@@ -144,7 +143,7 @@ def test_data_build_cli_names_the_dropped_boxes(dirty, tmp_path, capsys):
 def test_bad_box_reject_image_keeps_the_old_behaviour(dirty, tmp_path):
     result = _build(dirty, tmp_path / "out", bad_box="reject-image")
     ((image_id, _),) = dirty.kept_boxes.items()
-    rejects = {r.image_id: r for r in read_rejects(str(tmp_path / "out" / REJECTS_FILE))}
+    rejects = {r.image_id: r for r in read_rejects(str(tmp_path / "out"))}
     assert rejects[image_id].reason == rc.INVALID_BOX and not rejects[image_id].is_box
     assert not any(r.is_box for r in rejects.values()) and result.manifest.boxes_rejected_by_reason == {}
 

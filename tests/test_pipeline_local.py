@@ -8,7 +8,6 @@ import tensorflow as tf
 
 from beam import feature_keys as K
 from beam.example_codec import decode_example
-from beam.manifest import REJECTS_FILE
 from beam.output_files import read_manifest, read_rejects
 from dirty_data import make_dirty_copy, split_of
 from pipeline.cli import main
@@ -145,7 +144,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     # Raccoon's 3 greyscale photos and the dirty set's grey and alpha PNGs; every written image is counted.
     assert manifest.color_modes["L"] == 4 and manifest.color_modes["RGBA"] == 1
     assert sum(manifest.color_modes.values()) == manifest.written_total and manifest.exif_orientation["applied"] == 1
-    rejects = read_rejects(str(dataset / REJECTS_FILE))
+    rejects = read_rejects(str(dataset))
     assert {r.reason for r in rejects if not r.is_box} == set(dirty.image_rejects.values())
     assert {(r.image_id, r.box_index): r.reason for r in rejects if r.is_box} == dirty.box_rejects
     assert summary["rejected"] == manifest.rejected and summary["boxes_dropped"] == len(dirty.box_rejects)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import matplotlib
 
-from beam.manifest import MANIFEST_FILE, REJECTS_FILE, near_duplicate_line
+from beam.manifest import MANIFEST_FILE, near_duplicate_line
 from beam.output_files import read_manifest, read_rejects
 from beam.source_records import Reject
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
@@ -90,14 +90,14 @@ def _box_size_histogram(features) -> str | None:
 
 def dataset_section(dataset_dir: str | Path) -> dict | None:
     """Counts, rejected images and dropped boxes by reason with examples, class and box-size
-    histograms, anomalies. Reads `manifest.json` and `rejects.jsonl` through their one
+    histograms, anomalies. Reads `manifest.json` and the `rejects-*.jsonl` files through their one
     definition (beam/manifest.py, beam/source_records.py)."""
     folder = Path(dataset_dir)
     if not (folder / MANIFEST_FILE).is_file():
         return None
     manifest = read_manifest(str(folder))
     examples: dict[tuple[bool, str], list[Reject]] = defaultdict(list)
-    for reject in read_rejects(str(folder / REJECTS_FILE)):
+    for reject in read_rejects(str(folder)):
         shown = examples[(reject.is_box, reject.reason)]
         if len(shown) < REJECT_EXAMPLES:
             shown.append(reject)

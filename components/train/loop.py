@@ -169,7 +169,7 @@ def fit_with_recovery(parts: LoopParts, config: TrainConfig, input_config: Input
                 if nan_recoveries >= config.max_nan_recoveries:
                     raise TrainingDiverged(
                         f"{err}; still non-finite after {nan_recoveries} recoveries that lowered the learning rate "
-                        f"to {float(parts.schedule.scale.numpy()):g}x. Check the data (rejects.jsonl, box "
+                        f"to {float(parts.schedule.scale.numpy()):g}x. Check the data (rejects-*.jsonl, box "
                         "coordinates) or lower --base-lr") from err
                 steps_done = parts.checkpoints.restore(keep=recovery_state)
                 parts.schedule.scale.assign(parts.schedule.scale * config.nan_lr_factor)

@@ -1,0 +1,126 @@
+"""What the Beam job hands to its driver (`build_dataset`), declared once for both.
+
+The job writes every output through its own sinks into OUTPUT/_job/: the shards and the
+rejects (sharded, deterministic), the statistics (TFDV's sink), and three small
+outputs written with `WriteToText` (the label map, the shard list, the job summary of
+combined counts). Nothing is written from inside a `Map`. When the job has finished, the
+driver reads the small outputs (`read_job_outputs`) and moves the rest into OUTPUT
+(`publish`). A job that fails leaves only OUTPUT/_job/, which no reader takes for a
+dataset (they read OUTPUT's top level, and trust it only with `manifest.json`, which the
+driver writes last).
+
+>>> s = JobSummary.merge([JobSummary(counts={"a": 1}, near_duplicates=1, near_duplicate_examples=["x"]),
+...                       JobSummary(counts={"a": 2, "b": 1}, unknown_ids=1, unknown_id_examples=["7"])])
+>>> s.counts, s.near_duplicates, s.unknown_id_examples, JobSummary.from_json(s.to_json()) == s
+({'a': 3, 'b': 1}, 1, ['7'], True)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+JOB_DIR = "_job"
+LABEL_MAP_OUTPUT = "label_map.json"
+SHARD_LIST_OUTPUT = "shards.jsonl"
+SUMMARY_OUTPUT = "summary.json"
+
+# How many examples the summary keeps of near-duplicate box pairs and of split-file ids
+# that match no record (the manifest and the warnings show these).
+EXAMPLES_KEPT = 5
+
+
+def job_path(output: str, name: str) -> str:
+    return FileSystems.join(output, JOB_DIR, name)
+
+
+@dataclass
+class JobSummary:
+    """The job's combined counts: `counts` of record facts ("boxes_in/train", ...), the
+    near-duplicate box pairs and the split-file ids that match no record, each with the
+    first EXAMPLES_KEPT (smallest, so the result does not depend on the order of work)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    near_duplicates: int = 0
+    near_duplicate_examples: list[str] = field(default_factory=list)
+    unknown_ids: int = 0
+    unknown_id_examples: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def merge(parts) -> "JobSummary":
+        out = JobSummary()
+        for part in parts:
+            for key, value in part.counts.items():
+                out.counts[key] = out.counts.get(key, 0) + value
+            out.near_duplicates += part.near_duplicates
+            out.near_duplicate_examples = sorted(out.near_duplicate_examples
+                                                 + part.near_duplicate_examples)[:EXAMPLES_KEPT]
+            out.unknown_ids += part.unknown_ids
+            out.unknown_id_examples = sorted(out.unknown_id_examples + part.unknown_id_examples)[:EXAMPLES_KEPT]
+        out.counts = dict(sorted(out.counts.items()))
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> "JobSummary":
+        return JobSummary(**json.loads(text))
+
+
+class CombineSummaries(beam.CombineFn):
+    """`JobSummary` parts → one (Beam's combiner lifting merges them on each worker first)."""
+
+    def create_accumulator(self):
+        return JobSummary()
+
+    def add_input(self, accumulator, part):
+        return JobSummary.merge([accumulator, part])
+
+    def merge_accumulators(self, accumulators):
+        return JobSummary.merge(accumulators)
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+def write_one(pcoll: beam.PCollection, output: str, name: str, label: str):
+    """Write a PCollection of strings to OUTPUT/_job/NAME as one file (a line each)."""
+    return pcoll | label >> beam.io.WriteToText(job_path(output, name), shard_name_template="", num_shards=1)
+
+
+@dataclass
+class JobOutputs:
+    """The job's small outputs, read back by the driver."""
+
+    label_map: dict[str, int]
+    shards: list[dict]  # ShardInfo.to_dict() of every shard, sorted by name
+    summary: JobSummary
+
+
+def _lines(path: str) -> list[str]:
+    if not FileSystems.exists(path):
+        return []
+    with FileSystems.open(path) as handle:
+        return [line for line in handle.read().decode().splitlines() if line.strip()]
+
+
+def read_job_outputs(output: str) -> JobOutputs:
+    """The label map, shard list and summary a finished job wrote (absent ones empty)."""
+    label_map = _lines(job_path(output, LABEL_MAP_OUTPUT))
+    summary = _lines(job_path(output, SUMMARY_OUTPUT))
+    shards = sorted((json.loads(line) for line in _lines(job_path(output, SHARD_LIST_OUTPUT))),
+                    key=lambda s: s["name"])
+    return JobOutputs(label_map=json.loads(label_map[0]) if label_map else {}, shards=shards,
+                      summary=JobSummary.merge(JobSummary.from_json(line) for line in summary))
+
+
+def publish(output: str, names: list[str]) -> None:
+    """Move these files from OUTPUT/_job/ to OUTPUT (a rename locally; on GCS Beam's copy
+    and delete, in batches)."""
+    if names:
+        FileSystems.rename([job_path(output, n) for n in names], [FileSystems.join(output, n) for n in names])
+

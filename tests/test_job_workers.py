@@ -1,0 +1,75 @@
+"""The data job as Dataflow runs it: in separate worker processes, every function pickled.
+Two workers write what one writes (shards, rejects, manifest), on dirty data with rejects of
+every kind; the job hands its results back through its own outputs; and a job that fails
+leaves nothing a reader could take for a dataset."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from beam.convert_job import ConvertOptions, build_dataset, default_workers, job_options
+from beam.manifest import MANIFEST_FILE, REJECTS_GLOB
+from beam.output_files import read_rejects
+from dirty_data import make_dirty_copy
+
+
+def _build(dirty, out: Path, workers: int):
+    return build_dataset(ConvertOptions(
+        images=str(dirty.images), annotations=str(dirty.annotations), output=str(out),
+        split_file=str(dirty.split_file), label_map=dirty.label_map, keep_empty=False, max_pixels=dirty.max_pixels,
+        allow_anomalies=True, num_workers=workers, min_shards=3))
+
+
+@pytest.fixture(scope="module")
+def dirty(demo_dir, tmp_path_factory):
+    return make_dirty_copy(demo_dir / "images", demo_dir / "annotations", tmp_path_factory.mktemp("dirty_w"),
+                           split_file=True, label_map=True, reject_empty=True, max_pixels=True)
+
+
+def _manifest(out: Path) -> dict:
+    data = json.loads((out / MANIFEST_FILE).read_text())
+    data.pop("seconds")
+    data["options"].pop("output")
+    return data
+
+
+def test_two_worker_processes_write_what_one_writes(dirty, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    _build(dirty, one, workers=1)
+    result = _build(dirty, two, workers=2)
+    names = sorted(p.name for p in one.iterdir() if p.suffix in (".tfrecord", ".jsonl"))
+    assert names == sorted(p.name for p in two.iterdir() if p.suffix in (".tfrecord", ".jsonl"))
+    assert sum(n.endswith(".tfrecord") for n in names) == 6 and "rejects-00000-of-00001.jsonl" in names
+    for name in names:
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    assert _manifest(one) == _manifest(two)
+    rejects = read_rejects(str(two))
+    assert {r.reason for r in rejects} == dirty.reasons  # every kind, through the sharded sink
+    m = result.manifest
+    assert m.records_in == m.written_total + m.rejected and m.rejected == len([r for r in rejects if not r.is_box])
+    assert not (two / "_job").exists()
+
+
+def test_the_local_runner_takes_workers_from_the_options():
+    runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
+    flags = options.get_all_options()
+    assert flags["direct_num_workers"] == 2 and flags["direct_running_mode"] == "multi_processing"
+    _, options = job_options(ConvertOptions("i", "a", "o", num_workers=1), records=10)
+    assert options.get_all_options()["direct_running_mode"] == "in_memory"
+    _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers=3",)), records=10)
+    assert options.get_all_options()["direct_num_workers"] == 3
+    assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(50_000, 1) == 1
+
+
+def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_path, monkeypatch):
+    def fail(record, image_bytes):
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr("beam.example_codec.written_image", fail)
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="disk gone"):
+        build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "annotations"),
+                                     output=str(out), num_workers=1))
+    assert sorted(p.name for p in out.iterdir()) == []
+    assert not list(out.glob("*.tfrecord")) and not list(out.glob(REJECTS_GLOB))
