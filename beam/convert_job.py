@@ -121,18 +121,20 @@ class DataBuildError(RuntimeError):
     """The input cannot be converted at all (no annotations, bad options)."""
 
 
-# A worker process costs ~13 CPU-seconds to start (imports of Beam, TensorFlow and TFDV,
-# measured on the 2-core machine) before it checks a record; below this many records per
-# worker the start costs more than the split saves (benchmarks/convert.py).
-RECORDS_PER_WORKER = 10_000
+# A worker process costs ~13 CPU-seconds to start (imports of Beam, TensorFlow and TFDV)
+# before it checks a record, and Beam's portable runner adds its data plane between the
+# stages: on the 2-core machine two workers were slower than one in-process up to 20,000
+# records and faster per extra record (benchmarks/convert.py), so below this many records
+# per worker the job runs in fewer.
+RECORDS_PER_WORKER = 20_000
 
 
 def default_workers(records: int, usable_cpus: int) -> int:
     """Worker processes for a local job of `records` records: one per RECORDS_PER_WORKER,
     at most one per usable CPU.
 
-    >>> default_workers(2_304, 8), default_workers(20_000, 2), default_workers(1_000_000, 16)
-    (1, 2, 16)
+    >>> default_workers(2_304, 8), default_workers(20_000, 2), default_workers(40_000, 2), default_workers(10**6, 16)
+    (1, 1, 2, 16)
     """
     return max(1, min(usable_cpus, records // RECORDS_PER_WORKER))
 

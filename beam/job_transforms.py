@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import replace
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam import record_checks as rc
@@ -29,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 def read_bytes(path: str) -> bytes:
-    with FileSystems.open(path) as handle:
+    """The file's bytes as stored (an image named .gz is not decompressed), local or gs://."""
+    with FileSystems.get_filesystem(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return handle.read()
 
 
@@ -74,12 +76,16 @@ class _CheckRecord(beam.DoFn):
         self._total = total
 
     def setup(self):
-        self._seen = 0
+        self._seen = self._logged = 0
+
+    def _log(self):
+        logger.info("checked %d records on worker %d (%d in the job)", self._seen, os.getpid(), self._total)
+        self._logged = self._seen
 
     def process(self, record):
         self._seen += 1
         if self._seen % self.PROGRESS_EVERY == 0:
-            logger.info("checked %d records on worker %d (%d in the job)", self._seen, os.getpid(), self._total)
+            self._log()
         if isinstance(record, Reject):
             yield record
             return
@@ -89,6 +95,10 @@ class _CheckRecord(beam.DoFn):
         except (OSError, IOError, FileNotFoundError):
             data = None
         yield rc.check_record(record, data, self._options, image_path=path)
+
+    def finish_bundle(self):
+        if self._seen != self._logged:
+            self._log()
 
 
 REJECTS, RECORDS = "rejects", "records"

@@ -188,6 +188,8 @@ def near_duplicates(record: CheckedRecord) -> list[tuple[int, int, float]]:
     >>> near_duplicates(r)
     [(0, 1, 0.975)]
     """
+    if len(set(record.class_texts)) == len(record.class_texts):  # no class twice: no pair (most records)
+        return []
     import numpy as np
 
     boxes = np.asarray(record.boxes, dtype=np.float64).reshape(-1, 4)

@@ -1,19 +1,23 @@
-"""Benchmark `detpipe data build` against a plain single-process converter.
+"""Benchmark `detpipe data build` against the tools it replaces, and against the machine.
 
-The baseline is written in the style of the TF OD API's `create_pascal_tf_record.py`:
-read the XML, read the image bytes, check it is a JPEG with PIL, build the Example with
-the same keys, and append it to one TFRecord file. It does no validation beyond that,
-no statistics, no split and no sharding.
+Baselines, on the same images, in the same invocation:
+  - the converter: a single-process converter in the style of the TF OD API's
+    `create_pascal_tf_record.py` (read the XML and the image bytes, check it is a JPEG with
+    PIL, build the Example with the same keys, append it to one TFRecord file). No
+    validation beyond that, no statistics, no split, no sharding;
+  - the two-step a user would otherwise run: that converter, then TFDV statistics over its
+    output (`tfdv.generate_statistics_from_tfrecord`);
+  - the decode ceiling: read and fully decode every image (PIL) in one process, times the
+    usable CPUs: what any job that must look at every pixel could reach here.
 
-Prints, in one run on the same input:
-  - images/s of both and their ratio (detpipe / baseline),
-  - the share of detpipe's time that TFDV statistics cost (TFDV run alone over the
-    same shards, timed in this process),
-  - peak resident memory of `detpipe data build` at two dataset sizes (each in its own
-    process) and their ratio.
+For each dataset size (default 2,000 and 20,000 demo images) it prints images/s of each,
+their ratios, and the job's peak resident memory per process (the driver, and each worker
+process, sampled every 0.1 s). Each `detpipe data build` runs as a process of its own, as a
+user runs it, and its wall time (start-up included) is what counts. `--workers` runs it
+with each worker count given (default: its own choice, and 1 and 2).
 
 Usage:
-    .venv/bin/python benchmarks/convert.py [--images 2000] [--memory-sizes 1000 10000] [--workdir DIR]
+    .venv/bin/python benchmarks/convert.py [--sizes 2000 20000] [--image-size 128 128] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -22,18 +26,13 @@ import argparse
 import hashlib
 import io
 import os
-import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the annotation only: the repository goes on sys.path below
-    from beam.manifest import Manifest
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -89,87 +88,115 @@ def baseline_convert(images: Path, annotations: Path, output: Path) -> int:
     return count
 
 
-def detpipe_convert(images: Path, annotations: Path, output: Path) -> Manifest:
-    from beam.convert_job import ConvertOptions, build_dataset
-    from beam.dataset_gates import GateOptions
-
-    result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(output),
-                                          gates=GateOptions(max_reject_fraction=1.0)))
-    return result.manifest
-
-
-def tfdv_seconds(shards: Path) -> float:
-    """TFDV statistics over the written shards, alone: the cost of the statistics."""
+def two_step_seconds(images: Path, annotations: Path, root: Path) -> tuple[int, float, float]:
+    """(records, converter seconds, TFDV seconds over its output)."""
     import tensorflow_data_validation as tfdv
 
     started = time.perf_counter()
-    tfdv.generate_statistics_from_tfrecord(str(shards / "train-*.tfrecord"), output_path=str(shards / "_bench.pb"))
-    return time.perf_counter() - started
+    count = baseline_convert(images, annotations, root / "baseline.tfrecord")
+    convert_s = time.perf_counter() - started
+    started = time.perf_counter()
+    tfdv.generate_statistics_from_tfrecord(str(root / "baseline.tfrecord"), output_path=str(root / "baseline-stats.pb"))
+    return count, convert_s, time.perf_counter() - started
 
 
-def peak_memory_mib(images: Path, annotations: Path, output: Path) -> float:
-    """Peak RSS of one `detpipe data build` in a process of its own."""
+def decode_seconds(images: Path) -> tuple[int, float]:
+    """Read and fully decode every image in this process: (images, seconds)."""
+    import PIL.Image
+
+    files = sorted(p for p in images.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    started = time.perf_counter()
+    for path in files:
+        with PIL.Image.open(io.BytesIO(path.read_bytes())) as image:
+            image.load()
+    return len(files), time.perf_counter() - started
+
+
+def timed_build(images: Path, annotations: Path, output: Path, workers: int | None) -> dict:
+    """One `detpipe data build` in a process of its own: wall seconds, and the peak RSS of the
+    driver and of each worker process (its children), in MiB."""
+    import psutil
+
     cmd = [sys.executable, "-m", "pipeline.cli", "data", "build", "--format", "voc", "--images", str(images),
            "--annotations", str(annotations), "--output", str(output), "--max-reject-fraction", "1"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        raise RuntimeError(f"data build failed with status {status}: {' '.join(cmd)}")
-    return usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+    if workers:
+        cmd += ["--direct-num-workers", str(workers)]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    driver, peaks = psutil.Process(proc.pid), {}
+    while proc.poll() is None:
+        try:
+            peaks[proc.pid] = max(peaks.get(proc.pid, 0), driver.memory_info().rss)
+            for child in driver.children(recursive=True):
+                if "sdk_worker_main" in " ".join(child.cmdline()) and child.name().startswith("python"):
+                    peaks[child.pid] = max(peaks.get(child.pid, 0), child.memory_info().rss)
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"data build failed ({proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
+    workers_mib = [v / 2**20 for k, v in peaks.items() if k != proc.pid]
+    return {"seconds": wall, "driver_mib": peaks.get(proc.pid, 0) / 2**20, "worker_mib": workers_mib}
 
 
-def make_demo(root: Path, count: int) -> Path:
+def make_demo(root: Path, count: int, image_size: tuple[int, int]) -> Path:
     from pipeline.demo_data import write_demo_dataset
 
-    target = root / f"demo-{count}"
+    target = root / f"demo-{count}-{image_size[0]}-{image_size[1]}"
     if not (target / "coco.json").exists():
-        write_demo_dataset(target, num_train=count, num_val=0, seed=1)
+        big = image_size[0] > 128
+        write_demo_dataset(target, num_train=count, num_val=0, seed=1, image_size=image_size,
+                           **({"object_size": (40, 160)} if big else {}))
     return target
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=2000, help="images for the speed comparison (default 2000)")
-    parser.add_argument("--memory-sizes", type=int, nargs=2, default=(1000, 10000),
-                        help="two dataset sizes for the peak-memory comparison (default 1000 10000)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=(2000, 20000), help="dataset sizes (default 2000 20000)")
+    parser.add_argument("--image-size", type=int, nargs=2, default=(128, 128), metavar=("MIN", "MAX"),
+                        help="demo image sides in pixels (default 128 128, the built-in demo; e.g. 480 640 for "
+                             "photo-sized images)")
+    parser.add_argument("--workers", type=int, nargs="+", default=(0, 1, 2),
+                        help="worker counts to run the job with (0: its own choice; default 0 1 2)")
     parser.add_argument("--workdir", help="keep generated data here (default: a temporary folder)")
-    parser.add_argument("--skip-memory", action="store_true", help="only the speed comparison")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     root = Path(args.workdir or tempfile.mkdtemp(prefix="detpipe-bench-"))
     root.mkdir(parents=True, exist_ok=True)
+    from components.probe.machine_facts import usable_cpus
 
-    demo = make_demo(root, args.images)
-    images, annotations = demo / "images", demo / "annotations"
-    # Import everything both converters use before timing either: start-up is not throughput.
-    import PIL.Image  # noqa: F401
-    import tensorflow  # noqa: F401
-
-    import beam.convert_job  # noqa: F401
-    started = time.perf_counter()
-    count = baseline_convert(images, annotations, root / "baseline.tfrecord")
-    base_s = time.perf_counter() - started
-    started = time.perf_counter()
-    manifest = detpipe_convert(images, annotations, root / "detpipe-out")
-    ours_s = time.perf_counter() - started
-    stats_s = tfdv_seconds(root / "detpipe-out")
-    base_rate, ours_rate = count / base_s, manifest.written_total / ours_s
-    print(f"input: {count} demo images (128x128 JPEG) in {root}")
-    print(f"baseline single-process converter: {base_s:7.1f} s  {base_rate:7.1f} images/s")
-    print(f"detpipe data build (DirectRunner): {ours_s:7.1f} s  {ours_rate:7.1f} images/s")
-    print(f"ratio detpipe / baseline: {ours_rate / base_rate:.2f}x")
-    print(f"TFDV statistics alone on the same shards: {stats_s:.1f} s = {stats_s / ours_s:.0%} of detpipe's time")
-
-    if args.skip_memory:
-        return
-    small, large = args.memory_sizes
-    mem = {}
-    for size in (small, large):
-        demo = make_demo(root, size)
-        mem[size] = peak_memory_mib(demo / "images", demo / "annotations", root / f"mem-out-{size}")
-        print(f"peak memory of data build at {size:>6} images: {mem[size]:8.1f} MiB")
-    print(f"peak memory ratio {large} / {small} images: {mem[large] / mem[small]:.2f}x")
-    print(f"(this process peak: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
+    cpus = usable_cpus()["usable"]
+    memory = {}
+    for size in args.sizes:
+        demo = make_demo(root, size, tuple(args.image_size))
+        images, annotations = demo / "images", demo / "annotations"
+        decoded, decode_s = decode_seconds(images)
+        count, convert_s, tfdv_s = two_step_seconds(images, annotations, root)
+        ceiling = decoded / decode_s * cpus
+        two_step = count / (convert_s + tfdv_s)
+        print(f"\n== {size} demo images ({args.image_size[0]}-{args.image_size[1]} px JPEG), {cpus} usable CPUs ==")
+        print(f"decode ceiling (read + full decode, one process x {cpus}): {ceiling:8.1f} images/s")
+        print(f"converter (TF OD API style, 1 process):             {count / convert_s:8.1f} images/s")
+        print(f"two-step (converter, then TFDV over its output):     {two_step:8.1f} images/s "
+              f"(TFDV {tfdv_s:.1f} s of {convert_s + tfdv_s:.1f} s)")
+        for workers in args.workers:
+            out = root / f"out-{size}-{workers}"
+            shutil.rmtree(out, ignore_errors=True)
+            run = timed_build(images, annotations, out, workers or None)
+            rate = count / run["seconds"]
+            label = f"{workers} worker(s)" if workers else "default workers"
+            per_worker = ", ".join(f"{m:.0f}" for m in sorted(run["worker_mib"])) or "in-process"
+            print(f"detpipe data build, {label:16s}:             {rate:8.1f} images/s ({run['seconds']:.1f} s "
+                  "whole process) = {:.2f}x the two-step, {:.2f}x the converter, {:.0%} of the ceiling; "
+                  "peak MiB: driver {:.0f}, workers {}".format(rate / two_step, rate * convert_s / count,
+                                                              rate / ceiling, run["driver_mib"], per_worker))
+            memory.setdefault(workers, {})[size] = max([run["driver_mib"], *run["worker_mib"]])
+    if len(args.sizes) > 1:
+        small, large = min(args.sizes), max(args.sizes)
+        for workers, peaks in memory.items():
+            print(f"peak memory of one process, {large} / {small} images, "
+                  f"{workers or 'default'} worker(s): {peaks[large] / peaks[small]:.2f}x")
 
 
 if __name__ == "__main__":

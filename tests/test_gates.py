@@ -67,7 +67,8 @@ def test_box_sizes_are_in_the_statistics(reference):
 
     stats = tfdv.load_stats_binary(str(reference / "stats-train.pb"))
     names = {f.path.step[0] for f in stats.datasets[0].features}
-    assert {"detpipe/box_width", "detpipe/box_height", K.CLASS_TEXT, K.ENCODED} <= names
+    assert {"detpipe/box_width", "detpipe/box_height", K.CLASS_TEXT, K.SOURCE_ID} <= names
+    assert K.ENCODED not in names  # statistics over the features they describe, not over the image bytes
 
 
 def test_per_image_unique_features_get_no_top_k_sketch(reference):

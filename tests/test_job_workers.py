@@ -59,7 +59,7 @@ def test_the_local_runner_takes_workers_from_the_options():
     assert options.get_all_options()["direct_running_mode"] == "in_memory"
     _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers=3",)), records=10)
     assert options.get_all_options()["direct_num_workers"] == 3
-    assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(50_000, 1) == 1
+    assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(20_000, 2) == 1 and default_workers(50_000, 1) == 1
 
 
 def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 import pytest
 import json
 import math
+import re
 
 import tensorflow as tf
 
@@ -60,7 +61,8 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
 
     # Each step's full output is kept.
     assert "cls_logits_loss" in (run_dir / "logs" / "train.log").read_text()  # Keras progress
-    assert "checked 64/64 records" in (run_dir / "logs" / "validate-and-convert.log").read_text()
+    assert re.search(r"checked 64 records on worker \d+ \(64 in the job\)",
+                     (run_dir / "logs" / "validate-and-convert.log").read_text())
 
     # One self-contained page about the run, at the top of the run folder.
     report = (run_dir / "run_report.html").read_text()
