@@ -26,9 +26,10 @@ from beam import record_checks as rc
 from beam.coco_reader import read_coco
 from beam.csv_reader import read_csv
 from beam.dataset_gates import GateOptions, dataset_problems
-from beam.job_outputs import JOB_DIR, JobSummary, publish, read_job_outputs
+from beam.job_outputs import EXAMPLES_KEPT, JOB_DIR, JobSummary, publish, read_job_outputs
 from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCounts, Manifest, earlier_build_problem,
-                           is_rejects_file, near_duplicate_line, rejects_file_count, written_by_build)
+                           is_rejects_file, near_duplicate_line, rejects_file_count, stats_file_name,
+                           written_by_build)
 from beam.output_files import read_rejects, write_json
 from beam.shard_writer import DEFAULT_MIN_SHARDS, DEFAULT_TARGET_SHARD_BYTES
 from beam.source_records import AnnotationError, Reject
@@ -64,7 +65,7 @@ class ConvertOptions:
     gates: GateOptions = field(default_factory=GateOptions)
     allow_anomalies: bool = False
     runner: str = "DirectRunner"
-    num_workers: int | None = None  # DirectRunner worker processes; None: every usable CPU
+    num_workers: int | None = None  # DirectRunner worker processes; None: default_workers()
     beam_args: tuple[str, ...] = field(default=())
 
 
@@ -78,10 +79,6 @@ class ConvertResult:
     @property
     def ok(self) -> bool:
         return not self.anomalies or self.allowed
-
-
-# Split-file ids that match no record: how many the manifest and the error line name.
-UNKNOWN_EXAMPLES = 5
 
 
 class OutputNotEmpty(ValueError):
@@ -236,11 +233,11 @@ def _split_file_counts(options: ConvertOptions, split_of: dict[str, str] | None,
         return None, []
     unknown, examples = summary.unknown_ids, summary.unknown_id_examples
     counts = {"listed": len(split_of), "matched": len(split_of) - unknown, "unknown": unknown,
-              "unknown_examples": examples[:UNKNOWN_EXAMPLES]}
+              "unknown_examples": examples[:EXAMPLES_KEPT]}
     if not unknown:
         return counts, []
-    shown = ", ".join(examples[:UNKNOWN_EXAMPLES]) + (f", ... ({unknown - UNKNOWN_EXAMPLES} more)"
-                                                      if unknown > UNKNOWN_EXAMPLES else "")
+    shown = ", ".join(examples[:EXAMPLES_KEPT]) + (f", ... ({unknown - EXAMPLES_KEPT} more)"
+                                                      if unknown > EXAMPLES_KEPT else "")
     return counts, [f"(split file) | ids that match no image | {unknown} of the {len(split_of)} ids in "
                     f"{options.split_file} match no annotation record: {shown} (a typo, or images missing from "
                     "--images/--annotations?)"]
@@ -282,7 +279,7 @@ def _publish_job_files(out: str, shards: list[dict]) -> None:
     job = FileSystems.join(out, JOB_DIR)
     present = {n.rstrip("/") for n in tf.io.gfile.listdir(job)} if tf.io.gfile.isdir(job) else set()
     names = [s["name"] for s in shards] + sorted(n for n in present if is_rejects_file(n))
-    publish(out, names + sorted(n for n in present if n in (f"stats-{TRAIN}.pb", f"stats-{VAL}.pb")))
+    publish(out, names + sorted(n for n in present if n in (stats_file_name(TRAIN), stats_file_name(VAL))))
 
 
 def _finish(options: ConvertOptions, sources: list, started: float,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import tensorflow_data_validation as tfdv
 from apache_beam.io.filesystems import FileSystems
 
+from beam.manifest import stats_file_name
 from beam.output_files import write_text
 from beam.split import TRAIN, VAL
 from beam import feature_keys as K
@@ -80,7 +81,7 @@ def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int
         problems.append(f"(records) | too many rejects | {rejected} of {records_in} records rejected "
                         f"({fraction:.1%}), over --max-reject-fraction {options.max_reject_fraction:.1%}; "
                         "see rejects-*.jsonl")
-    stats = {s: tfdv.load_stats_binary(FileSystems.join(out, f"stats-{s}.pb")) for s in (TRAIN, VAL)
+    stats = {s: tfdv.load_stats_binary(FileSystems.join(out, stats_file_name(s))) for s in (TRAIN, VAL)
              if written.get(s)}
     if TRAIN in stats:
         pinned = tfdv.load_schema_text(options.schema_file) if options.schema_file else None

@@ -49,17 +49,24 @@ class JobSummary:
     unknown_ids: int = 0
     unknown_id_examples: list[str] = field(default_factory=list)
 
+    def add(self, part: "JobSummary") -> "JobSummary":
+        """Add `part` into this summary (in place; once per record on the job's hot path)."""
+        for key, value in part.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + value
+        self.near_duplicates += part.near_duplicates
+        if part.near_duplicate_examples:
+            self.near_duplicate_examples = sorted(self.near_duplicate_examples
+                                                  + part.near_duplicate_examples)[:EXAMPLES_KEPT]
+        self.unknown_ids += part.unknown_ids
+        if part.unknown_id_examples:
+            self.unknown_id_examples = sorted(self.unknown_id_examples + part.unknown_id_examples)[:EXAMPLES_KEPT]
+        return self
+
     @staticmethod
     def merge(parts) -> "JobSummary":
         out = JobSummary()
         for part in parts:
-            for key, value in part.counts.items():
-                out.counts[key] = out.counts.get(key, 0) + value
-            out.near_duplicates += part.near_duplicates
-            out.near_duplicate_examples = sorted(out.near_duplicate_examples
-                                                 + part.near_duplicate_examples)[:EXAMPLES_KEPT]
-            out.unknown_ids += part.unknown_ids
-            out.unknown_id_examples = sorted(out.unknown_id_examples + part.unknown_id_examples)[:EXAMPLES_KEPT]
+            out.add(part)
         out.counts = dict(sorted(out.counts.items()))
         return out
 
@@ -78,13 +85,13 @@ class CombineSummaries(beam.CombineFn):
         return JobSummary()
 
     def add_input(self, accumulator, part):
-        return JobSummary.merge([accumulator, part])
+        return accumulator.add(part)
 
     def merge_accumulators(self, accumulators):
         return JobSummary.merge(accumulators)
 
     def extract_output(self, accumulator):
-        return accumulator
+        return JobSummary.merge([accumulator])  # counts in key order
 
 
 def write_one(pcoll: beam.PCollection, output: str, name: str, label: str):

@@ -19,7 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam import record_checks as rc
 from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_LIST_OUTPUT, SUMMARY_OUTPUT, CombineSummaries,
                               JobSummary, job_path, write_one)
-from beam.manifest import rejects_file_name
+from beam.manifest import rejects_file_name, stats_file_name
 from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
 from beam.source_records import AnnotationError, CheckedRecord, Reject, SourceRecord, image_id_from_filename
@@ -104,6 +104,11 @@ class _CheckRecord(beam.DoFn):
 REJECTS, RECORDS = "rejects", "records"
 
 
+def _tagged(item):
+    """A Reject under `rejects`, anything else under `records`."""
+    return beam.pvalue.TaggedOutput(REJECTS if isinstance(item, Reject) else RECORDS, item)
+
+
 class CheckRecords(beam.PTransform):
     """(id, records) → tagged `records` (CheckedRecord) and `rejects` (Reject)."""
 
@@ -115,8 +120,7 @@ class CheckRecords(beam.PTransform):
         return (by_id
                 | "Dedupe" >> beam.FlatMap(_dedupe)
                 | "Check" >> beam.ParDo(self._check)
-                | "Sort" >> beam.Map(lambda r: beam.pvalue.TaggedOutput(REJECTS if isinstance(r, Reject) else RECORDS,
-                                                                        r)).with_outputs(REJECTS, RECORDS))
+                | "Sort" >> beam.Map(_tagged).with_outputs(REJECTS, RECORDS))
 
 
 def _place(record: CheckedRecord, val_fraction: float, seed: int, split_of: dict[str, str] | None,
@@ -151,8 +155,7 @@ class SplitRecords(beam.PTransform):
     def expand(self, records):
         placed = (records
                   | "Assign" >> beam.Map(_place, *self._place_args)
-                  | "Sort" >> beam.Map(lambda r: beam.pvalue.TaggedOutput(REJECTS if isinstance(r, Reject) else RECORDS,
-                                                                          r)).with_outputs(REJECTS, RECORDS))
+                  | "Sort" >> beam.Map(_tagged).with_outputs(REJECTS, RECORDS))
         totals = (placed[RECORDS]
                   | "SizeBySplit" >> beam.Map(lambda sr: (sr[0], (1, sr[1].image_size)))
                   | "SumBySplit" >> beam.CombinePerKey(_sum_pairs))
@@ -259,7 +262,7 @@ class Statistics(beam.PTransform):
         from beam.tfdv_checks import stats_transform
 
         return {split: stats_transform(batches | f"Only{split}" >> beam.FlatMap(
-                    lambda e, s=split: [e[1]] if e[0] == s else []), split, job_path(self._output, f"stats-{split}.pb"))
+                    lambda e, s=split: [e[1]] if e[0] == s else []), split, job_path(self._output, stats_file_name(split)))
                 for split in (TRAIN, VAL)}
 
 

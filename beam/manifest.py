@@ -46,6 +46,15 @@ def written_by_build(name: str) -> bool:
     return name in BUILD_FILES or bool(_SHARD.match(name)) or is_rejects_file(name)
 
 
+def stats_file_name(split: str) -> str:
+    """TFDV's statistics of one split (binary proto).
+
+    >>> stats_file_name("train") in BUILD_FILES
+    True
+    """
+    return f"stats-{split}.pb"
+
+
 def rejects_file_count(records_in: int) -> int:
     """How many rejects files a job over `records_in` records writes.
 
