@@ -163,31 +163,51 @@ KEY_FIGURES["tune-hyperparameters"] = lambda out: (
 
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
-          model_size: str, seed: int, model: Output[Model], report: Output[Markdown]) -> float:
-    """Train the detector with the tune step's hyperparameters; returns training images per second."""
+          model_size: str, seed: int, registry: str, model_name: str, warm_start: str,
+          model: Output[Model], report: Output[Markdown]) -> NamedTuple(
+        "TrainOutputs", [("images_per_second", float), ("started_from", str)]):
+    """Train the detector with the tune step's hyperparameters; with `warm_start` auto (or a
+    version) from the champion's (that version's) weights when they can be continued.
+    Returns training images per second and the version it started from ("" for scratch).
+    The champion is looked up here, not passed in (as in the data step): the cache key is
+    the data and the options, so unchanged data is not retrained only because the
+    champion moved."""
     import logging
     import shutil
+    import tempfile
+    from collections import namedtuple
 
     from components.detector.artifacts import REPORT_FILE
+    from components.registry.registry import Registry
+    from components.registry.warm_source import warm_source
     from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
     from components.train.tuning import BEST_FILE, load_hparams
 
     logging.basicConfig(level=logging.INFO)
     advice = ProbeAdvice.from_probe_file(probe_json.path)
-    result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
-                                        batch_size=batch_size, image_size=image_size, model_size=model_size,
-                                        seed=seed, probe=advice, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
+    with tempfile.TemporaryDirectory() as fetched:
+        models = Registry.open(registry, model_name)
+        source = warm_source(warm_start, models, models.champion_version(), fetched)
+        result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
+                                            batch_size=batch_size, image_size=image_size, model_size=model_size,
+                                            seed=seed, probe=advice, init_from=source.folder, init_name=source.name,
+                                            init_note=source.note, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
+    started_from = result.warm_start["name"] if result.warm_start["used"] else ""
+    outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from"])(result.images_per_second, started_from)
     if not result.is_chief:  # another replica of a custom job: the chief's files are not there yet
-        return result.images_per_second
+        return outputs
     model.metadata.update({"images_per_second": result.images_per_second, "batch_size": result.batch_size,
                            "micro_batch_size": result.micro_batch_size,
+                           "warm_start": result.warm_start["line"],
                            **{f"shape/{k}": v for k, v in result.shape.items()},
                            **{f"decision/{k}": v for k, v in result.decisions.items()}})
     shutil.copyfile(f"{model.path}/{REPORT_FILE}", report.path)
-    return result.images_per_second
+    return outputs
 
 
-KEY_FIGURES["train"] = lambda out: f"{out.get('Output', 0):.1f} images/s"
+KEY_FIGURES["train"] = lambda out: (f"{out.get('images_per_second', 0):.1f} images/s, "
+                                    + (f"warm start from {out['started_from']}" if out.get("started_from")
+                                       else "from scratch"))
 
 
 def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_name: str, champion: str,
@@ -245,11 +265,12 @@ def export(model: Input[Model], metrics_json: Input[Artifact], saved_model: Outp
 KEY_FIGURES["export"] = lambda out: f"threshold {out.get('Output', 0):.2f}"
 
 
-def register(saved_model: Input[Model], metrics_json: Input[Artifact], decision: Input[Artifact],
+def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input[Artifact], decision: Input[Artifact],
              data: Input[Dataset], source: Input[Artifact], registry: str, model_name: str, vertex_model: str,
              vertex_region: str, serving_image: str, run_id: str) -> NamedTuple(
         "RegisterOutputs", [("version", str), ("status", str), ("champion", str)]):
-    """Record the version in the registry; the champion moves only when blessed. With
+    """Record the version in the registry (with the trained weights, for warm starts); the
+    champion moves only when blessed. With
     `vertex_model`, also a Vertex AI Model Registry version. Fails the run (after
     recording) when the challenger is below min_map."""
     import json
@@ -264,7 +285,7 @@ def register(saved_model: Input[Model], metrics_json: Input[Artifact], decision:
     with open(source.path) as handle:
         fingerprint = json.load(handle)
     done = register_and_upload(registry, model_name, saved_model.path, data.path, metrics_json.path, verdict,
-                               fingerprint, run_id, vertex_model=vertex_model, vertex_region=vertex_region,
+                               fingerprint, run_id, train_dir=model.path, vertex_model=vertex_model, vertex_region=vertex_region,
                                serving_image=serving_image)
     if verdict.below_min_map:
         raise RuntimeError(f"gate failed: {verdict.reason} (recorded as {done.version}, rejected)")

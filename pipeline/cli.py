@@ -7,7 +7,9 @@ Exit codes: 0 success, 1 a failed check (reason on stderr, one line a problem),
 import argparse
 import logging
 import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 
 from beam.record_checks import BAD_BOX_MODES
@@ -164,6 +166,24 @@ def _common_train_config(args) -> dict:
             "allow_poor_anchors": args.allow_poor_anchors, "box_loss": args.box_loss, "ema": not args.no_ema}
 
 
+def _init_from(args, fetched: str) -> dict:
+    """TrainConfig's warm-start fields for `--init-from`: a train output folder as it is, a
+    registry version fetched into `fetched`."""
+    from components.registry.registry import Registry
+    from components.registry.warm_source import warm_source
+
+    request = args.init_from
+    if not request:
+        return {"init_note": "no --init-from given"}
+    if re.fullmatch(r"v\d+", request) and not Path(request).exists():
+        if not args.registry:
+            raise UsageError(f"--init-from {request} names a registry version: give --registry too")
+        registry = Registry.open(args.registry, args.model_name)
+        source = warm_source(request, registry, registry.champion_version(), fetched)
+        return {"init_from": source.folder, "init_name": source.name, "init_note": source.note}
+    return {"init_from": request, "init_name": request}
+
+
 def cmd_train(args) -> int:
     from components.detector.fitted_shape import PoorAnchors
     from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
@@ -173,10 +193,11 @@ def cmd_train(args) -> int:
     config = {**_common_train_config(args), "augment": not args.no_flip or hparams["augment_strength"] > 0}
     # (with --no-flip and strength 0 there is nothing left to augment)
     try:
-        result = train_detector(TrainConfig(
-            data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
-            deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-            **config, **hparams))
+        with tempfile.TemporaryDirectory(prefix="detpipe-init-") as fetched:
+            result = train_detector(TrainConfig(
+                data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
+                deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
+                fine_tune_epochs=args.fine_tune_epochs, **_init_from(args, fetched), **config, **hparams))
     except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects
         print(f"detpipe: {stopped}", file=sys.stderr)
         return PREEMPTED_EXIT_CODE
@@ -372,6 +393,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "flips are always on unless --no-flip (default 0.25)")
     p.add_argument("--no-export", action="store_true",
                    help="do not write OUTPUT/saved_model (the SavedModel `detpipe serve` loads)")
+    p.add_argument("--init-from", metavar="MODEL_DIR|VERSION",
+                   help="start from a trained model's weights instead of random ones (a warm start): the output "
+                        "folder of an earlier `detpipe train`, or a registry version (v3, with --registry). Used "
+                        "when it can be continued (the same --model-size, a shape that still covers these boxes; "
+                        "new classes get fresh head rows); else training starts from scratch and train_report.md "
+                        "says why. A warm start trains --fine-tune-epochs at a quarter of the peak learning rate")
+    p.add_argument("--fine-tune-epochs", type=_positive_int,
+                   help="epochs of a warm-started run (default: 15%% of --epochs, rounded, at least 1)")
+    p.add_argument("--registry", help="model registry folder (local or gs://) for --init-from VERSION")
+    p.add_argument("--model-name", default="detpipe", help="model name in --registry (default detpipe)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="search learning rate, weight decay and augmentation strength on short trials",

@@ -47,6 +47,16 @@ def batch_size_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
 
 
+def warm_start_arg(value: str) -> str:
+    """auto, never or a registry version (v3)."""
+    from components.registry.warm_source import check_request
+
+    try:
+        return check_request(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def image_size_arg(value: str) -> str:
     """'auto' or a whole number of pixels >= 32, kept as a string (the pipeline parameter's type)."""
     if value == "auto":

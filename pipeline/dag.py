@@ -115,7 +115,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         tuned.set_display_name("tune")
         trained = train_step(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, epochs=p.epochs,
                               batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size,
-                              seed=p.seed)
+                              seed=p.seed, registry=registry, model_name=p.model_name,
+                              warm_start=p.warm_start)
         if not custom:  # a custom job's machines are in its worker pool specs
             _on_accelerator(tuned, resources)
             _on_accelerator(trained, resources)
@@ -127,7 +128,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             _on_accelerator(evaluated, resources)
         exported = steps.export(model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"])
         registered = steps.register(
-            saved_model=exported.outputs["saved_model"], metrics_json=evaluated.outputs["metrics_json"],
+            saved_model=exported.outputs["saved_model"], model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
             decision=evaluated.outputs["decision"], data=dataset, source=source.outputs["source"],
             registry=registry, model_name=p.model_name, vertex_model=p.vertex_model,
             vertex_region=p.vertex_region, serving_image=image, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)

@@ -88,19 +88,23 @@ def _draw_shape(draw: ImageDraw.ImageDraw, name: str, box, fill) -> None:
         draw.ellipse([x0, y0, x1 - 1, y1 - 1], fill=fill)
     elif name == "square":
         draw.rectangle([x0, y0, x1 - 1, y1 - 1], fill=fill)
+    elif name == "diamond":
+        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+        draw.polygon([(cx, y0), (x1 - 1, cy), (cx, y1 - 1), (x0, cy)], fill=fill)
     else:
         draw.polygon([((x0 + x1) / 2, y0), (x1 - 1, y1 - 1), (x0, y1 - 1)], fill=fill)
 
 
 def _place_objects(rng: random.Random, width: int, height: int,
-                   object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT)) -> list[DemoObject]:
+                   object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT),
+                   classes: tuple[str, ...] = CLASSES) -> list[DemoObject]:
     objects: list[DemoObject] = []
     wanted = rng.randint(1, 3)
     smallest, largest = object_size[0], min(object_size[1], width, height)
     for _ in range(50):  # bounded tries; an image keeps what fitted
         if len(objects) == wanted:
             break
-        name = rng.choice(CLASSES)
+        name = rng.choice(classes)
         w = rng.randint(min(smallest, largest), largest)
         # Squares and circles stay square; triangles may be a little wide or tall.
         h = w if name != "triangle" else min(height, max(smallest, int(w * rng.uniform(0.8, 1.2))))
@@ -112,7 +116,8 @@ def _place_objects(rng: random.Random, width: int, height: int,
 
 
 def render_demo_image(seed: int, object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT),
-                      image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE)) -> tuple[Image.Image, list[DemoObject]]:
+                      image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE),
+                      classes: tuple[str, ...] = CLASSES) -> tuple[Image.Image, list[DemoObject]]:
     """Render one image and its objects; the same seed gives the same image. Each image
     side is drawn from the `image_size` range (a square when it is one value), each
     object side from `object_size` (capped by the image)."""
@@ -122,7 +127,7 @@ def render_demo_image(seed: int, object_size: tuple[int, int] = (MIN_OBJECT, MAX
     else:
         width, height = rng.randint(*image_size), rng.randint(*image_size)
     image = _background(rng, width, height)
-    objects = _place_objects(rng, width, height, object_size)
+    objects = _place_objects(rng, width, height, object_size, classes)
     draw = ImageDraw.Draw(image)
     for obj in objects:
         fill = _colour(rng)
@@ -149,9 +154,9 @@ def voc_xml(filename: str, width: int, height: int, objects: list[DemoObject]) -
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-def coco_instances(entries: list[tuple[str, int, int, list[DemoObject]]]) -> dict:
+def coco_instances(entries: list[tuple[str, int, int, list[DemoObject]]], classes: tuple[str, ...] = CLASSES) -> dict:
     """The same annotations as a COCO instances document (boxes as pixel xywh)."""
-    categories = [{"id": i, "name": name} for i, name in enumerate(CLASSES, start=1)]
+    categories = [{"id": i, "name": name} for i, name in enumerate(classes, start=1)]
     cat_ids = {c["name"]: c["id"] for c in categories}
     images, annotations = [], []
     for image_id, (filename, width, height, objects) in enumerate(entries, start=1):
@@ -174,11 +179,14 @@ def csv_rows(entries: list[tuple[str, int, int, list[DemoObject]]]) -> str:
 def write_demo_dataset(
     output_dir: Path, num_train: int = 1024, num_val: int = 128, seed: int = 0,
     object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT), image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE),
+    classes: tuple[str, ...] = CLASSES, first_index: int = 0,
 ) -> DemoSummary:
     """Write `num_train + num_val` images under `output_dir`, annotated three ways:
     VOC XML in `annotations/`, COCO JSON in `coco.json`, CSV in `labels.csv`. Object and
     image sides are drawn from the `object_size` and `image_size` ranges (min, max) in
     pixels; the defaults (26-58 px shapes in 128 px squares) make the built-in demo.
+    `classes` may add "diamond" to the three shapes (a class a model trained on the demo
+    never saw); `first_index` numbers the files from there (more images for the same folder).
 
     The train/val split is left to `detpipe data build` (a hash of the image id);
     the two counts only set how many images are made.
@@ -187,11 +195,12 @@ def write_demo_dataset(
     (output_dir / "images").mkdir(parents=True, exist_ok=True)
     (output_dir / "annotations").mkdir(parents=True, exist_ok=True)
     total = num_train + num_val
-    per_class = {name: 0 for name in CLASSES}
+    per_class = {name: 0 for name in classes}
     num_objects = 0
     entries = []
-    for index in range(total):
-        image, objects = render_demo_image(seed * 1_000_003 + index, object_size=object_size, image_size=image_size)
+    for index in range(first_index, first_index + total):
+        image, objects = render_demo_image(seed * 1_000_003 + index, object_size=object_size, image_size=image_size,
+                                           classes=classes)
         stem = f"demo-{index:06d}"
         buffer = io.BytesIO()
         image.save(buffer, format="JPEG", quality=92)
@@ -203,8 +212,8 @@ def write_demo_dataset(
         for obj in objects:
             per_class[obj.name] += 1
         num_objects += len(objects)
-        if (index + 1) % 500 == 0:
-            logger.info("demo-data: %d/%d images", index + 1, total)
-    (output_dir / "coco.json").write_text(json.dumps(coco_instances(entries), indent=1) + "\n")
+        if (index + 1 - first_index) % 500 == 0:
+            logger.info("demo-data: %d/%d images", index + 1 - first_index, total)
+    (output_dir / "coco.json").write_text(json.dumps(coco_instances(entries, classes), indent=1) + "\n")
     (output_dir / "labels.csv").write_text(csv_rows(entries))
     return DemoSummary(total, num_objects, per_class, output_dir)

@@ -29,6 +29,7 @@ class RunSummary:
     boxes_dropped: int  # boxes that could not be trusted, dropped from images that were written
     probe_verdict: str
     images_per_second: float
+    started: str  # where training started: "from v1 (the champion): ..." or "from scratch: ..."
     metrics: dict
     per_class: list[tuple[str, float, float]]  # (class, AP@[.5:.95], AP50), weakest AP50 first
     cap_warning: str | None  # the detection cap decided most val images
@@ -42,7 +43,7 @@ class RunSummary:
             f"records: {self.records_in} in, {self.written} written, {self.rejected} rejected"
             + (f"; {self.boxes_dropped} bad box(es) dropped from written images" if self.boxes_dropped else ""),
             f"probe: {self.probe_verdict}",
-            f"training: {self.images_per_second:.1f} images/s",
+            f"training: {self.images_per_second:.1f} images/s, started {self.started}",
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
             f"AP75 {self.metrics['AP75']:.3f}",
             "per class (AP@[.5:.95] / AP50): " + ", ".join(
@@ -79,7 +80,8 @@ def summarise(run_dir: Path) -> RunSummary:
         run_dir=run_dir, records_in=manifest.records_in, written=manifest.written_total,
         rejected=manifest.rejected, boxes_dropped=sum(c.rejected for c in manifest.boxes.values()),
         probe_verdict=probe["verdict"],
-        images_per_second=train_config.images_per_second, metrics=metrics.metrics,
+        images_per_second=train_config.images_per_second, started=train_config.warm_start["line"],
+        metrics=metrics.metrics,
         per_class=sorted(((name, ap, metrics.per_class_ap50.get(name, -1.0)) for name, ap in metrics.per_class.items()),
                          key=lambda row: (row[2], row[0])),
         cap_warning=metrics.cap.warning(metrics.num_images) if metrics.cap else None,

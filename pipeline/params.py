@@ -73,6 +73,10 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.batch_size_arg),
     Param("image_size", str, "auto", "Square model input in pixels, or auto: fitted to the training boxes "
           "(with the pyramid levels and anchors).", cli_type=cli_types.image_size_arg),
+    Param("warm_start", str, "auto", "Where training starts: auto (from the champion's weights when there is a "
+          "champion and its model can be continued: the same model size, a shape that still covers the new boxes; "
+          "then a shorter, gentler schedule), never (from scratch), or a registry version (e.g. v3).",
+          cli_type=cli_types.warm_start_arg),
     Param("model_size", str, "tiny", "Backbone and head size: tiny, small or resnet18.",
           choices=("tiny", "small", "resnet18")),
     Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),

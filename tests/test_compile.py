@@ -25,8 +25,8 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the train component reads the output file names from components.detector.
-GOLDEN_SHA256 = "4d0331a759ad1d0c67f07513c93462d619237f4f06c35dc49b188702b1d43d80"
+# Last change: warm starts (the warm_start parameter; train looks up the champion; register keeps the weights).
+GOLDEN_SHA256 = "dadf479d9e63688b374dfa9d35445d62ec2c03f5d405f0aab729fba445513ae5"
 
 
 def test_golden_compile(tmp_path):
@@ -75,14 +75,17 @@ def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
     assert set(tasks) == {"fingerprint-source", "validate-and-convert", "probe", "tune-hyperparameters", "train",
                           "evaluate", "export", "register", "report"}
     assert tasks["export"]["dependentTasks"] == ["evaluate", "train"]
-    assert tasks["register"]["dependentTasks"] == ["evaluate", "export", "fingerprint-source", "validate-and-convert"]
+    assert tasks["register"]["dependentTasks"] == ["evaluate", "export", "fingerprint-source", "train",
+                                                   "validate-and-convert"]
     assert tasks["register"]["cachingOptions"] == {}
     assert tasks["probe"]["cachingOptions"] == {}
     assert tasks["tune-hyperparameters"]["dependentTasks"] == ["probe", "validate-and-convert"]
-    assert tasks["train"]["dependentTasks"] == ["probe", "tune-hyperparameters", "validate-and-convert"]
+    assert tasks["train"]["dependentTasks"] == ["fingerprint-source", "probe", "tune-hyperparameters",
+                                                "validate-and-convert"]  # the registry it resolved
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert params["batch_size"]["defaultValue"] == "auto" and "images" in params
     assert params["tune_trials"]["defaultValue"] == 0  # the search is off unless asked for
+    assert params["warm_start"]["defaultValue"] == "auto"  # scheduled runs continue the champion
 
 
 def test_source_fingerprint_is_uncached_and_in_the_data_steps_cache_key(tmp_path):
@@ -97,6 +100,9 @@ def test_source_fingerprint_is_uncached_and_in_the_data_steps_cache_key(tmp_path
         assert inputs[name]["taskOutputParameter"] == {"outputParameterKey": output,
                                                        "producerTask": "fingerprint-source"}
     assert "champion" not in inputs  # a new champion alone does not convert and retrain unchanged data
+    train = tasks["train"]["inputs"]["parameters"]  # nor retrain it: the train step looks the champion up itself
+    assert "champion" not in train and train["warm_start"] == {"componentInputParameter": "warm_start"}
+    assert tasks["register"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]["producerTask"] == "train"
     # A split file is data: the fingerprint lists it, and the data step uses it.
     for task in ("fingerprint-source", "validate-and-convert"):
         assert tasks[task]["inputs"]["parameters"]["split_file"] == {"componentInputParameter": "split_file"}

@@ -90,24 +90,31 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     assert v1["run_id"] == run_dir.name and len(v1["fingerprint"]["sha256"]) == 64
     assert (registry / "versions" / "v1" / "saved_model" / "saved_model.pb").exists()
 
-    # A second run re-scores v1 on the same val images; under `better` a tie is not enough.
+    # A second run warm-starts from v1 (its weights are kept with the version) and re-scores
+    # v1 on the same val images; under `better` a tie is not enough.
+    assert summary["started"].startswith("from scratch: no champion in ")
+    for name in ("model.keras", "train_config.json"):
+        assert (registry / "versions" / "v1" / name).read_bytes() == (run_dir / "train" / "model" / name).read_bytes()
     code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
                  str(demo_dir / "annotations"), "--epochs", "1", "--batch-size", "8", "--image-size", "96",
                  "--promote-if", "better", "--pipeline-root", str(tmp_path / "root"),
                  "--summary-json", str(summary_file)])
     assert code == 0
     second = json.loads(summary_file.read_text())
-    assert second["version"] == "v2" and "rejected (better)" in second["comparison"]
+    assert second["version"] == "v2" and second["started"].startswith("from v1 (the champion): the same tiny")
+    assert "(better)" in second["comparison"]
     assert second["comparison"].startswith("champion v1 mAP") and f"same {metrics['num_images']} val images" \
         in second["comparison"]
-    assert "registry: v2: champion v1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "warm start from v1 (the champion)" in out and "registry: v2: champion v1" in out
     decision = json.loads((registry / "versions" / "v2" / "decision.json").read_text())
     assert decision["champion"]["version"] == "v1" and decision["rule"]["promote_if"] == "better"
     assert decision["rule"]["resamples"] >= 1000 and len(decision["val"]["fingerprint"]) == 64
-    assert json.loads((registry / "champion.json").read_text())["version"] == "v1"  # unchanged
-    assert json.loads((registry / "versions" / "v2" / "version.json").read_text())["status"] == "rejected"
-    # Same source files: same fingerprint.
+    assert decision["warm_start"]["used"] and decision["warm_start"]["name"] == "v1 (the champion)"
     v2 = json.loads((registry / "versions" / "v2" / "version.json").read_text())
+    assert v2["status"] == ("blessed" if decision["blessed"] else "rejected")
+    assert json.loads((registry / "champion.json").read_text())["version"] == ("v2" if decision["blessed"] else "v1")
+    # Same source files: same fingerprint.
     assert v2["fingerprint"]["sha256"] == v1["fingerprint"]["sha256"]
 
 

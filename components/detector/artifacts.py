@@ -15,6 +15,9 @@ REPORT_FILE = "train_report.md"
 LOSS_CURVE_FILE = "loss_curve.png"
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINT_DIR = "checkpoints"
+# What another run needs to start from this one's weights (`detpipe train --init-from`, the
+# pipeline's warm start); the registry keeps them with each version.
+WARM_START_FILES = (MODEL_FILE, CONFIG_FILE)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,13 @@ class TrainConfigFile:
     @property
     def images_per_second(self) -> float:
         return self.result["images_per_second"]
+
+    @property
+    def warm_start(self) -> dict:
+        """WarmStart.to_dict() (components/train/warm_start.py): {"used", "name", "reason",
+        "line", ...}; a run recorded before warm starts reads as from scratch."""
+        return self.result.get("warm_start") or {"used": False, "name": "", "reason": "",
+                                                 "line": "from scratch", "new_classes": []}
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -19,11 +19,14 @@ from components.detector.geometry import (
     FIXED_SIZE,
     FIXED_SPEC,
     MIN_CLASS_BOXES,
+    POSITIVE_IOU,
     PREFERRED_LOWEST_LEVEL,
     SIZE_STEP,
     AnchorFit,
+    AnchorSpec,
     BoxSample,
     CostModel,
+    best_anchor_iou,
     choose_image_size,
     coverage,
     fit_anchors,
@@ -177,7 +180,51 @@ def shape_for_data(data_dir: str, model_size: str, num_classes: int, requested_s
     shards in `data_dir`."""
     from beam.label_map import read_dataset_label_map
 
+    sample = read_box_sample(data_dir, label_map=read_dataset_label_map(data_dir))
+    return shape_for_sample(sample, model_size, num_classes, requested_size, on_gpu, preset, allow_poor_anchors)
+
+
+def shape_for_sample(sample: BoxSample, model_size: str, num_classes: int, requested_size: int | str, on_gpu: bool,
+                     preset: str | None = None, allow_poor_anchors: bool = False) -> FittedShape:
+    """`fit_shape` of the model size's (or preset's) detector on `sample`."""
     # the size given here is a placeholder: fit_shape replaces it with the chosen one
     base = model_config_for(model_size, FIXED_SIZE, num_classes, preset)
-    sample = read_box_sample(data_dir, label_map=read_dataset_label_map(data_dir))
     return fit_shape(sample, base, requested_size, on_gpu, allow_poor_anchors)
+
+
+def shape_coverage(sample: BoxSample, model: ModelConfig) -> tuple[float, dict[str, float]]:
+    """The share of `sample`'s boxes an anchor of `model`'s shape reaches with IoU 0.5, in
+    all and per class (classes with enough boxes): how well a kept shape fits new boxes."""
+    size = model.image_size
+    spec = AnchorSpec(model.min_level, model.max_level, model.anchor_size, model.num_scales, model.aspect_ratios)
+    if not len(sample.boxes):
+        return 1.0, {}
+    hits = best_anchor_iou(sample.boxes * size, spec, size) >= POSITIVE_IOU
+    groups = sample.classes()
+    per_class = {sample.name(c): float(hits[idx].mean()) for c, idx in groups.items() if c != -1 and len(idx)}
+    return float(hits.mean()), per_class
+
+
+def kept_shape(sample: BoxSample, model: ModelConfig, fresh: FittedShape, source: str) -> FittedShape:
+    """The shape of a model training starts from (`model`, e.g. the champion's), described
+    as `fit_shape` describes a fitted one, with its coverage of this run's boxes; `fresh` is
+    the shape fitted to the same boxes, for comparison."""
+    covered, per_class = shape_coverage(sample, model)
+    spec = AnchorSpec(model.min_level, model.max_level, model.anchor_size, model.num_scales, model.aspect_ratios)
+    costs = cost_model(model)
+    relative = costs.total(model.image_size, spec) / costs.total(FIXED_SIZE, FIXED_SPEC)
+    smallest = float((sample.hw * model.image_size).min()) if len(sample.boxes) else 0.0
+    decisions = {
+        "image_size": f"{model.image_size}: kept from {source} (its weights are trained at this size)",
+        "pyramid_and_anchors": f"{spec.describe()}: kept from {source}",
+        "anchor_coverage": (f"{covered:.1%} of {len(sample.boxes)} sampled training boxes reach IoU 0.5 with an "
+                            f"anchor of the kept shape (a fresh fit: {fresh.model.image_size}px, "
+                            f"{fresh.coverage:.1%}); smallest box side {smallest:.0f}px; estimated compute "
+                            f"{relative:.2f}x the fixed shape's"),
+    }
+    if per_class:
+        decisions["class_coverage"] = ("per class, share of sampled boxes an anchor reaches with IoU 0.5: "
+                                       + ", ".join(f"{name} {value:.1%}" for name, value in sorted(per_class.items())))
+    return FittedShape(model=model, coverage=covered, coverage_fixed=fresh.coverage_fixed, relative_compute=relative,
+                       boxes=len(sample.boxes), smallest_box_px=smallest, decisions=decisions,
+                       class_coverage=per_class)

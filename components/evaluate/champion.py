@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from components.evaluate.baseline import Baseline, box_prior_baseline
@@ -22,6 +23,7 @@ from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_dete
 from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict,
                                           comparison_line, decide, readable)
 from components.registry.registry import SAVED_MODEL_DIR, Registry
+from components.detector.artifacts import TrainConfigFile
 from components.detector.fitted_shape import read_box_sample
 
 logger = logging.getLogger(__name__)
@@ -112,6 +114,7 @@ def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, ru
     record = compare_and_decide(result.truths, result.detections, result.label_map, result.metrics["mAP"], rule,
                                 scored, val_fingerprint=val_fingerprint, seed=seed, resamples=resamples,
                                 baseline=baseline)
+    record = replace(record, warm_start=TrainConfigFile.read(model_dir).warm_start)
     out = Path(output_dir)
     record.write(out / DECISION_FILE)
     with open(out / REPORT_FILE, "a") as handle:
@@ -123,6 +126,8 @@ def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, ru
 def decision_markdown(record: DecisionRecord) -> str:
     """The report's section on the champion comparison."""
     lines = ["", "## Champion comparison", "", comparison_line(record) + ".", ""]
+    if record.warm_start:
+        lines += [f"The challenger started {record.warm_start['line']}.", ""]
     if record.baseline:
         lines += [record.floor_line(), ""]
     if record.delta:

@@ -144,6 +144,8 @@ class DecisionRecord:
     version: str | None = None  # the registry version it was recorded as (set by register)
     # Baseline.to_dict(): the floor on the same val images (None in records written before it)
     baseline: dict | None = None
+    # TrainConfigFile.warm_start of the challenger: where its training started (None before warm starts)
+    warm_start: dict | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "champion"}

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.detector.artifacts import WARM_START_FILES
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
 from components.registry.decision import DECISION_FILE, DecisionRecord
 from components.registry.registry import DATA_FILES, Registry
@@ -40,8 +41,9 @@ def model_sha256(saved_model_dir: str) -> str:
 
 
 def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metrics_file: str, decision: DecisionRecord,
-                 fingerprint: dict, run_id: str) -> Registered:
-    """Write the version (SavedModel, data files, metrics, decision), then `champion.json`.
+                 fingerprint: dict, run_id: str, train_dir: str = "") -> Registered:
+    """Write the version (SavedModel, data files, metrics, decision, and from `train_dir`
+    the trained weights a warm start continues), then `champion.json`.
 
     A model that is already a version (a scheduled run over unchanged data, where Vertex AI
     took every step from its cache) is not recorded again: the step names that version."""
@@ -73,6 +75,8 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
         decision.with_outcome(blessed, reason, name).write(decision_file)
         files = {n: os.path.join(data_dir, n) for n in DATA_FILES if os.path.exists(os.path.join(data_dir, n))}
         files.update({METRICS_FILE: metrics_file, DECISION_FILE: decision_file})
+        if train_dir:
+            files.update({n: os.path.join(train_dir, n) for n in WARM_START_FILES})
         record = registry.write_version(name, saved_model_dir, files, record)
     champion = current or ""
     if blessed:
@@ -87,13 +91,14 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
 
 
 def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str, data_dir: str, metrics_file: str,
-                        decision: DecisionRecord, fingerprint: dict, run_id: str, vertex_model: str = "",
+                        decision: DecisionRecord, fingerprint: dict, run_id: str, train_dir: str = "",
+                        vertex_model: str = "",
                         vertex_region: str = "", serving_image: str = "") -> Registered:
     """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version."""
     from components.registry.vertex_model import ModelVersion, find_parent_model, upload_version
 
     done = register_run(Registry.open(registry_uri, model_name), saved_model_dir, data_dir, metrics_file,
-                        decision, fingerprint, run_id)
+                        decision, fingerprint, run_id, train_dir)
     if vertex_model and done.status != "unchanged":
         version = ModelVersion(
             display_name=vertex_model, artifact_uri=done.record["saved_model"], serving_image=serving_image,

@@ -6,6 +6,7 @@
         claim.json               written first, exclusively: v1 belongs to this run
         saved_model/             the export `detpipe serve` loads
         label_map.json schema.pbtxt stats-train.pb metrics.json decision.json
+        model.keras train_config.json   the trained weights a warm start continues
         version.json             written last: the version is complete (status, run id,
                                  data fingerprint, scores)
 
@@ -121,6 +122,17 @@ class Registry:
             if self.store.download_file(self._rel("versions", version, name), target):
                 found[name] = target
         return found
+
+    def fetch_training_files(self, version: str, local_dir: str) -> bool:
+        """The version's trained weights and training config (what a warm start needs),
+        copied to `local_dir`; False when the version has none (recorded before they were kept)."""
+        import os
+
+        from components.detector.artifacts import WARM_START_FILES
+
+        os.makedirs(local_dir, exist_ok=True)
+        return all(self.store.download_file(self._rel("versions", version, name), os.path.join(local_dir, name))
+                   for name in WARM_START_FILES)
 
     def champion_data(self, local_dir: str) -> tuple[str, dict[str, str], dict[str, int] | None]:
         """What the data step checks new data against: the champion's version ("" for none),

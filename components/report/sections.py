@@ -132,6 +132,7 @@ def training_section(train_dir: str | Path) -> dict | None:
         return None
     config = TrainConfigFile.read(folder)
     return {"result": config.result, "decisions": config.result["decisions"], "model": config.model,
+            "warm_start": config.warm_start["line"],
             "loss_curve": file_uri(folder / LOSS_CURVE_FILE)}
 
 

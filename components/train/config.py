@@ -52,3 +52,11 @@ class TrainConfig:
     max_nan_recoveries: int = 3
     nan_lr_factor: float = 0.5  # learning-rate scale after each NaN recovery
     probe: ProbeAdvice = field(default_factory=ProbeAdvice)
+    # Warm start (warm_start.py): a folder with another run's model.keras and train_config.json
+    # to start from when it can be continued; how people know it ("v3 (the champion)"); why
+    # there is none (e.g. "--warm-start never"); the epochs of a warm-started run (None: a
+    # share of `epochs`).
+    init_from: str | None = None
+    init_name: str = ""
+    init_note: str = ""
+    fine_tune_epochs: int | None = None

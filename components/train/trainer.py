@@ -28,7 +28,7 @@ from components.detector.artifacts import (
     TENSORBOARD_DIR,
     TrainConfigFile,
 )
-from components.detector.fitted_shape import FittedShape, shape_for_data
+from components.detector.fitted_shape import FittedShape, read_box_sample, shape_for_sample
 from components.detector.losses import AveragedAdamW, compile_detector
 from components.detector.model import build_detector, count_params
 from components.detector.records import count_records
@@ -58,6 +58,7 @@ from components.train.plan import (
 from components.train.process_state import training_state
 from components.train.schedules import ScaledSchedule
 from components.train.train_report import training_report
+from components.train.warm_start import WarmStart, apply_warm_weights, choose_warm_start, warm_weights
 
 __all__ = ["ProbeAdvice", "TrainConfig", "TrainResult", "train_detector"]
 
@@ -77,6 +78,7 @@ class TrainResult:
     seconds: float
     weights_sha256: str = ""  # of the final weights: the same on every worker
     shape: dict = field(default_factory=dict)  # the fitted input size, levels, anchors, coverage (FittedShape.metadata)
+    warm_start: dict = field(default_factory=dict)  # WarmStart.to_dict(): where training started from, and why
     decisions: dict[str, str] = field(default_factory=dict)
     # This process is the chief: only it writes the job's outputs, and only it may finish
     # them (export, reports); another replica's job ends when training ends.
@@ -104,6 +106,8 @@ class RunFacts:
     num_train: int
     shape: FittedShape
     machine: MachineFacts  # with the measured auto batch when `--batch-size auto`
+    warm: WarmStart  # where training starts from (warm_start.py)
+    warm_weights: list | None = None  # the source's weights (numpy, model.weights order) when warm.used
 
 
 @dataclass
@@ -132,10 +136,10 @@ def train_detector(config: TrainConfig) -> TrainResult:
     try:
         with training_state(config.seed, config.deterministic, precision):  # the batch search's trials use it too
             facts = gather_facts(config, machine)
-            plan = plan_training(facts.config, facts.machine, facts.num_train)
+            plan = plan_training(facts.config, facts.machine, facts.num_train, fine_tune=facts.warm.used)
             built = build_run(facts, plan, role, strategy)
             decisions = _decisions(plan, facts.config, built.parts.model, Path(config.output_dir),
-                                   built.steps_done, facts.shape)
+                                   built.steps_done, facts.shape, facts.warm)
             for key, value in decisions.items():
                 logger.info("train: %s = %s", key, value)
             losses, recoveries = fit_with_recovery(built.parts, facts.config, built.input_config,
@@ -148,19 +152,24 @@ def train_detector(config: TrainConfig) -> TrainResult:
 def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
     """The label map and train count, the input size (for "auto"), pyramid levels and
     anchors fitted to the train boxes (refuses with PoorAnchors when too few boxes could
-    match an anchor), and on `--batch-size auto` the batch measured on this machine."""
+    match an anchor), whether training starts from `config.init_from` (then with its shape
+    and weights), and on `--batch-size auto` the batch measured on this machine."""
     label_map = read_dataset_label_map(config.data_dir)
     num_train = count_records(config.data_dir, "train")
     if num_train == 0:
         raise ValueError(f"the train split in {config.data_dir} has no records")
-    shape = shape_for_data(config.data_dir, config.model_size, num_class_slots(label_map), config.image_size,
-                           on_gpu=bool(machine.gpu_majors), preset=config.preset,
-                           allow_poor_anchors=config.allow_poor_anchors)
+    sample = read_box_sample(config.data_dir, label_map=label_map)
+    fresh = shape_for_sample(sample, config.model_size, num_class_slots(label_map), config.image_size,
+                             on_gpu=bool(machine.gpu_majors), preset=config.preset,
+                             allow_poor_anchors=config.allow_poor_anchors)
+    warm, shape = choose_warm_start(config, label_map, sample, fresh)
+    logger.info("train: starts %s", warm.line())
     resolved = replace(config, image_size=shape.model.image_size)  # from here on the size is a number
     measured = machine
     if config.batch_size == "auto":
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas))
-    return RunFacts(resolved, label_map, num_train, shape, measured)
+    return RunFacts(resolved, label_map, num_train, shape, measured, warm,
+                    warm_weights(warm) if warm.used else None)
 
 
 def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.distribute.Strategy) -> BuiltRun:
@@ -179,6 +188,8 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
     micro_batches = tf.Variable(1, dtype=tf.int64, trainable=False, name="micro_batches")
     with strategy.scope():  # weights and optimizer state mirrored on every device (a no-op on one)
         model = build_detector(facts.shape.model)
+        if facts.warm.used:  # before the optimizer is built: the weight average starts from these weights
+            apply_warm_weights(model, facts.warm_weights, facts.warm, facts.label_map)
         compile_detector(model, AveragedAdamW(schedule, weight_decay=config.weight_decay,
                                               global_clipnorm=config.clipnorm, use_ema=config.ema,
                                               ema_momentum=plan.ema_momentum), config.box_loss)
@@ -238,7 +249,7 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
         input_wait_share=None if monitor.input_wait_share is None else round(monitor.input_wait_share, 3),
         final_loss=losses["loss"][-1] if losses.get("loss") else None,  # no losses: nothing was left to train
         seconds=round(time.monotonic() - started, 1), weights_sha256=digest, decisions=decisions,
-        shape=facts.shape.metadata(), is_chief=role.is_chief)
+        shape=facts.shape.metadata(), warm_start=facts.warm.to_dict(), is_chief=role.is_chief)
     if role.is_chief:
         (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
         TrainConfigFile(model=facts.shape.model.to_dict(), train=asdict(facts.config), result=result.to_dict(),
@@ -249,9 +260,11 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
 
 
 def _decisions(plan: TrainPlan, config: TrainConfig, model: keras.Model, out: Path, steps_done: int,
-               shape: FittedShape) -> dict[str, str]:
+               shape: FittedShape, warm: WarmStart) -> dict[str, str]:
     """The plan's and the shape fit's decisions plus what only the built model tells."""
-    decisions = {**shape.decisions, **plan.decisions}
+    decisions = {"warm_start": warm.line() + (f" (resumed from this run's own checkpoint at step {steps_done})"
+                                              if warm.used and steps_done else ""),
+                 **shape.decisions, **plan.decisions}
     fitted = shape.model
     width = f"; FPN {fitted.fpn_filters} wide, {fitted.head_conv_layers} conv layer(s) per head" if not config.preset else ""
     decisions["model"] = ((f"preset {config.preset} (pretrained backbone, new heads)" if config.preset
