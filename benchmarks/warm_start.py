@@ -136,7 +136,7 @@ def main() -> None:
     rows = [_decide("champion", champion_dir, full, work, registry, "", timing["seconds"], timing["cpu"],
                     timing["result"])[0]]
     rows[0].decision = f"{champion}, trained on the base set"
-    runs = [("from scratch", {"init_note": "benchmark"}),
+    runs = [("from scratch", {"init_note": "the from-scratch challenger (warm_start never)"}),
             ("warm start, default epochs", {}),
             (f"warm start, {args.warm_epochs} epochs", {"fine_tune_epochs": args.warm_epochs})]
     for name, options in runs:

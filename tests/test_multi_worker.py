@@ -25,12 +25,12 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _start_cluster(data, out, logs, max_steps: int, export: bool = False) -> list[subprocess.Popen]:
+def _start_cluster(data, out, logs, max_steps: int, export: bool = False, extra: tuple = ()) -> list[subprocess.Popen]:
     chief, worker = (f"127.0.0.1:{p}" for p in _free_ports(2))
     cluster = {"chief": [chief], "worker": [worker]}
     command = [sys.executable, "-m", "pipeline.cli", "train", "--data", str(data), "--output", str(out),
                "--batch-size", "4", "--image-size", "64", "--epochs", "100", "--max-steps", str(max_steps),
-               "--checkpoint-every", "4", "--seed", "3"] + ([] if export else ["--no-export"])
+               "--checkpoint-every", "4", "--seed", "3", *extra] + ([] if export else ["--no-export"])
     procs = []
     for task in ({"type": "chief", "index": 0}, {"type": "worker", "index": 0}):
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
@@ -54,11 +54,18 @@ def _digest(log_path) -> str:
     return found[-1]
 
 
-@pytest.mark.slow
-def test_two_workers_train_in_lockstep_and_only_the_chief_writes(demo_shards, tmp_path):
-    out, logs = tmp_path / "out", tmp_path
+@pytest.fixture(scope="module")
+def two_worker_run(demo_shards, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("two_workers")
+    out = logs / "out"
     # Every default, export included, as a two-replica custom job runs it.
     codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8, export=True))
+    return out, logs, codes
+
+
+@pytest.mark.slow
+def test_two_workers_train_in_lockstep_and_only_the_chief_writes(two_worker_run):
+    out, logs, codes = two_worker_run
     assert codes == [0, 0], (logs / "chief.log").read_text()[-3000:] + (logs / "worker.log").read_text()[-3000:]
     assert (out / "saved_model" / "saved_model.pb").is_file() and "exported a SavedModel" in (logs / "chief.log").read_text()
     assert "the chief writes the model and exports it" in (logs / "worker.log").read_text()
@@ -83,9 +90,12 @@ def _model_config(path) -> str:
 
 
 @pytest.mark.slow
-def test_a_killed_worker_stops_the_chief_and_both_resume_from_the_checkpoint(demo_shards, tmp_path):
+def test_a_killed_worker_stops_the_chief_and_both_resume_from_the_checkpoint(demo_shards, two_worker_run, tmp_path):
+    """From a warm start (the two-worker run's model), as a scheduled retrain on a custom job:
+    the resumed run continues its own checkpoint, not the model it started from."""
     out, logs = tmp_path / "out", tmp_path
-    chief, worker = _start_cluster(demo_shards, out, logs, max_steps=40)
+    warm = ("--init-from", str(two_worker_run[0]))
+    chief, worker = _start_cluster(demo_shards, out, logs, max_steps=40, extra=warm)
     state = out / "checkpoints" / "checkpoint"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and chief.poll() is None:
@@ -100,10 +110,12 @@ def test_a_killed_worker_stops_the_chief_and_both_resume_from_the_checkpoint(dem
     assert chief_code != 0
     assert "a worker of the cluster is gone" in (logs / "chief.log").read_text()
     assert not (out / "model.keras").exists()
+    for name in ("chief.log", "worker.log"):  # each replica loaded the same starting weights
+        assert f"train: starts from {two_worker_run[0]}: the same tiny" in (logs / name).read_text(), name
 
     rerun = tmp_path / "rerun"
     rerun.mkdir()
-    codes = _wait(_start_cluster(demo_shards, out, rerun, max_steps=40))
+    codes = _wait(_start_cluster(demo_shards, out, rerun, max_steps=40, extra=warm))
     assert codes == [0, 0], (rerun / "chief.log").read_text()[-3000:]
     for name in ("chief.log", "worker.log"):
         resumed = re.search(r"resuming from checkpoint \S+: (\d+) step\(s\) already done", (rerun / name).read_text())
@@ -111,3 +123,5 @@ def test_a_killed_worker_stops_the_chief_and_both_resume_from_the_checkpoint(dem
     assert _digest(rerun / "chief.log") == _digest(rerun / "worker.log")
     config = json.loads((out / "train_config.json").read_text())
     assert "resumed after step" in config["result"]["decisions"]["checkpoints"] and config["result"]["steps"] == 40
+    assert config["result"]["warm_start"]["used"]
+    assert "resumed from this run's own checkpoint" in config["result"]["decisions"]["warm_start"]
