@@ -137,19 +137,23 @@ def default_workers(records: int, usable_cpus: int) -> int:
 
 
 def job_options(options: ConvertOptions, records: int) -> tuple[object, PipelineOptions]:
-    """The runner and its options. Locally (DirectRunner) the job runs on Beam's FnApiRunner
-    (DirectRunner would first try the Prism runner, which downloads a binary), in
-    `num_workers` worker processes (default: `default_workers`, counting the CPUs this
-    process may use as the probe does, cgroup- and affinity-aware) as Dataflow runs it:
-    every function pickled, nothing shared with the driver. One worker runs in-process.
-    `--direct_num_workers` / `--direct_running_mode` among the Beam arguments win. Any
-    other runner is Beam's."""
-    args = list(options.beam_args)
-    if options.runner != "DirectRunner":
-        return options.runner, PipelineOptions(args, runner=options.runner)
+    """The runner and its options (`runner_and_options`), with `num_workers` worker
+    processes locally (default: `default_workers` for `records`)."""
+    return runner_and_options(options.runner, options.beam_args,
+                              options.num_workers or default_workers(records, usable_cpu_count()))
+
+
+def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int) -> tuple[object, PipelineOptions]:
+    """The runner and its options. Locally (DirectRunner) a job runs on Beam's FnApiRunner
+    (DirectRunner would first try the Prism runner, which downloads a binary), in `workers`
+    worker processes as Dataflow runs it: every function pickled, nothing shared with the
+    driver. One worker runs in-process. `--direct_num_workers` / `--direct_running_mode`
+    among the Beam arguments win. Any other runner is Beam's."""
+    args = list(beam_args)
+    if runner != "DirectRunner":
+        return runner, PipelineOptions(args, runner=runner)
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    workers = options.num_workers or default_workers(records, _usable_cpus())
     if not any(a.startswith("--direct_num_workers") for a in args):
         args.append(f"--direct_num_workers={workers}")
     if not any(a.startswith("--direct_running_mode") for a in args):
@@ -157,7 +161,8 @@ def job_options(options: ConvertOptions, records: int) -> tuple[object, Pipeline
     return FnApiRunner(), PipelineOptions(args)
 
 
-def _usable_cpus() -> int:
+def usable_cpu_count() -> int:
+    """The CPUs this process may use, counted as the probe counts them (cgroup- and affinity-aware)."""
     from components.probe.machine_facts import usable_cpus
 
     return usable_cpus()["usable"]

@@ -267,7 +267,8 @@ KEY_FIGURES["export"] = lambda out: f"threshold {out.get('Output', 0):.2f}"
 
 def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input[Artifact], decision: Input[Artifact],
              data: Input[Dataset], source: Input[Artifact], registry: str, model_name: str, vertex_model: str,
-             vertex_region: str, serving_image: str, run_id: str) -> NamedTuple(
+             vertex_region: str, vertex_endpoint: str, endpoint_machine_type: str, endpoint_accelerator: str,
+             endpoint_min_replicas: int, endpoint_max_replicas: int, serving_image: str, run_id: str) -> NamedTuple(
         "RegisterOutputs", [("version", str), ("status", str), ("champion", str)]):
     """Record the version in the registry (with the trained weights, for warm starts); the
     champion moves only when blessed. With
@@ -279,6 +280,7 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
 
     from components.registry.decision import DecisionRecord
     from components.registry.register import register_and_upload
+    from components.registry.vertex_endpoint import EndpointSpec
 
     logging.basicConfig(level=logging.INFO)
     verdict = DecisionRecord.read(decision.path)
@@ -286,7 +288,9 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
         fingerprint = json.load(handle)
     done = register_and_upload(registry, model_name, saved_model.path, data.path, metrics_json.path, verdict,
                                fingerprint, run_id, train_dir=model.path, vertex_model=vertex_model, vertex_region=vertex_region,
-                               serving_image=serving_image)
+                               serving_image=serving_image, endpoint=EndpointSpec.parse(
+                                   vertex_endpoint, endpoint_machine_type, endpoint_accelerator,
+                                   endpoint_min_replicas, endpoint_max_replicas))
     if verdict.below_min_map:
         raise RuntimeError(f"gate failed: {verdict.reason} (recorded as {done.version}, rejected)")
     return namedtuple("RegisterOutputs", ["version", "status", "champion"])(done.version, done.status, done.champion)

@@ -131,7 +131,10 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             saved_model=exported.outputs["saved_model"], model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
             decision=evaluated.outputs["decision"], data=dataset, source=source.outputs["source"],
             registry=registry, model_name=p.model_name, vertex_model=p.vertex_model,
-            vertex_region=p.vertex_region, serving_image=image, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+            vertex_region=p.vertex_region, vertex_endpoint=p.vertex_endpoint,
+            endpoint_machine_type=p.endpoint_machine_type, endpoint_accelerator=p.endpoint_accelerator,
+            endpoint_min_replicas=p.endpoint_min_replicas, endpoint_max_replicas=p.endpoint_max_replicas,
+            serving_image=image, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
         registered.set_caching_options(False)  # the registry may have moved since a cached run
         reported = steps.report(
             data=dataset, probe_json=advice, model=trained.outputs["model"],

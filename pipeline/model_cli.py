@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.cli_types import output_dir, saved_model_dir, trained_model_dir
+from pipeline.cli_types import UsageError, output_dir, saved_model_dir, trained_model_dir
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import unit_float as _unit_float
 
@@ -41,7 +41,15 @@ def export_after_train(train_output: str) -> None:
           "`detpipe export --evaluation EVAL_DIR` sets the evaluation's F1-best one)")
 
 
-def cmd_predict(args) -> int:
+def cmd_predict(args, beam_args: list[str]) -> int:
+    if args.images_source:
+        return _predict_batch(args, beam_args)
+    if beam_args:
+        raise UsageError(f"unrecognized arguments: {' '.join(beam_args)} (Beam options need --images)")
+    if not args.images:
+        raise UsageError("give IMAGE files, or --images DIR|gs://PREFIX|GLOB --output DIR for a batch job")
+    if args.runner != "DirectRunner" or args.draw or args.direct_num_workers:
+        raise UsageError("--runner, --draw and --direct-num-workers are options of the batch job (--images)")
     from components.serve.drawing import draw_detections
     from components.serve.predictor import BadImage, Predictor, model_image_bytes
 
@@ -74,6 +82,32 @@ def cmd_predict(args) -> int:
     return EXIT_FAILED if problems else EXIT_OK
 
 
+def _predict_batch(args, beam_args: list[str]) -> int:
+    """`detpipe predict --images ...`: the Beam job (components/serve/batch_job.py)."""
+    from components.serve.batch_job import BatchOptions, predict_images
+    from pipeline.beam_options import unknown_beam_options
+
+    if args.images:
+        raise UsageError("give either IMAGE files or --images, not both")
+    if not args.output:
+        raise UsageError("--images needs --output: the folder for the predictions")
+    unknown = unknown_beam_options(beam_args)
+    if unknown:
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither a `detpipe predict` nor an "
+                         "Apache Beam option)")
+    if args.draw and "://" in args.output:
+        raise UsageError("--draw writes local files: give a local --output")
+    summary = predict_images(BatchOptions(
+        model_dir=args.model, images=args.images_source, output=args.output, model_version=args.model_version,
+        score_threshold=args.score_threshold, draw=args.draw, runner=args.runner, beam_args=tuple(beam_args),
+        num_workers=args.direct_num_workers))
+    reasons = ", ".join(f"{n} {r}" for r, n in summary.rejects_by_reason.items())
+    print(f"{summary.images_in} files: {summary.predicted} predicted, {summary.rejected} rejected"
+          + (f" ({reasons})" if reasons else "") + f" in {summary.seconds:g} s with {summary.workers} worker(s) -> "
+          f"{args.output}/predictions-*.jsonl" + (f", {args.output}/rejects-*.jsonl" if summary.rejected else ""))
+    return EXIT_OK
+
+
 def cmd_serve(args) -> int:
     import uvicorn
 
@@ -101,13 +135,35 @@ def add_model_commands(sub) -> None:
     p.add_argument("--score-threshold", type=_unit_float, help="default score threshold (overrides --evaluation)")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("predict", help="detections for image files, drawn on copies with --output")
+    p = sub.add_parser(
+        "predict", help="detections for image files, or for a folder or bucket as a Beam job (--images)",
+        description="Two ways. `detpipe predict --model M IMAGE...`: detections for a few files, printed as "
+                    "JSON, drawn on copies with --output. `detpipe predict --model M --images DIR|gs://PREFIX|GLOB "
+                    "--output DIR`: a Beam job over every file there (locally in worker processes, as Dataflow "
+                    "runs it; --runner DataflowRunner with Beam's options such as --project, --region, "
+                    "--temp_location, --sdk_container_image): OUTPUT/predictions-*.jsonl, one line per image; "
+                    "files that are not usable images in OUTPUT/rejects-*.jsonl with the reason; "
+                    "OUTPUT/summary.json with counts that reconcile. Every image is checked, turned upright by its "
+                    "EXIF orientation and preprocessed as `detpipe serve` does.")
     p.add_argument("--model", required=True, type=saved_model_dir, help="output folder of `detpipe export`")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG or PNG files")
-    p.add_argument("--output", type=output_dir, help="folder for copies of the images with the boxes drawn, and predictions.json")
+    p.add_argument("images", nargs="*", metavar="IMAGE", help="JPEG or PNG files")
+    p.add_argument("--images", dest="images_source", metavar="DIR|gs://PREFIX|GLOB",
+                   help="every file in this folder or under this prefix (or matching this glob): a Beam job")
+    p.add_argument("--output", type=output_dir,
+                   help="with IMAGE files: copies with the boxes drawn and predictions.json; with --images: the "
+                        "folder (local or gs://) for predictions, rejects and summary.json")
     p.add_argument("--score-threshold", type=_unit_float, help="keep detections scoring at least this "
                                                                "(default: the export's)")
-    p.set_defaults(func=cmd_predict)
+    p.add_argument("--model-version", default="", help="--images: the version written on every line "
+                                                       "(e.g. the registry version of --model)")
+    p.add_argument("--draw", action="store_true", help="--images: also OUTPUT/drawn/, copies with the boxes drawn "
+                                                       "(for small local runs)")
+    p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default="DirectRunner",
+                   help="--images: Beam runner (default DirectRunner)")
+    p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
+                   help="--images, DirectRunner: predict in N worker processes, each loading the model (default: "
+                        "one per 1,000 images, at most one per usable CPU); 1 runs in this process")
+    p.set_defaults(func=cmd_predict, takes_beam_args=True)
 
     p = sub.add_parser("serve", help="HTTP predictions on Vertex AI's custom-container contract")
     # Not checked by argparse: --model or $AIP_STORAGE_URI, a missing model exits 1 in one line either way.

@@ -99,6 +99,14 @@ PARAMS: tuple[Param, ...] = (
     Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
           "(alias champion when blessed); empty: no upload.", local=False),
     Param("vertex_region", str, "us-central1", "Region of the Vertex AI Model Registry.", local=False),
+    Param("vertex_endpoint", str, "", "Vertex AI endpoint (display name; created when missing) that serves the "
+          "champion: a blessed, uploaded version is deployed there and gets all traffic once it answers its health "
+          "route, then the earlier deployment is removed; empty: no deployment. Needs vertex_model.", local=False),
+    Param("endpoint_machine_type", str, "n1-standard-4", "Machine type of the endpoint's replicas.", local=False),
+    Param("endpoint_accelerator", str, "", "GPUs per endpoint replica as TYPE:COUNT, e.g. NVIDIA_TESLA_T4:1; "
+          "empty: none.", local=False),
+    Param("endpoint_min_replicas", int, 1, "Endpoint replicas at least.", local=False),
+    Param("endpoint_max_replicas", int, 1, "Endpoint replicas at most (autoscaling between).", local=False),
 )
 
 BY_NAME = {p.name: p for p in PARAMS}

@@ -1,6 +1,8 @@
-"""`detpipe submit | schedule | upload`: the Vertex AI and Artifact Registry commands.
+"""`detpipe submit | schedule | upload | batch-predict | deploy`: the Vertex AI and Artifact
+Registry commands.
 
-Thin adapters over pipeline/vertex_jobs.py and pipeline/template_registry.py.
+Thin adapters over pipeline/vertex_jobs.py, pipeline/template_registry.py and
+components/registry (vertex_batch.py, vertex_endpoint.py).
 """
 
 from pathlib import Path
@@ -87,6 +89,59 @@ def add_vertex_options(p, root: bool, template: bool = True) -> None:
                        help="pipeline parameter, repeatable (e.g. --param images=gs://b/imgs --param epochs=20)")
 
 
+def _vertex_model(args) -> str:
+    """--model as a resource name at the champion alias unless it names a version: a
+    display name is looked up (its newest model)."""
+    from components.registry.vertex_batch import champion_of
+    from components.registry.vertex_model import find_parent_model
+
+    if args.model.startswith("projects/"):
+        return champion_of(args.model)
+    found = find_parent_model(args.model, project=args.project, location=args.region)
+    if not found:
+        raise ValueError(f"no Vertex AI model named {args.model!r} in {args.project}/{args.region}")
+    return champion_of(found)
+
+
+def cmd_batch_predict(args) -> int:
+    from components.registry.vertex_batch import BatchPredictionSpec, submit_batch_prediction
+    from components.registry.vertex_endpoint import parse_accelerator
+
+    kind, count = parse_accelerator(args.accelerator)
+    spec = BatchPredictionSpec(model=_vertex_model(args), source=args.source, destination=args.destination,
+                               instances_format=args.instances_format, machine_type=args.machine_type,
+                               accelerator_type=kind, accelerator_count=count, replicas=args.replicas,
+                               score_threshold=args.score_threshold)
+    job = submit_batch_prediction(spec, project=args.project, location=args.region)
+    job.wait_for_resource_creation()
+    print(f"batch prediction job {job.resource_name} with {spec.model}: predictions under {args.destination}")
+    return EXIT_OK
+
+
+def cmd_deploy(args) -> int:
+    from components.registry.vertex_endpoint import EndpointSpec, deploy_to_endpoint, parse_accelerator
+
+    kind, count = parse_accelerator(args.accelerator)
+    model = _vertex_model(args)
+    deployed = deploy_to_endpoint(model, EndpointSpec(args.endpoint, args.machine_type, kind, count,
+                                                      args.min_replicas, args.max_replicas),
+                                  project=args.project, location=args.region)
+    print(f"{model} serves all traffic of endpoint {args.endpoint} (deployed model {deployed}); earlier "
+          "deployments were removed once it answered its health route")
+    return EXIT_OK
+
+
+def _add_machine_options(p, what: str) -> None:
+    p.add_argument("--project", required=True, help="Google Cloud project")
+    p.add_argument("--region", default="us-central1", help="Vertex AI region (default us-central1)")
+    p.add_argument("--model", required=True,
+                   help="Vertex AI model: its display name (the pipeline's vertex_model; the champion version) "
+                        "or a resource name projects/P/locations/L/models/ID[@VERSION|@ALIAS]")
+    p.add_argument("--machine-type", default="n1-standard-4", help=f"machines {what} (default n1-standard-4)")
+    p.add_argument("--accelerator", default="", metavar="TYPE[:COUNT]",
+                   help="GPUs per machine, e.g. NVIDIA_TESLA_T4:1 (default none)")
+
+
 def add_vertex_commands(sub) -> None:
     """Add the submit, schedule and upload subcommands to the `detpipe` parser."""
     p = sub.add_parser("submit", help="submit one run to Vertex AI Pipelines and print its console URL")
@@ -111,6 +166,35 @@ def add_vertex_commands(sub) -> None:
         add_vertex_options(q, root=False, template=False)
         q.add_argument("schedule", help="schedule ID or full resource name (from `schedule list`)")
         q.set_defaults(func=cmd_schedule)
+
+    p = sub.add_parser("batch-predict", help="a Vertex AI batch prediction job with the champion (--vertex)",
+                       description="Vertex AI batch prediction with a model of the Vertex AI Model Registry (the "
+                                   "champion unless --model names a version), on machines running the project "
+                                   "image with `detpipe serve`. For a Beam job over a folder or bucket, locally or "
+                                   "on Dataflow, use `detpipe predict --images`.")
+    p.add_argument("--vertex", action="store_true", required=True, help="run it as a Vertex AI batch prediction job")
+    _add_machine_options(p, "that predict")
+    p.add_argument("--source", required=True, type=gs_uri,
+                   help="gs:// file: image URIs, one a line (--instances-format file-list), or JSON Lines of "
+                        '{"image_bytes": {"b64": ...}} (jsonl)')
+    p.add_argument("--destination", required=True, type=gs_uri, help="gs:// prefix for the predictions (JSON Lines)")
+    p.add_argument("--instances-format", choices=("file-list", "jsonl"), default="file-list",
+                   help="what --source holds (default file-list)")
+    p.add_argument("--replicas", type=_positive_int, default=1, help="machines (default 1)")
+    p.add_argument("--score-threshold", type=float, help="keep detections scoring at least this (default: the export's)")
+    p.set_defaults(func=cmd_batch_predict)
+
+    p = sub.add_parser("deploy", help="put the champion behind a Vertex AI endpoint",
+                       description="Deploy a Vertex AI Model Registry version (the champion unless --model names a "
+                                   "version) to the endpoint named --endpoint (created when missing), move all "
+                                   "traffic to it once it answers its health route, then undeploy what the endpoint "
+                                   "served before. A failed deployment leaves the previous one serving. Roll back "
+                                   "with --model NAME@VERSION.")
+    _add_machine_options(p, "that serve")
+    p.add_argument("--endpoint", required=True, help="endpoint display name")
+    p.add_argument("--min-replicas", type=_positive_int, default=1, help="machines at least (default 1)")
+    p.add_argument("--max-replicas", type=_positive_int, default=1, help="machines at most: autoscaling (default 1)")
+    p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("upload", help="upload the pipeline template to Artifact Registry (a KFP repository)")
     p.add_argument("--repo", required=True, type=kfp_repo, help="https://REGION-kfp.pkg.dev/PROJECT/REPO")

@@ -176,6 +176,11 @@ def test_serve_over_http_answers_what_predict_answers_on_real_photos(server, exp
     # The threshold of a request is honoured.
     status, text = _call(server, _instances(paths[0].read_bytes(), score_threshold=1.0))
     assert status == 200 and json.loads(text)["predictions"][0]["num_detections"] == 0
+    # A Vertex AI batch job over a file list sends each file as {"b64": ...}: the same answer.
+    status, text = _call(server, json.dumps({"instances": [{"b64": base64.b64encode(paths[0].read_bytes()).decode()}]})
+                         .encode())
+    assert status == 200, text
+    _assert_same(json.loads(text)["predictions"][0], served[0])
 
 
 def _jpeg(raccoon) -> bytes:
@@ -185,7 +190,8 @@ def _jpeg(raccoon) -> bytes:
 BAD_REQUESTS = {
     "invalid JSON": (lambda r: b"{not json", 400, "not valid JSON"),
     "no instances": (lambda r: b'{"images": []}', 400, '"instances"'),
-    "no image_bytes": (lambda r: b'{"instances": [{"b64": "abc"}]}', 400, 'instances[0]: no "image_bytes"'),
+    "no image_bytes": (lambda r: b'{"instances": [{"pixels": [1, 2]}]}', 400, 'instances[0]: no "image_bytes"'),
+    "file-list b64 not base64": (lambda r: b'{"instances": [{"b64": "abc"}]}', 400, "not valid base64"),
     "bad base64": (lambda r: b'{"instances": [{"image_bytes": {"b64": "***"}}]}', 400, "not valid base64"),
     "not an image": (lambda r: _instances(_jpeg(r), b"hello, world"), 400, "instances[1]: not a JPEG or PNG image"),
     "truncated JPEG": (lambda r: _instances(_jpeg(r)[:1500]), 400, "instances[0]: the image cannot be decoded"),
@@ -299,3 +305,65 @@ def test_drawn_detections_colour_each_class_and_tag_it_readably(tmp_path):
     assert len(tag_rows) >= 10 and max(tag_rows) < int(0.5 * 300)
     text = [drawn.getpixel((x, y)) for x in range(40, 120) for y in tag_rows]
     assert (255, 255, 255) in text or (0, 0, 0) in text  # the label, in a colour that stands out on the tag
+
+
+@pytest.fixture(scope="module")
+def photo_folder(raccoon, tmp_path_factory):
+    """What a bucket of camera photos holds: good photos (one greyscale), one stored turned
+    with an EXIF orientation, a truncated JPEG and a text file."""
+    import io
+    import shutil
+
+    from PIL import Image
+
+    from beam.exif import ORIENTATION_TAG
+
+    folder = tmp_path_factory.mktemp("photos")
+    for name in PHOTOS[:3]:
+        shutil.copyfile(raccoon / "images" / name, folder / name)
+    photo = Image.open(raccoon / "images" / PHOTOS[3]).convert("RGB")
+    exif = Image.Exif()
+    exif[ORIENTATION_TAG] = 6  # stored turned; displayed (and predicted) upright
+    buffer = io.BytesIO()
+    photo.transpose(Image.Transpose.ROTATE_270).save(buffer, "JPEG", quality=92, exif=exif.tobytes())
+    (folder / "turned.jpg").write_bytes(buffer.getvalue())
+    (folder / "truncated.jpg").write_bytes(_jpeg(raccoon)[:5000])
+    (folder / "notes.txt").write_text("not a photo\n")
+    return folder
+
+
+@pytest.mark.slow
+def test_the_batch_job_answers_what_serve_answers_and_rejects_bad_files(server, exported, photo_folder, tmp_path,
+                                                                         capsys):
+    """`detpipe predict --images DIR --output OUT`, as a Beam job in one and in two worker
+    processes: one line per good image, equal to `serve`'s answer for it; the truncated
+    JPEG and the text file in the rejects with their reasons; counts that reconcile."""
+    from components.serve.batch_job import PREDICTIONS, REJECTS, BatchSummary, read_lines
+    from pipeline.cli import main
+
+    runs = {}
+    for workers in (1, 2):
+        out = tmp_path / f"workers-{workers}"
+        assert main(["predict", "--model", str(exported), "--images", str(photo_folder), "--output", str(out),
+                     "--direct-num-workers", str(workers), "--model-version", "v7"]) == 0
+        assert "6 files: 4 predicted, 2 rejected (1 bad_image, 1 not_an_image)" in capsys.readouterr().out
+        summary = BatchSummary.read(str(out))
+        assert (summary.images_in, summary.predicted, summary.rejected, summary.workers) == (6, 4, 2, workers)
+        rejects = {os.path.basename(r["image"]): r for r in map(json.loads, read_lines(str(out), REJECTS))}
+        assert rejects["truncated.jpg"]["reason"] == "bad_image" and "cannot be decoded" in rejects[
+            "truncated.jpg"]["message"]
+        assert rejects["notes.txt"]["reason"] == "not_an_image"
+        runs[workers] = sorted(read_lines(str(out), PREDICTIONS))
+    assert runs[1] == runs[2]  # the same lines from two worker processes
+    lines = [json.loads(line) for line in runs[1]]
+    assert sorted(os.path.basename(line["image"]) for line in lines) == sorted([*PHOTOS[:3], "turned.jpg"])
+    for line in lines:
+        assert line["model_version"] == "v7" and line["model"] == str(exported)
+        with open(line["image"], "rb") as handle:
+            status, text = _call(server, _instances(handle.read()))
+        assert status == 200, text
+        _assert_same(json.loads(text)["predictions"][0], line)
+    with pytest.raises(ValueError, match="already holds predictions"):
+        from components.serve.batch_job import BatchOptions, predict_images
+
+        predict_images(BatchOptions(str(exported), str(photo_folder), str(tmp_path / "workers-1")))

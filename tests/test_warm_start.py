@@ -2,7 +2,6 @@
 can, says why or why not, gives a new class fresh head rows, and resumes from its own
 checkpoint, not from the model it started from."""
 
-import json
 import shutil
 from dataclasses import replace
 

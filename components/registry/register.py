@@ -93,8 +93,10 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
 def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str, data_dir: str, metrics_file: str,
                         decision: DecisionRecord, fingerprint: dict, run_id: str, train_dir: str = "",
                         vertex_model: str = "",
-                        vertex_region: str = "", serving_image: str = "") -> Registered:
-    """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version."""
+                        vertex_region: str = "", serving_image: str = "", endpoint=None) -> Registered:
+    """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version and,
+    when it is blessed and `endpoint` (a vertex_endpoint.EndpointSpec) is given, that
+    version deployed behind the endpoint."""
     from components.registry.vertex_model import ModelVersion, find_parent_model, upload_version
 
     done = register_run(Registry.open(registry_uri, model_name), saved_model_dir, data_dir, metrics_file,
@@ -107,4 +109,10 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
         parent = find_parent_model(vertex_model, project=None, location=vertex_region or None)
         model = upload_version(version, location=vertex_region or None, parent_model=parent)
         logger.info("Vertex AI model version %s (%s)", getattr(model, "version_id", "?"), model.resource_name)
+        if endpoint is not None and done.status == "blessed":
+            from components.registry.vertex_endpoint import deploy_to_endpoint
+
+            _, project, _, location, *_ = model.resource_name.split("/")  # projects/P/locations/L/models/ID
+            deploy_to_endpoint(f"{model.resource_name}@{model.version_id}", endpoint, project, location,
+                               registry_version=done.version)
     return done

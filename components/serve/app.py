@@ -6,6 +6,8 @@ loads once, in a thread at start-up; until it has loaded, health and predict ans
 
 Request: {"instances": [{"image_bytes": {"b64": "..."}}, ...],
           "parameters": {"score_threshold": 0.3, "max_detections": 100}}
+         An instance may also be {"b64": "..."}: what a Vertex AI batch prediction job with a
+         file list (instances_format "file-list") sends for each file.
 Response: {"predictions": [{"detection_boxes": [...], "detection_scores": [...],
            "detection_classes": [...], "detection_class_names": [...], "num_detections": N}]}
 A bad request gets a 4xx with one JSON line naming the problem ({"error": "instances[2]: ..."}).
@@ -68,6 +70,8 @@ def _number(params: dict, key: str, low: float, high: float, integer: bool = Fal
 
 def _image(index: int, instance) -> bytes:
     where = f"instances[{index}]"
+    if isinstance(instance, dict) and "image_bytes" not in instance and set(instance) == {"b64"}:
+        instance = {"image_bytes": instance}  # a file of a Vertex AI batch job's file list
     if not isinstance(instance, dict) or "image_bytes" not in instance:
         raise RequestError(400, f'{where}: no "image_bytes"')
     encoded = instance["image_bytes"]

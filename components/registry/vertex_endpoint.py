@@ -1,0 +1,134 @@
+"""The champion behind a Vertex AI endpoint: deploy a Model Registry version to a named
+endpoint (created when missing), move all traffic to it, and only then undeploy what the
+endpoint served before.
+
+Vertex AI's `DeployModel` operation finishes when the new deployed model is ready, i.e. its
+container answers the health route (`detpipe serve`'s /health answers 200 once the model has
+loaded); the traffic split of the request moves traffic to it at that moment. Until then
+the previous deployment keeps serving; if the deployment fails, it keeps serving for good.
+The requests are built here with the Vertex AI API types and sent with its GAPIC client
+(`EndpointServiceClient`): the high-level `aiplatform.Endpoint.deploy` fetches the model and
+the endpoint first and has no single request one could check.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from components.registry.vertex_model import label_value
+
+logger = logging.getLogger(__name__)
+
+DEPLOY_TIMEOUT_S = 3600  # a GPU machine and the image can take a while to come up
+
+
+def parse_accelerator(value: str) -> tuple[str, int]:
+    """TYPE[:COUNT] (count 1 when left out) or "" for none.
+
+    >>> parse_accelerator("NVIDIA_TESLA_T4:2"), parse_accelerator("NVIDIA_L4"), parse_accelerator("")
+    (('NVIDIA_TESLA_T4', 2), ('NVIDIA_L4', 1), ('', 0))
+    """
+    if not value:
+        return "", 0
+    kind, _, count = value.partition(":")
+    return kind, int(count or 1)
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    endpoint: str  # display name of the endpoint (created when there is none)
+    machine_type: str = "n1-standard-4"
+    accelerator_type: str = ""  # e.g. NVIDIA_TESLA_T4; "" for none
+    accelerator_count: int = 0
+    min_replicas: int = 1
+    max_replicas: int = 1
+
+    @classmethod
+    def parse(cls, endpoint: str, machine_type: str, accelerator: str, min_replicas: int,
+              max_replicas: int) -> "EndpointSpec | None":
+        """The spec from the pipeline's parameters (`accelerator` TYPE:COUNT or ""); None
+        when no endpoint is named.
+
+        >>> EndpointSpec.parse("det", "g2-standard-4", "NVIDIA_L4:1", 1, 2).accelerator_count
+        1
+        """
+        if not endpoint:
+            return None
+        return cls(endpoint, machine_type, *parse_accelerator(accelerator), min_replicas, max_replicas)
+
+    def problems(self) -> list[str]:
+        found = []
+        if not self.endpoint:
+            found.append("no endpoint name")
+        if bool(self.accelerator_type) != bool(self.accelerator_count):
+            found.append("give both an accelerator type and a count, or neither")
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            found.append(f"replicas must satisfy 1 <= min ({self.min_replicas}) <= max ({self.max_replicas})")
+        return found
+
+
+def deploy_request(endpoint: str, model: str, spec: EndpointSpec, registry_version: str = ""):
+    """The DeployModelRequest: `model` (a model resource name, with @version or @alias) on
+    dedicated machines, all traffic to it once it is ready ("0" is the model being deployed)."""
+    from google.cloud.aiplatform_v1.types import endpoint as gca_endpoint
+    from google.cloud.aiplatform_v1.types import endpoint_service, machine_resources
+
+    machine = machine_resources.MachineSpec(machine_type=spec.machine_type)
+    if spec.accelerator_type:
+        machine.accelerator_type = spec.accelerator_type
+        machine.accelerator_count = spec.accelerator_count
+    deployed = gca_endpoint.DeployedModel(
+        model=model, display_name=label_value(f"detpipe-{registry_version or 'champion'}"),
+        dedicated_resources=machine_resources.DedicatedResources(
+            machine_spec=machine, min_replica_count=spec.min_replicas, max_replica_count=spec.max_replicas))
+    return endpoint_service.DeployModelRequest(endpoint=endpoint, deployed_model=deployed, traffic_split={"0": 100})
+
+
+def undeploy_requests(endpoint: str, previous: list[str], new_id: str) -> list:
+    """One UndeployModelRequest per earlier deployed model, the traffic staying on `new_id`."""
+    from google.cloud.aiplatform_v1.types import endpoint_service
+
+    return [endpoint_service.UndeployModelRequest(endpoint=endpoint, deployed_model_id=old,
+                                                  traffic_split={new_id: 100}) for old in previous if old != new_id]
+
+
+def _client(location: str, credentials=None):
+    from google.api_core.client_options import ClientOptions
+    from google.cloud.aiplatform_v1.services.endpoint_service import EndpointServiceClient
+
+    return EndpointServiceClient(credentials=credentials,
+                                 client_options=ClientOptions(api_endpoint=f"{location}-aiplatform.googleapis.com"))
+
+
+def find_or_create_endpoint(client, project: str, location: str, name: str):
+    """The newest endpoint with display name `name`, created when there is none."""
+    from google.cloud.aiplatform_v1.types import endpoint as gca_endpoint
+
+    parent = f"projects/{project}/locations/{location}"
+    found = list(client.list_endpoints(request={"parent": parent, "filter": f'display_name="{name}"',
+                                                "order_by": "create_time desc"}))
+    if found:
+        return found[0]
+    logger.info("creating Vertex AI endpoint %s", name)
+    return client.create_endpoint(parent=parent, endpoint=gca_endpoint.Endpoint(
+        display_name=name, labels={"app": "detpipe"})).result(timeout=DEPLOY_TIMEOUT_S)
+
+
+def deploy_to_endpoint(model: str, spec: EndpointSpec, project: str, location: str, registry_version: str = "",
+                       credentials=None, client=None) -> str:
+    """Deploy `model` to the endpoint of `spec` and undeploy the endpoint's earlier models
+    once it serves; returns the new deployed model's id. A failed deployment raises and
+    leaves the earlier ones serving."""
+    problems = spec.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    client = client or _client(location, credentials)
+    endpoint = find_or_create_endpoint(client, project, location, spec.endpoint)
+    previous = [d.id for d in endpoint.deployed_models]
+    operation = client.deploy_model(request=deploy_request(endpoint.name, model, spec, registry_version))
+    new_id = operation.result(timeout=DEPLOY_TIMEOUT_S).deployed_model.id
+    logger.info("deployed %s to %s as %s; undeploying %s", model, endpoint.name, new_id, previous or "nothing")
+    for request in undeploy_requests(endpoint.name, previous, new_id):
+        client.undeploy_model(request=request).result(timeout=DEPLOY_TIMEOUT_S)
+    return new_id

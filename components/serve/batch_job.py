@@ -1,0 +1,226 @@
+"""`detpipe predict --images DIR|gs://PREFIX|GLOB --output DIR`: detections for a folder or a
+bucket of images as a Beam job, locally on every usable core (worker processes, as
+Dataflow runs it) or on Dataflow (`--runner DataflowRunner` and Beam's options).
+
+The model runs through Beam's `RunInference` (it batches the images, loads the model once
+per worker process and shares it between threads); `DetectorHandler` is the small part
+Beam cannot know: the `Predictor` that `detpipe serve` answers with, so every image is
+checked, turned upright by its EXIF orientation and preprocessed exactly as `serve` does.
+
+Output, in OUTPUT:
+  predictions-SSSSS-of-NNNNN.jsonl  one JSON line per predicted image: {"image": path,
+                                    "model": folder, "model_version", "detection_boxes",
+                                    "detection_scores", "detection_classes",
+                                    "detection_class_names", "num_detections"}
+  rejects-SSSSS-of-NNNNN.jsonl      one line per file that is not a usable image:
+                                    {"image", "reason", "message"}
+  summary.json                      images in = predicted + rejected, and where they came from
+  drawn/                            with `draw`: copies with the boxes drawn (small local runs)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.ml.inference.base import ModelHandler, RunInference
+
+from beam.convert_job import runner_and_options, usable_cpu_count
+
+logger = logging.getLogger(__name__)
+
+PREDICTIONS = "predictions"
+REJECTS = "rejects"
+SUMMARY_FILE = "summary.json"
+DRAWN_DIR = "drawn"
+SUFFIX = ".jsonl"
+SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
+BATCH = 16  # images per model call (RunInference's largest batch)
+IMAGES_PER_WORKER = 1000  # each worker process loads TensorFlow and the model: worth it from this many images
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    model_dir: str  # output of `detpipe export`
+    images: str  # a folder, a gs:// prefix or a glob
+    output: str
+    model_version: str = ""  # e.g. the registry version it came from
+    score_threshold: float | None = None  # None: the export's
+    draw: bool = False
+    runner: str = "DirectRunner"
+    beam_args: tuple[str, ...] = ()
+    num_workers: int | None = None  # local worker processes; None: one per IMAGES_PER_WORKER, at most the CPUs
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """`summary.json`: counts that reconcile, read back from the files the job wrote."""
+
+    images_in: int
+    predicted: int
+    rejected: int
+    rejects_by_reason: dict[str, int]
+    images: str
+    model: str
+    model_version: str
+    workers: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def read(cls, output: str) -> "BatchSummary":
+        with FileSystems.open(f"{output.rstrip('/')}/{SUMMARY_FILE}") as handle:
+            return cls(**json.loads(handle.read()))
+
+
+def image_pattern(images: str) -> str:
+    """The file pattern of `images`: a glob as it is, else every file in the folder or under the prefix.
+
+    >>> image_pattern("photos/"), image_pattern("gs://b/cam/*.jpg")
+    ('photos/*', 'gs://b/cam/*.jpg')
+    """
+    return images if any(c in images for c in "*?[") else images.rstrip("/") + "/*"
+
+
+def list_images(images: str) -> list[str]:
+    """Every file `images` names, sorted (FileSystems: local paths and gs://)."""
+    found = FileSystems.match([image_pattern(images)])[0].metadata_list
+    return sorted(m.path for m in found if not m.path.endswith("/"))
+
+
+class _ReadAndCheck(beam.DoFn):
+    """A path → (path, the bytes the model gets) or, tagged `rejected`, why not."""
+
+    def process(self, path: str):
+        from components.serve.predictor import BadImage, model_image_bytes
+
+        try:
+            with FileSystems.open(path, compression_type="uncompressed") as handle:
+                data = handle.read()
+        except OSError as err:
+            yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": "unreadable",
+                                                     "message": str(err).splitlines()[0]})
+            return
+        try:
+            yield path, model_image_bytes(data)
+        except BadImage as err:
+            reason = "not_an_image" if "not a JPEG or PNG" in str(err) or str(err) == "empty image" else "bad_image"
+            yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": reason, "message": str(err)})
+
+
+class DetectorHandler(ModelHandler):
+    """RunInference's model: the exported SavedModel behind `Predictor` (as `serve`).
+    Elements are (path, image bytes); results are (prediction line, image bytes)."""
+
+    def __init__(self, model_dir: str, score_threshold: float | None, model_version: str):
+        super().__init__(min_batch_size=1, max_batch_size=BATCH)
+        self._model_dir, self._threshold, self._version = model_dir, score_threshold, model_version
+
+    def load_model(self):
+        from components.serve.predictor import Predictor
+
+        return Predictor.load(self._model_dir)
+
+    def run_inference(self, batch: Sequence[tuple[str, bytes]], model, inference_args=None) -> Iterable:
+        predictions = model.predict([data for _, data in batch], self._threshold)
+        return [({"image": path, "model": self._model_dir, "model_version": self._version, **p}, data)
+                for (path, data), p in zip(batch, predictions)]
+
+
+class _Draw(beam.DoFn):
+    def __init__(self, folder: str, num_classes: int):
+        self._folder, self._num_classes = folder, num_classes
+
+    def process(self, element):
+        from components.serve.drawing import draw_detections
+
+        line, data = element
+        draw_detections(data, line, Path(self._folder) / f"{Path(line['image']).stem}.jpg", self._num_classes)
+        yield line
+
+
+def _json(record: dict) -> str:
+    return json.dumps(record, sort_keys=True)
+
+
+def _workers(options: BatchOptions, images: int) -> int:
+    if options.num_workers:
+        return options.num_workers
+    return max(1, min(usable_cpu_count(), images // IMAGES_PER_WORKER))
+
+
+def predict_images(options: BatchOptions) -> BatchSummary:
+    """Run the job; returns the summary (also written to OUTPUT/summary.json). Raises
+    ValueError when `images` names no file."""
+    import time
+
+    from components.serve.predictor import check_model_dir
+
+    check_model_dir(options.model_dir)
+    paths = list_images(options.images)
+    if not paths:
+        raise ValueError(f"no files match {image_pattern(options.images)}")
+    out = options.output.rstrip("/")
+    earlier = [m.path for prefix in (PREDICTIONS, REJECTS)
+               for m in FileSystems.match([f"{out}/{prefix}-*"])[0].metadata_list]
+    if earlier:
+        raise ValueError(f"{out} already holds predictions ({Path(earlier[0]).name}, ...): give a new or empty --output")
+    if not FileSystems.exists(out):
+        FileSystems.mkdirs(out)
+    workers = _workers(options, len(paths))
+    runner, pipeline_options = runner_and_options(options.runner, options.beam_args, workers)
+    started = time.monotonic()
+    logger.info("predict: %d files from %s with %s, %d worker process(es)", len(paths), options.images,
+                options.model_dir, workers)
+    with beam.Pipeline(runner=runner, options=pipeline_options) as p:
+        checked = (p | "Images" >> beam.Create(paths, reshuffle=True)
+                   | "ReadAndCheck" >> beam.ParDo(_ReadAndCheck()).with_outputs(REJECTS, main="ok"))
+        predicted = checked.ok | "Detect" >> RunInference(
+            DetectorHandler(options.model_dir, options.score_threshold, options.model_version))
+        if options.draw:
+            lines = predicted | "Draw" >> beam.ParDo(_Draw(f"{out}/{DRAWN_DIR}", _num_classes(options.model_dir)))
+        else:
+            lines = predicted | "Lines" >> beam.Map(lambda element: element[0])
+        (lines | "PredictionJson" >> beam.Map(_json)
+         | "WritePredictions" >> beam.io.WriteToText(f"{out}/{PREDICTIONS}", file_name_suffix=SUFFIX,
+                                                     shard_name_template=SHARD_TEMPLATE))
+        (checked[REJECTS] | "RejectJson" >> beam.Map(_json)
+         | "WriteRejects" >> beam.io.WriteToText(f"{out}/{REJECTS}", file_name_suffix=SUFFIX,
+                                                 shard_name_template=SHARD_TEMPLATE))
+    predicted_count = sum(1 for _ in read_lines(out, PREDICTIONS))
+    rejects = [json.loads(line) for line in read_lines(out, REJECTS)]
+    by_reason: dict[str, int] = {}
+    for row in rejects:
+        by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
+    summary = BatchSummary(images_in=len(paths), predicted=predicted_count, rejected=len(rejects),
+                           rejects_by_reason=dict(sorted(by_reason.items())), images=options.images,
+                           model=options.model_dir, model_version=options.model_version, workers=workers,
+                           seconds=round(time.monotonic() - started, 1))
+    if summary.predicted + summary.rejected != summary.images_in:
+        raise RuntimeError(f"counts do not reconcile: {summary.images_in} in, {summary.predicted} predicted, "
+                           f"{summary.rejected} rejected")
+    with FileSystems.create(f"{out}/{SUMMARY_FILE}") as handle:
+        handle.write((json.dumps(summary.to_dict(), indent=2) + "\n").encode())
+    return summary
+
+
+def read_lines(output: str, prefix: str) -> Iterable[str]:
+    """The lines of every OUTPUT/PREFIX-*.jsonl shard, shard by shard."""
+    found = FileSystems.match([f"{output.rstrip('/')}/{prefix}-*-of-*{SUFFIX}"])[0].metadata_list
+    for metadata in sorted(found, key=lambda m: m.path):
+        with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+            for line in handle.read().decode().splitlines():
+                if line.strip():
+                    yield line
+
+
+def _num_classes(model_dir: str) -> int:
+    with FileSystems.open(f"{model_dir.rstrip('/')}/label_map.json") as handle:
+        return len(json.loads(handle.read()))
