@@ -8,9 +8,19 @@ from kfp import compiler
 from pipeline.dag import DEFAULT_IMAGE, StepResources, make_pipeline
 
 
-def compile_pipeline(output: Path, image: str = DEFAULT_IMAGE, resources: StepResources = StepResources()) -> str:
-    """Write the pipeline YAML to `output` and return its sha256."""
+PIPELINES = ("detpipe", "batch-predict")
+
+
+def compile_pipeline(output: Path, image: str = DEFAULT_IMAGE, resources: StepResources = StepResources(),
+                     pipeline: str = "detpipe") -> str:
+    """Write the YAML of `pipeline` (the training DAG, or batch-predict: pipeline/batch_dag.py)
+    to `output` and return its sha256."""
+    from pipeline.batch_dag import make_batch_pipeline
+
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(make_pipeline(image, resources), str(output))
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline must be one of {', '.join(PIPELINES)}, got {pipeline!r}")
+    function = make_pipeline(image, resources) if pipeline == "detpipe" else make_batch_pipeline(image)
+    compiler.Compiler().compile(function, str(output))
     return hashlib.sha256(output.read_bytes()).hexdigest()

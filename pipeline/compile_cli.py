@@ -72,7 +72,8 @@ def cmd_compile(args) -> int:
     from pipeline.compile import compile_pipeline
     from pipeline.dag import DEFAULT_IMAGE
 
-    print(compile_pipeline(Path(args.output), image=args.image or DEFAULT_IMAGE, resources=resources_from_args(args)))
+    print(compile_pipeline(Path(args.output), image=args.image or DEFAULT_IMAGE, resources=resources_from_args(args),
+                           pipeline=args.pipeline))
     return EXIT_OK
 
 
@@ -80,5 +81,8 @@ def add_compile_command(sub) -> None:
     p = sub.add_parser("compile", help="compile the pipeline YAML and print its sha256")
     p.add_argument("--output", default="detpipe.yaml", type=output_file,
                    help="YAML file to write (default detpipe.yaml)")
+    p.add_argument("--pipeline", choices=("detpipe", "batch-predict"), default="detpipe",
+                   help="detpipe (default): train, evaluate and register; batch-predict: predict every image under "
+                        "a folder or gs:// prefix with the registry's champion (its step has no accelerator)")
     add_compile_options(p)
     p.set_defaults(func=cmd_compile)

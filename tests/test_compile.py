@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from pipeline.compile import compile_pipeline
@@ -25,8 +26,8 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: warm starts (the warm_start parameter; train looks up the champion; register keeps the weights).
-GOLDEN_SHA256 = "dadf479d9e63688b374dfa9d35445d62ec2c03f5d405f0aab729fba445513ae5"
+# Last change: warm starts (warm_start, register keeps the weights) and the endpoint parameters.
+GOLDEN_SHA256 = "08735f0fa27791fb2de2b36f488a1ceba0281d55cfe5a633a977c739481c1f3f"
 
 
 def test_golden_compile(tmp_path):
@@ -164,3 +165,19 @@ def test_spot_without_a_custom_job_is_bad_usage(tmp_path, capsys):
 
     assert main(["compile", "--output", str(tmp_path / "x.yaml"), "--spot"]) == 2
     assert "need --train-runner customjob" in capsys.readouterr().err
+
+
+def test_the_batch_predict_template_compiles_reproducibly(tmp_path):
+    """`detpipe compile --pipeline batch-predict`: one uncached step that looks the champion
+    up when it runs; every parameter described; the same bytes twice."""
+    first = compile_pipeline(tmp_path / "a.yaml", pipeline="batch-predict")
+    assert compile_pipeline(tmp_path / "b.yaml", pipeline="batch-predict") == first
+    spec = yaml.safe_load((tmp_path / "a.yaml").read_text())
+    assert spec["pipelineInfo"]["name"] == "detpipe-batch-predict"
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert set(params) == {"images", "registry", "model_name", "version", "score_threshold", "runner", "beam_options"}
+    assert all(p.get("description") for p in params.values())
+    (task,) = spec["root"]["dag"]["tasks"].values()
+    assert task["cachingOptions"] == {}
+    with pytest.raises(ValueError, match="pipeline must be one of"):
+        compile_pipeline(tmp_path / "c.yaml", pipeline="nope")

@@ -367,3 +367,31 @@ def test_the_batch_job_answers_what_serve_answers_and_rejects_bad_files(server, 
         from components.serve.batch_job import BatchOptions, predict_images
 
         predict_images(BatchOptions(str(exported), str(photo_folder), str(tmp_path / "workers-1")))
+
+
+@pytest.mark.slow
+def test_the_batch_predict_pipeline_predicts_with_the_champion_in_the_local_runner(exported, photo_folder, tmp_path):
+    """The second template (`detpipe compile --pipeline batch-predict`) with the KFP local
+    runner: it looks the champion up in the registry when it runs and predicts with it."""
+    from kfp import local
+
+    from components.registry.register import register_run
+    from components.registry.registry import Registry
+    from components.serve.batch_job import PREDICTIONS, BatchSummary, read_lines
+    from pipeline.batch_dag import make_batch_pipeline
+    from tests.test_registry import _decision, _run_files
+
+    registry = Registry.open(str(tmp_path / "registry"))
+    files = _run_files(tmp_path)
+    register_run(registry, str(exported), str(files / "data"), str(files / "metrics.json"), _decision(True, None),
+                 {"sha256": "a"}, "run-1")
+    assert registry.champion_version() == "v1"
+    root = tmp_path / "root"
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
+    make_batch_pipeline()(images=str(photo_folder), registry=str(tmp_path / "registry"))
+    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
+    out = run_dir / "batch-predict" / "predictions"
+    summary = BatchSummary.read(str(out))
+    assert (summary.images_in, summary.predicted, summary.rejected, summary.model_version) == (6, 4, 2, "v1")
+    lines = [json.loads(line) for line in read_lines(str(out), PREDICTIONS)]
+    assert len(lines) == 4 and {line["model_version"] for line in lines} == {"v1"}

@@ -1,0 +1,42 @@
+"""The KFP component of the batch-predict pipeline (pipeline/batch_dag.py): a thin adapter
+over components/serve/batch_job.py, with the model resolved from the registry at run time."""
+
+from typing import NamedTuple
+
+from kfp.dsl import Dataset, Output
+
+
+def batch_predict(images: str, registry: str, model_name: str, version: str, pipeline_root: str,
+                  score_threshold: float, runner: str, beam_options: str, sdk_container_image: str,
+                  predictions: Output[Dataset]) -> NamedTuple(
+        "BatchOutputs", [("version", str), ("images_in", int), ("predicted", int), ("rejected", int)]):
+    """Predict every image under `images` with the registry's champion (or `version`),
+    looked up when the run starts; predictions, rejects and summary.json in `predictions`.
+    `score_threshold` below 0: the export's."""
+    import logging
+    import shlex
+    import tempfile
+    from collections import namedtuple
+
+    from components.registry.registry import SAVED_MODEL_DIR, Registry, RegistryError, resolve_registry
+    from components.serve.batch_job import BatchOptions, predict_images
+
+    logging.basicConfig(level=logging.INFO)
+    models = Registry.open(resolve_registry(registry, pipeline_root), model_name)
+    chosen = version or models.champion_version()
+    if not chosen:
+        raise RegistryError(f"no champion in {models.uri} and no version given: nothing to predict with")
+    beam_args = shlex.split(beam_options)
+    if runner == "DataflowRunner":  # Dataflow workers run the same image as this step
+        beam_args.append(f"--sdk_container_image={sdk_container_image}")
+    with tempfile.TemporaryDirectory() as model_dir:
+        models.fetch(chosen, SAVED_MODEL_DIR, model_dir)
+        summary = predict_images(BatchOptions(
+            model_dir=model_dir, images=images, output=predictions.path, model_version=chosen,
+            score_threshold=None if score_threshold < 0 else score_threshold, runner=runner,
+            beam_args=tuple(beam_args)))
+    predictions.metadata.update({"model_version": chosen, "images_in": summary.images_in,
+                                 "predicted": summary.predicted, "rejected": summary.rejected,
+                                 "registry": models.uri})
+    return namedtuple("BatchOutputs", ["version", "images_in", "predicted", "rejected"])(
+        chosen, summary.images_in, summary.predicted, summary.rejected)
