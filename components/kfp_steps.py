@@ -192,7 +192,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
                                             batch_size=batch_size, image_size=image_size, model_size=model_size,
                                             seed=seed, probe=advice, init_from=source.folder, init_name=source.name,
                                             init_note=source.note, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
-    started_from = result.warm_start["name"] if result.warm_start["used"] else ""
+    started_from = source.version if result.warm_start["used"] else ""
     outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from"])(result.images_per_second, started_from)
     if not result.is_chief:  # another replica of a custom job: the chief's files are not there yet
         return outputs

@@ -106,7 +106,8 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
     assert second["comparison"].startswith("champion v1 mAP") and f"same {metrics['num_images']} val images" \
         in second["comparison"]
     out = capsys.readouterr().out
-    assert "warm start from v1 (the champion)" in out and "registry: v2: champion v1" in out
+    train_line = next((line for line in out.splitlines() if "✓ train" in line), out)
+    assert train_line.endswith("images/s, warm start from v1") and "registry: v2: champion v1" in out
     decision = json.loads((registry / "versions" / "v2" / "decision.json").read_text())
     assert decision["champion"]["version"] == "v1" and decision["rule"]["promote_if"] == "better"
     assert decision["rule"]["resamples"] >= 1000 and len(decision["val"]["fingerprint"]) == 64

@@ -327,7 +327,8 @@ def photo_folder(raccoon, tmp_path_factory):
     buffer = io.BytesIO()
     photo.transpose(Image.Transpose.ROTATE_270).save(buffer, "JPEG", quality=92, exif=exif.tobytes())
     (folder / "turned.jpg").write_bytes(buffer.getvalue())
-    (folder / "truncated.jpg").write_bytes(_jpeg(raccoon)[:5000])
+    whole = (raccoon / "images" / PHOTOS[1]).read_bytes()
+    (folder / "truncated.jpg").write_bytes(whole[: len(whole) // 2])
     (folder / "notes.txt").write_text("not a photo\n")
     return folder
 

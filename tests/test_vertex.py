@@ -174,6 +174,8 @@ def _sample(param) -> str:
         return param.choices[-1]
     if param.type is bool:
         return "true"
+    if param.name == "warm_start":  # auto, never or a version
+        return "v3"
     if param.name in ("batch_size", "image_size"):  # STRING parameters that also take "auto"
         return "64"
     return {int: "3", float: "0.5"}.get(param.type, "gs://bucket/x")

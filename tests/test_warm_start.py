@@ -124,7 +124,7 @@ def test_the_registry_hands_out_a_versions_weights(tmp_path, trained_model):
     old = warm_source("auto", registry, "v1", str(tmp_path / "c"))
     assert old.folder is None and "has no trained weights" in old.note
     pinned = warm_source("v2", registry, "v1", str(tmp_path / "d"))
-    assert pinned.folder and pinned.name == "v2"
+    assert pinned.folder and pinned.name == "v2" == pinned.version
     assert TrainConfigFile.read(pinned.folder).label_map == TrainConfigFile.read(trained_model).label_map
     with pytest.raises(RegistryError, match="no version v9"):
         warm_source("v9", registry, "v1", str(tmp_path / "e"))

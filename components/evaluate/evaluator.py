@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from beam import feature_keys as K
+from beam.label_map import read_dataset_label_map
 from components.detector.artifacts import load_trained
 from components.detector.detect import BatchDetector
 from components.detector.records import (
@@ -115,6 +116,11 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     model, config = load_trained(model_dir)
     label_map = config.label_map
     names = {v: k for k, v in label_map.items()}
+    data_map = read_dataset_label_map(data_dir)
+    moved = sorted(n for n in set(data_map) & set(label_map) if data_map[n] != label_map[n])
+    if moved:
+        raise ValueError(f"class ids differ between the model and the data ({', '.join(moved[:5])}): build the data "
+                         "with the model's label map (data build --label-map, from the model's train_config.json)")
     truths, detections = predict_split(model, data_dir, config.image_size)
     if not truths:
         raise ValueError(f"the val split in {data_dir} has no records")

@@ -94,6 +94,8 @@ def confusion(truths, detections, names: dict[int, str], threshold: float,
     for truth, found in zip(truths, detections):
         boxes = np.asarray(truth.boxes, dtype=np.float64).reshape(-1, 4)
         difficult = np.asarray(truth.difficult or [0] * len(boxes), dtype=bool)
+        # A class the model does not know (data with a new class) counts nowhere, as difficult boxes do.
+        difficult = difficult | np.asarray([label not in index for label in truth.labels], dtype=bool)
         taken = np.zeros(len(boxes), dtype=bool)
         false = 0
         for j in np.argsort(-np.asarray(found.scores), kind="stable"):

@@ -21,6 +21,7 @@ class WarmSource:
     folder: str | None  # local folder with model.keras and train_config.json; None: from scratch
     name: str  # "v3 (the champion)"
     note: str  # why there is no folder
+    version: str = ""  # "v3"
 
 
 def check_request(request: str) -> str:
@@ -53,4 +54,4 @@ def warm_source(request: str, registry: Registry | None, champion: str, local_di
                                 "versions kept them): it cannot be continued")
         return WarmSource(None, "", f"champion {version} has no trained weights in the registry (recorded before "
                                     "versions kept them)")
-    return WarmSource(local_dir, name, "")
+    return WarmSource(local_dir, name, "", version)
