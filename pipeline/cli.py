@@ -7,17 +7,11 @@ Exit codes: 0 success, 1 a failed check (reason on stderr, one line a problem),
 import argparse
 import logging
 import os
-import re
 import sys
-import tempfile
 from pathlib import Path
 
 from beam.record_checks import BAD_BOX_MODES
-from components.detector.box_losses import BOX_LOSSES
 from pipeline.cli_types import add_exif_option as _add_exif_option
-from pipeline.cli_types import non_negative_float as _non_negative_float
-from pipeline.cli_types import positive_float as _positive_float
-from pipeline.cli_types import unit_float as _unit_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import pixel_range
 from pipeline.cli_types import (
@@ -33,14 +27,14 @@ from pipeline.cli_types import (
     output_dir,
     output_file,
     shards_dir,
-    trained_model_dir,
 )
 from beam.manifest import earlier_build_problem
 from pipeline.params import declared
 from pipeline.preflight import annotations_problem
-from pipeline.model_cli import add_model_commands, export_after_train
+from pipeline.model_cli import add_model_commands
 from pipeline.compile_cli import add_compile_command
 from pipeline.run_cli import add_run_command
+from pipeline.train_cli import add_train_commands
 from pipeline.registry_cli import add_registry_commands
 from pipeline.vertex_cli import add_vertex_commands, cloud_error_line
 
@@ -146,134 +140,6 @@ def cmd_probe(args) -> int:
     return EXIT_OK
 
 
-def _hparams_over_defaults(args) -> dict:
-    """--hparams values for the options left at their defaults (the command line wins)."""
-    from components.train.tuning import DEFAULTS, load_hparams
-
-    given = {"base_lr_per_64": args.base_lr, "weight_decay": args.weight_decay,
-             "augment_strength": args.augment_strength}
-    try:
-        loaded = load_hparams(args.hparams) if args.hparams else {}
-    except ValueError as err:
-        raise _fail_lines(str(err).splitlines()) from err
-    return {k: v if v is not None else loaded.get(k, DEFAULTS[k]) for k, v in given.items()}
-
-
-def _common_train_config(args) -> dict:
-    batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
-    return {"batch_size": batch, "image_size": args.image_size, "model_size": args.model_size,
-            "preset": args.preset, "cache": args.cache, "flip": not args.no_flip,
-            "allow_poor_anchors": args.allow_poor_anchors, "box_loss": args.box_loss, "ema": not args.no_ema}
-
-
-def _init_from(args, fetched: str) -> dict:
-    """TrainConfig's warm-start fields for `--init-from`: a train output folder as it is, a
-    registry version fetched into `fetched`."""
-    from components.registry.registry import Registry
-    from components.registry.warm_source import warm_source
-
-    request = args.init_from
-    if not request:
-        return {"init_note": "no --init-from given"}
-    if re.fullmatch(r"v\d+", request) and not Path(request).exists():
-        if not args.registry:
-            raise UsageError(f"--init-from {request} names a registry version: give --registry too")
-        registry = Registry.open(args.registry, args.model_name)
-        source = warm_source(request, registry, registry.champion_version(), fetched)
-        return {"init_from": source.folder, "init_name": source.name, "init_note": source.note}
-    return {"init_from": request, "init_name": request}
-
-
-def cmd_train(args) -> int:
-    from components.detector.fitted_shape import PoorAnchors
-    from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
-    from components.train.trainer import TrainConfig, train_detector
-
-    hparams = _hparams_over_defaults(args)
-    config = {**_common_train_config(args), "augment": not args.no_flip or hparams["augment_strength"] > 0}
-    # (with --no-flip and strength 0 there is nothing left to augment)
-    try:
-        with tempfile.TemporaryDirectory(prefix="detpipe-init-") as fetched:
-            result = train_detector(TrainConfig(
-                data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
-                deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-                fine_tune_epochs=args.fine_tune_epochs, **_init_from(args, fetched), **config, **hparams))
-    except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects
-        print(f"detpipe: {stopped}", file=sys.stderr)
-        return PREEMPTED_EXIT_CODE
-    except PoorAnchors as err:
-        raise _fail_lines([str(err)]) from err
-    loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
-    print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
-          f"{result.model_path}")
-    if not result.is_chief:  # the chief exports; a replica that read its files could race it
-        print("this replica's part is done; the chief writes the model and exports it")
-    elif not args.no_export:
-        export_after_train(args.output)
-    return EXIT_OK
-
-
-def cmd_tune(args) -> int:
-    from components.train.tuning import BEST_FILE, TuneConfig, tune
-
-    result = tune(TuneConfig(data_dir=args.data, output_dir=args.output, trials=args.trials,
-                             trial_steps=args.trial_steps, seed=args.seed, train=_common_train_config(args)))
-    best = ", ".join(f"{k}={v:g}" for k, v in result.best.items())
-    print(f"{len(result.trials)} trials; best mAP@[.5:.95] {result.best_score:.4f} with {best} -> "
-          f"{args.output}/{BEST_FILE} (use: detpipe train --hparams {args.output}/{BEST_FILE})")
-    return EXIT_OK
-
-
-def cmd_evaluate(args) -> int:
-    from components.evaluate.evaluator import GateFailed, evaluate_detector
-
-    try:
-        result = evaluate_detector(args.model, args.data, args.output, min_map=args.min_map)
-    except GateFailed as err:
-        raise _fail_lines([f"gate failed: {err}"]) from err
-    m = result.metrics
-    print(f"{result.num_images} val images: mAP@[.5:.95] {m['mAP']:.4f}, AP50 {m['AP50']:.4f}, "
-          f"AP75 {m['AP75']:.4f} -> {args.output}/metrics.json")
-    return EXIT_OK
-
-
-def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
-    if epochs:
-        p.add_argument("--epochs", **declared("epochs"), help="passes over the train split (default %(default)s)")
-    p.add_argument("--batch-size", **declared("batch_size"),
-                   help="images per step, or 'auto' to choose for this machine (default auto)")
-    p.add_argument("--image-size", **declared("image_size"),
-                   help="square model input in pixels, images resized to it; or 'auto' (default): fitted to the "
-                        "training boxes so the small ones stay as large as the smallest anchor, at most the "
-                        "images' median long side and 512 on a CPU, 1024 on a GPU. Pyramid levels and anchors "
-                        "are fitted at either; train_report.md says what was chosen and why")
-    p.add_argument("--model-size", **declared("model_size"),
-                   help="tiny (default): a small ResNet, a 64-wide FPN and no head convs, the recipe the "
-                        "README measures; small: a wider backbone with KerasHub's 256-wide FPN and 2 head convs; "
-                        "resnet18: ResNet-18 with 4 head convs. Larger sizes cost more time and memory per image")
-    p.add_argument("--seed", **declared("seed"), help="random seed (default 0)")
-
-
-def _add_local_train_options(p: argparse.ArgumentParser) -> None:
-    """Options of `train` and `tune` that the pipeline does not take."""
-    p.add_argument("--preset", help="start from the pretrained backbone of a KerasHub RetinaNet preset "
-                                     "(retinanet_resnet50_fpn_coco, a kaggle:// or gs:// handle, or a local preset "
-                                     "folder) instead of --model-size; needs network access or a copy")
-    p.add_argument("--no-flip", action="store_true", help="no horizontal flips (e.g. text or left/right classes)")
-    p.add_argument("--allow-poor-anchors", action="store_true",
-                   help="train even when, after fitting the shape, fewer than 75%% of some class's training boxes "
-                        "can match an anchor with IoU 0.5 (default: refuse, since such boxes only train an anchor "
-                        "that overlaps them poorly)")
-    p.add_argument("--box-loss", choices=tuple(BOX_LOSSES), default="giou",
-                   help="; ".join(f"{name}: {what}" for name, what in BOX_LOSSES.items()) + " (default giou)")
-    p.add_argument("--no-ema", action="store_true",
-                   help="evaluate and export the last step's weights instead of their moving average over "
-                        "about the last tenth of training (the default; train_report.md says the window)")
-    p.add_argument("--cache", metavar="memory|PATH",
-                   help="keep the encoded training records after the first epoch, in memory or in files "
-                        "at PATH; saves re-reading slow storage such as gs://")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = DetpipeParser(
         prog="detpipe",
@@ -366,66 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", **declared("batch_size"), help="batch the memory check assumes (default auto)")
     p.set_defaults(func=cmd_probe)
 
-    p = sub.add_parser(
-        "train", help="train a RetinaNet on the shards of `data build`",
-        description="Train a RetinaNet on the shards of `data build`. Resumes from the last checkpoint in --output. "
-                    "A SIGTERM saves a checkpoint at the current step and exits 143; run the same command to resume. "
-                    "With TF_CONFIG naming several machines (a Vertex custom job with --train-replicas), every "
-                    "machine runs this same command: they train in lockstep (MultiWorkerMirroredStrategy), the "
-                    "global batch is --batch-size x machines, and only the chief writes --output.")
-    p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
-    p.add_argument("--output", required=True, type=output_dir, help="folder for model.keras, history, report")
-    _add_train_options(p)
-    _add_local_train_options(p)
-    p.add_argument("--deterministic", action="store_true", help="deterministic ops and input order (slower)")
-    p.add_argument("--max-steps", type=_positive_int, help="stop after this many steps in all")
-    p.add_argument("--base-lr", type=_positive_float,
-                   help="peak learning rate per 64 images, scaled linearly with the batch (default 0.008)")
-    p.add_argument("--weight-decay", type=_non_negative_float, help="AdamW weight decay (default 0.0001)")
-    p.add_argument("--hparams", metavar="JSON", type=existing_file,
-                   help="best_hparams.json of `detpipe tune`: its learning rate, weight decay and augmentation "
-                        "strength, unless given on the command line")
-    p.add_argument("--checkpoint-every", type=_positive_int,
-                   help="steps between checkpoints in OUTPUT/checkpoints (default: once an epoch); "
-                        "running the same command again resumes from the latest")
-    p.add_argument("--augment-strength", type=_unit_float,
-                   help="0-1: random crops (boxes cut away are dropped) and brightness/contrast jitter; "
-                        "flips are always on unless --no-flip (default 0.25)")
-    p.add_argument("--no-export", action="store_true",
-                   help="do not write OUTPUT/saved_model (the SavedModel `detpipe serve` loads)")
-    p.add_argument("--init-from", metavar="MODEL_DIR|VERSION",
-                   help="start from a trained model's weights instead of random ones (a warm start): the output "
-                        "folder of an earlier `detpipe train`, or a registry version (v3, with --registry). Used "
-                        "when it can be continued (the same --model-size, a shape that still covers these boxes; "
-                        "new classes get fresh head rows); else training starts from scratch and train_report.md "
-                        "says why. A warm start trains --fine-tune-epochs at a quarter of the peak learning rate")
-    p.add_argument("--fine-tune-epochs", type=_positive_int,
-                   help="epochs of a warm-started run (default: 15%% of --epochs, rounded, at least 1)")
-    p.add_argument("--registry", help="model registry folder (local or gs://) for --init-from VERSION")
-    p.add_argument("--model-name", default="detpipe", help="model name in --registry (default detpipe)")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("tune", help="search learning rate, weight decay and augmentation strength on short trials",
-                       description="Successive halving: TRIALS candidates (the first is the defaults) train "
-                                   "TRIAL_STEPS steps each and are scored by mAP on the val split; the best third "
-                                   "trains 3x longer and the best of those wins. About 2 x TRIALS x TRIAL_STEPS "
-                                   "steps in all. Writes OUTPUT/best_hparams.json for `detpipe train --hparams`.")
-    p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
-    p.add_argument("--output", required=True, type=output_dir,
-                   help="folder for best_hparams.json, trials.jsonl, tune_report.md")
-    p.add_argument("--trials", type=_positive_int, default=6, help="candidates in the first round (default 6)")
-    p.add_argument("--trial-steps", type=_positive_int, default=100,
-                   help="training steps of a first-round trial (default 100)")
-    _add_train_options(p, epochs=False)
-    _add_local_train_options(p)
-    p.set_defaults(func=cmd_tune)
-
-    p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")
-    p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
-    p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
-    p.add_argument("--output", required=True, type=output_dir, help="folder for metrics.json and eval_report.md")
-    p.add_argument("--min-map", **declared("min_map"), help="exit 1 when mAP@[.5:.95] is below this (default 0)")
-    p.set_defaults(func=cmd_evaluate)
+    add_train_commands(sub)
 
     add_compile_command(sub)
     add_run_command(sub)
