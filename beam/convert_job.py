@@ -126,14 +126,14 @@ class DataBuildError(RuntimeError):
 RECORDS_PER_WORKER = 20_000
 
 
-def default_workers(records: int, usable_cpus: int) -> int:
-    """Worker processes for a local job of `records` records: one per RECORDS_PER_WORKER,
-    at most one per usable CPU.
+def default_workers(records: int, usable_cpus: int, per_worker: int = RECORDS_PER_WORKER) -> int:
+    """Worker processes for a local job of `records` records: one per `per_worker`
+    (RECORDS_PER_WORKER for the data job), at most one per usable CPU.
 
     >>> default_workers(2_304, 8), default_workers(20_000, 2), default_workers(40_000, 2), default_workers(10**6, 16)
     (1, 1, 2, 16)
     """
-    return max(1, min(usable_cpus, records // RECORDS_PER_WORKER))
+    return max(1, min(usable_cpus, records // per_worker))
 
 
 def job_options(options: ConvertOptions, records: int) -> tuple[object, PipelineOptions]:
@@ -141,6 +141,21 @@ def job_options(options: ConvertOptions, records: int) -> tuple[object, Pipeline
     processes locally (default: `default_workers` for `records`)."""
     return runner_and_options(options.runner, options.beam_args,
                               options.num_workers or default_workers(records, usable_cpu_count()))
+
+
+def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...]:
+    """A pipeline step's Beam arguments: its `beam_options` string split as a shell does,
+    plus, on Dataflow, the step's own image for the workers (they run the same code).
+
+    >>> step_beam_args("--project=p --region=r", "DataflowRunner", "img:1")
+    ('--project=p', '--region=r', '--sdk_container_image=img:1')
+    """
+    import shlex
+
+    args = shlex.split(beam_options)
+    if runner == "DataflowRunner":
+        args.append(f"--sdk_container_image={image}")
+    return tuple(args)
 
 
 def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int) -> tuple[object, PipelineOptions]:

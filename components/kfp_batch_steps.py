@@ -14,27 +14,24 @@ def batch_predict(images: str, registry: str, model_name: str, version: str, pip
     looked up when the run starts; predictions, rejects and summary.json in `predictions`.
     `score_threshold` below 0: the export's."""
     import logging
-    import shlex
-    import tempfile
     from collections import namedtuple
 
+    from beam.convert_job import step_beam_args
     from components.registry.registry import SAVED_MODEL_DIR, Registry, RegistryError, resolve_registry
     from components.serve.batch_job import BatchOptions, predict_images
 
     logging.basicConfig(level=logging.INFO)
     models = Registry.open(resolve_registry(registry, pipeline_root), model_name)
+    if version:
+        models.version(version)  # RegistryError (one line) when there is no such version
     chosen = version or models.champion_version()
     if not chosen:
         raise RegistryError(f"no champion in {models.uri} and no version given: nothing to predict with")
-    beam_args = shlex.split(beam_options)
-    if runner == "DataflowRunner":  # Dataflow workers run the same image as this step
-        beam_args.append(f"--sdk_container_image={sdk_container_image}")
-    with tempfile.TemporaryDirectory() as model_dir:
-        models.fetch(chosen, SAVED_MODEL_DIR, model_dir)
-        summary = predict_images(BatchOptions(
-            model_dir=model_dir, images=images, output=predictions.path, model_version=chosen,
-            score_threshold=None if score_threshold < 0 else score_threshold, runner=runner,
-            beam_args=tuple(beam_args)))
+    # The model is read where the registry keeps it (Dataflow's workers cannot see this step's disk).
+    summary = predict_images(BatchOptions(
+        model_dir=models.path(chosen, SAVED_MODEL_DIR), images=images, output=predictions.path, model_version=chosen,
+        score_threshold=None if score_threshold < 0 else score_threshold, runner=runner,
+        beam_args=step_beam_args(beam_options, runner, sdk_container_image)))
     predictions.metadata.update({"model_version": chosen, "images_in": summary.images_in,
                                  "predicted": summary.predicted, "rejected": summary.rejected,
                                  "registry": models.uri})

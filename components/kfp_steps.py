@@ -70,19 +70,15 @@ def validate_and_convert(
     and the options, so unchanged data is not converted (and retrained) again only because
     the champion moved."""
     import logging
-    import shlex
     import tempfile
     from collections import namedtuple
 
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import ConvertOptions, build_dataset, step_beam_args
     from beam.dataset_gates import GateOptions, with_champion
     from components.registry.registry import Registry
     from components.report.run_report import write_dataset_page
 
     logging.basicConfig(level=logging.INFO)
-    beam_args = shlex.split(beam_options)
-    if runner == "DataflowRunner":  # Dataflow workers run the same image as this step
-        beam_args.append(f"--sdk_container_image={sdk_container_image}")
     gates = GateOptions(max_reject_fraction=max_reject_fraction, drift_threshold=drift_threshold,
                         allow_new_classes=allow_new_classes)
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,7 +89,7 @@ def validate_and_convert(
             allow_anomalies=allow_anomalies, exif=exif,
             overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
-            runner=runner, beam_args=tuple(beam_args)))
+            runner=runner, beam_args=step_beam_args(beam_options, runner, sdk_container_image)))
     m = result.manifest
     dataset.metadata.update({"records_in": m.records_in, "written": m.written_total, "rejected": m.rejected,
                              "boxes_written": sum(c.written for c in m.boxes.values()),

@@ -1,7 +1,7 @@
-"""Which of the extra `data build` arguments Apache Beam does not know.
+"""Which of the extra `data build` / `predict --images` arguments Apache Beam does not know.
 
-`detpipe data build` passes the arguments it does not define on to Beam (--project,
---region, --temp_location, ...). Beam itself drops unknown ones with a log warning, so a
+`detpipe data build` and `detpipe predict --images` pass the arguments they do not define
+on to Beam (--project, --region, --temp_location, ...). Beam itself drops unknown ones with a log warning, so a
 typo such as `--val-fracton` would pass silently; this asks Beam's own option classes.
 """
 
@@ -29,3 +29,13 @@ def unknown_beam_options(args: list[str]) -> list[str]:
         cls._add_argparse_args(parser)
     _, unknown = parser.parse_known_args(args)
     return unknown
+
+
+def check_beam_args(beam_args: list[str], command: str) -> None:
+    """UsageError naming the arguments neither `command` nor Beam takes."""
+    from pipeline.cli_types import UsageError
+
+    unknown = unknown_beam_options(beam_args) if beam_args else []
+    if unknown:
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither a `{command}` nor an Apache Beam "
+                         "option)")

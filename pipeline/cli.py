@@ -60,13 +60,9 @@ def _check_data_build_usage(args, beam_args: list[str]) -> None:
     problem = annotations_problem(args.annotations, args.format)
     if problem:
         raise UsageError(f"--annotations {problem}")
-    if beam_args:
-        from pipeline.beam_options import unknown_beam_options
+    from pipeline.beam_options import check_beam_args
 
-        unknown = unknown_beam_options(beam_args)
-        if unknown:
-            raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither a `detpipe data build` "
-                             "nor an Apache Beam option)")
+    check_beam_args(beam_args, "detpipe data build")
 
 
 def cmd_data_build(args, beam_args: list[str]) -> int:

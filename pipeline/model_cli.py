@@ -85,16 +85,13 @@ def cmd_predict(args, beam_args: list[str]) -> int:
 def _predict_batch(args, beam_args: list[str]) -> int:
     """`detpipe predict --images ...`: the Beam job (components/serve/batch_job.py)."""
     from components.serve.batch_job import BatchOptions, predict_images
-    from pipeline.beam_options import unknown_beam_options
+    from pipeline.beam_options import check_beam_args
 
     if args.images:
         raise UsageError("give either IMAGE files or --images, not both")
     if not args.output:
         raise UsageError("--images needs --output: the folder for the predictions")
-    unknown = unknown_beam_options(beam_args)
-    if unknown:
-        raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither a `detpipe predict` nor an "
-                         "Apache Beam option)")
+    check_beam_args(beam_args, "detpipe predict")
     if args.draw and "://" in args.output:
         raise UsageError("--draw writes local files: give a local --output")
     summary = predict_images(BatchOptions(

@@ -26,8 +26,8 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: warm starts (warm_start, register keeps the weights) and the endpoint parameters.
-GOLDEN_SHA256 = "a765aae14f69a1389e29e611177cd21c1d26149aad64ce44a09d5b6bbdf762aa"
+# Last change: the data step takes its Beam arguments from beam.convert_job.step_beam_args.
+GOLDEN_SHA256 = "0afa3f892929f6d4d0901ed2bb08be4cea431008f9b6ca5c6b1338440f412d82"
 
 
 def test_golden_compile(tmp_path):

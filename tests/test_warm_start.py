@@ -189,3 +189,13 @@ def test_a_warm_start_with_a_new_class_keeps_the_known_classes(with_new_class, t
     again = train_detector(config)  # the same command: its own checkpoint, not the champion again
     assert "resumed from this run's own checkpoint" in again.decisions["warm_start"]
     assert again.weights_sha256 == result.weights_sha256
+
+
+def test_the_examples_in_the_definitions_run():
+    import doctest
+
+    from components.registry import vertex_batch, vertex_endpoint
+    from components.train import plan, warm_start
+
+    for module in (warm_start, plan, vertex_batch, vertex_endpoint):
+        assert doctest.testmod(module).failed == 0, module.__name__

@@ -192,11 +192,16 @@ def shape_for_sample(sample: BoxSample, model_size: str, num_classes: int, reque
     return fit_shape(sample, base, requested_size, on_gpu, allow_poor_anchors)
 
 
+def anchor_spec(model: ModelConfig) -> AnchorSpec:
+    """The anchors of a model's config, as the fit describes them."""
+    return AnchorSpec(model.min_level, model.max_level, model.anchor_size, model.num_scales, model.aspect_ratios)
+
+
 def shape_coverage(sample: BoxSample, model: ModelConfig) -> tuple[float, dict[str, float]]:
     """The share of `sample`'s boxes an anchor of `model`'s shape reaches with IoU 0.5, in
     all and per class (classes with enough boxes): how well a kept shape fits new boxes."""
     size = model.image_size
-    spec = AnchorSpec(model.min_level, model.max_level, model.anchor_size, model.num_scales, model.aspect_ratios)
+    spec = anchor_spec(model)
     if not len(sample.boxes):
         return 1.0, {}
     hits = best_anchor_iou(sample.boxes * size, spec, size) >= POSITIVE_IOU
@@ -210,7 +215,7 @@ def kept_shape(sample: BoxSample, model: ModelConfig, fresh: FittedShape, source
     as `fit_shape` describes a fitted one, with its coverage of this run's boxes; `fresh` is
     the shape fitted to the same boxes, for comparison."""
     covered, per_class = shape_coverage(sample, model)
-    spec = AnchorSpec(model.min_level, model.max_level, model.anchor_size, model.num_scales, model.aspect_ratios)
+    spec = anchor_spec(model)
     costs = cost_model(model)
     relative = costs.total(model.image_size, spec) / costs.total(FIXED_SIZE, FIXED_SPEC)
     smallest = float((sample.hw * model.image_size).min()) if len(sample.boxes) else 0.0

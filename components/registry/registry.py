@@ -111,28 +111,30 @@ class Registry:
         self.store.download_dir(self._rel("versions", version, rel), local_dir)
         return local_dir
 
-    def fetch_data_files(self, version: str, local_dir: str) -> dict[str, str]:
-        """The version's label map, schema and training statistics, copied to `local_dir`
-        ({name: local path}, only those the version holds)."""
+    def _fetch_files(self, version: str, names: tuple[str, ...], local_dir: str) -> dict[str, str]:
+        """The files `names` of a version, copied to `local_dir` ({name: local path}, only
+        those the version holds)."""
         import os
 
+        os.makedirs(local_dir, exist_ok=True)
         found = {}
-        for name in DATA_FILES:
+        for name in names:
             target = os.path.join(local_dir, name)
             if self.store.download_file(self._rel("versions", version, name), target):
                 found[name] = target
         return found
 
+    def fetch_data_files(self, version: str, local_dir: str) -> dict[str, str]:
+        """The version's label map, schema and training statistics, copied to `local_dir`
+        ({name: local path}, only those the version holds)."""
+        return self._fetch_files(version, DATA_FILES, local_dir)
+
     def fetch_training_files(self, version: str, local_dir: str) -> bool:
         """The version's trained weights and training config (what a warm start needs),
         copied to `local_dir`; False when the version has none (recorded before they were kept)."""
-        import os
-
         from components.detector.artifacts import WARM_START_FILES
 
-        os.makedirs(local_dir, exist_ok=True)
-        return all(self.store.download_file(self._rel("versions", version, name), os.path.join(local_dir, name))
-                   for name in WARM_START_FILES)
+        return len(self._fetch_files(version, WARM_START_FILES, local_dir)) == len(WARM_START_FILES)
 
     def champion_data(self, local_dir: str) -> tuple[str, dict[str, str], dict[str, int] | None]:
         """What the data step checks new data against: the champion's version ("" for none),

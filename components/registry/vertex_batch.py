@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from components.registry.vertex_endpoint import accelerator_problems
 from components.registry.vertex_model import CHAMPION_ALIAS
 
 INSTANCES_FORMATS = ("file-list", "jsonl")
@@ -40,8 +41,7 @@ class BatchPredictionSpec:
         for name, value in (("source", self.source), ("destination", self.destination)):
             if not value.startswith("gs://"):
                 found.append(f"{name} must be a gs:// path (Vertex AI reads and writes Cloud Storage), got {value!r}")
-        if bool(self.accelerator_type) != bool(self.accelerator_count):
-            found.append("give both an accelerator type and a count, or neither")
+        found += accelerator_problems(self.accelerator_type, self.accelerator_count)
         if self.replicas < 1:
             found.append(f"replicas must be at least 1, got {self.replicas}")
         return found

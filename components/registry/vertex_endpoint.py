@@ -35,6 +35,11 @@ def parse_accelerator(value: str) -> tuple[str, int]:
     return kind, int(count or 1)
 
 
+def accelerator_problems(kind: str, count: int) -> list[str]:
+    """What is wrong with an accelerator setting (type and count go together)."""
+    return [] if bool(kind) == bool(count) else ["give both an accelerator type and a count, or neither"]
+
+
 @dataclass(frozen=True)
 class EndpointSpec:
     endpoint: str  # display name of the endpoint (created when there is none)
@@ -61,8 +66,7 @@ class EndpointSpec:
         found = []
         if not self.endpoint:
             found.append("no endpoint name")
-        if bool(self.accelerator_type) != bool(self.accelerator_count):
-            found.append("give both an accelerator type and a count, or neither")
+        found += accelerator_problems(self.accelerator_type, self.accelerator_count)
         if not 1 <= self.min_replicas <= self.max_replicas:
             found.append(f"replicas must satisfy 1 <= min ({self.min_replicas}) <= max ({self.max_replicas})")
         return found

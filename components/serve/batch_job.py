@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 
-from beam.convert_job import runner_and_options, usable_cpu_count
+from beam.convert_job import default_workers, runner_and_options, usable_cpu_count
 
 logger = logging.getLogger(__name__)
 
@@ -150,12 +150,6 @@ def _json(record: dict) -> str:
     return json.dumps(record, sort_keys=True)
 
 
-def _workers(options: BatchOptions, images: int) -> int:
-    if options.num_workers:
-        return options.num_workers
-    return max(1, min(usable_cpu_count(), images // IMAGES_PER_WORKER))
-
-
 def predict_images(options: BatchOptions) -> BatchSummary:
     """Run the job; returns the summary (also written to OUTPUT/summary.json). Raises
     ValueError when `images` names no file."""
@@ -174,7 +168,7 @@ def predict_images(options: BatchOptions) -> BatchSummary:
         raise ValueError(f"{out} already holds predictions ({Path(earlier[0]).name}, ...): give a new or empty --output")
     if not FileSystems.exists(out):
         FileSystems.mkdirs(out)
-    workers = _workers(options, len(paths))
+    workers = options.num_workers or default_workers(len(paths), usable_cpu_count(), IMAGES_PER_WORKER)
     runner, pipeline_options = runner_and_options(options.runner, options.beam_args, workers)
     started = time.monotonic()
     logger.info("predict: %d files from %s with %s, %d worker process(es)", len(paths), options.images,

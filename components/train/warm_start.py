@@ -15,7 +15,7 @@ them; known classes keep theirs, matched by name (so the ids may differ).
 
 Example (no source given: from scratch, and why):
     >>> from components.train.config import TrainConfig
-    >>> choice = choose_warm_start(TrainConfig("data", "out", init_note="--warm-start never"), {"cat": 1})
+    >>> choice, _ = choose_warm_start(TrainConfig("data", "out", init_note="--warm-start never"), {"cat": 1})
     >>> choice.used, choice.line()
     (False, 'from scratch: --warm-start never')
 """
@@ -47,7 +47,6 @@ class WarmStart:
     reason: str
     source: str = ""  # the folder holding the weights (model.keras, train_config.json)
     name: str = ""  # how people know it: "v3 (the champion)", or the folder given
-    model: dict | None = None  # the source's ModelConfig (its label map's class count)
     label_map: dict[str, int] = field(default_factory=dict)  # the source's
     new_classes: tuple[str, ...] = ()  # this run's classes the source never saw
 
@@ -56,7 +55,6 @@ class WarmStart:
 
     def to_dict(self) -> dict:
         record = asdict(self)
-        record.pop("model")
         record["new_classes"] = list(self.new_classes)
         record["line"] = self.line()
         return record
@@ -114,7 +112,7 @@ def choose_warm_start(config: TrainConfig, label_map: dict[str, int], sample: Bo
               + (f"covers {shape.coverage:.1%} of the new training boxes" if shape is not fresh and shape else "is kept")
               + f"; {len(shared)} known class(es) keep their weights"
               + (f", {len(new)} new ({', '.join(new)}) start fresh" if new else ""))
-    return WarmStart(True, reason, source=str(folder), name=name, model=source.model, label_map=source.label_map,
+    return WarmStart(True, reason, source=str(folder), name=name, label_map=source.label_map,
                      new_classes=new), shape
 
 
@@ -133,22 +131,23 @@ def apply_warm_weights(model, weights: list, choice: WarmStart, label_map: dict[
     class) pairs: a known class's channels are copied from the source's channel of the
     same name; a new class keeps the fresh initialisation."""
     head = model.classification_head.prediction_layer
-    special = {id(head.kernel): "kernel", id(head.bias): "bias"}
+    head_weights = {id(head.kernel), id(head.bias)}
     if len(model.weights) != len(weights):
         raise RuntimeError(f"{choice.name} has {len(weights)} weight tensors and this model {len(model.weights)}: "
                            "not the same architecture")
     new_slots, old_slots = model.num_classes, num_class_slots(choice.label_map)
     rows = [(label_map[name] - 1, choice.label_map[name] - 1) for name in sorted(set(label_map) & set(choice.label_map))]
     for variable, value in zip(model.weights, weights):
-        if id(variable) in special:
+        if id(variable) in head_weights:
             current = variable.numpy()
             anchors = current.shape[-1] // new_slots
             if value.shape[-1] != anchors * old_slots:
                 raise RuntimeError(f"{choice.name}'s classification head has {value.shape[-1]} outputs, expected "
                                    f"{anchors} anchors x {old_slots} classes")
-            for anchor in range(anchors):
-                for new, old in rows:
-                    current[..., anchor * new_slots + new] = value[..., anchor * old_slots + old]
+            per_class = current.reshape(*current.shape[:-1], anchors, new_slots)  # a view of `current`
+            source = value.reshape(*value.shape[:-1], anchors, old_slots)
+            for new, old in rows:
+                per_class[..., new] = source[..., old]
             variable.assign(current)
             continue
         if tuple(variable.shape) != tuple(value.shape):
