@@ -1,5 +1,6 @@
 """`detpipe registry list | show VERSION | promote VERSION --reason TEXT`: look into the
-model registry, and pin or roll back the champion by hand (the reason is recorded).
+model registry, and pin or roll back the champion by hand (the reason is recorded; with
+`--vertex-model [--endpoint]` on Vertex AI too, components/registry/rollback.py).
 
 Reads only JSON files: no TensorFlow is imported, so these answer at once.
 """
@@ -57,9 +58,30 @@ def cmd_show(args) -> int:
     return EXIT_OK
 
 
+def _vertex_promotion(args):
+    from components.registry.rollback import VertexPromotion
+
+    if not args.vertex_model:
+        if args.endpoint:
+            raise ValueError("--endpoint needs --vertex-model (the Vertex AI model whose version it serves)")
+        return None
+    if not args.project:
+        raise ValueError("--vertex-model needs --project")
+    return VertexPromotion(args.vertex_model, args.project, args.region, args.endpoint, args.machine_type,
+                           args.accelerator, args.min_replicas, args.max_replicas)
+
+
 def cmd_promote(args) -> int:
     registry = _registry(args)
+    registry.promotable(args.version)  # an unknown or unfinished version fails here, before anything moves
+    promotion = _vertex_promotion(args)
     current = registry.champion_version() or None
+    if promotion is not None:
+        from components.registry.rollback import promote_on_vertex
+
+        served = promote_on_vertex(promotion, args.version)
+        where = f" and serves all traffic of endpoint {promotion.endpoint}" if promotion.endpoint else ""
+        print(f"Vertex AI: {served} is the champion (aliases champion, default){where}")
     if current == args.version:
         print(f"{args.version} is already the champion")
         return EXIT_OK
@@ -89,8 +111,26 @@ def add_registry_commands(sub) -> None:
     p.add_argument("version", help="e.g. v3")
     common(p)
     p.set_defaults(func=cmd_show)
-    p = commands.add_parser("promote", help="make a version the champion by hand (pin or roll back)")
+    p = commands.add_parser("promote", help="make a version the champion by hand (pin or roll back)",
+                            description="Make VERSION the champion: the next run compares with it, a warm start "
+                                        "continues it and the batch-predict pipeline predicts with it. With "
+                                        "--vertex-model, also on Vertex AI: its version of VERSION gets the "
+                                        "champion and default aliases; with --endpoint it is first deployed there "
+                                        "and gets all traffic once it answers its health route (the earlier model "
+                                        "keeps serving if that fails, and nothing moves).")
     p.add_argument("version", help="e.g. v3")
     p.add_argument("--reason", required=True, help="why, recorded in champion.json")
     common(p)
+    vertex = p.add_argument_group("Vertex AI (as the pipeline's vertex_model and vertex_endpoint)")
+    vertex.add_argument("--vertex-model", default="",
+                        help="Vertex AI model the pipeline uploads to: display name or projects/P/locations/L/models/ID")
+    vertex.add_argument("--project", default="", help="Google Cloud project (with --vertex-model)")
+    vertex.add_argument("--region", default="us-central1", help="Vertex AI region (default us-central1)")
+    vertex.add_argument("--endpoint", default="", help="endpoint display name: redeploy VERSION there")
+    vertex.add_argument("--machine-type", help="machines that serve (default: as the endpoint serves now, "
+                                               "else n1-standard-4)")
+    vertex.add_argument("--accelerator", metavar="TYPE[:COUNT]",
+                        help="GPUs per machine, '' for none (default: as the endpoint serves now)")
+    vertex.add_argument("--min-replicas", type=int, help="machines at least (default: as now, else 1)")
+    vertex.add_argument("--max-replicas", type=int, help="machines at most (default: as now, else 1)")
     p.set_defaults(func=cmd_promote)

@@ -188,8 +188,9 @@ def add_vertex_commands(sub) -> None:
                        description="Deploy a Vertex AI Model Registry version (the champion unless --model names a "
                                    "version) to the endpoint named --endpoint (created when missing), move all "
                                    "traffic to it once it answers its health route, then undeploy what the endpoint "
-                                   "served before. A failed deployment leaves the previous one serving. Roll back "
-                                   "with --model NAME@VERSION.")
+                                   "served before. A failed deployment leaves the previous one serving. To roll "
+                                   "back, `detpipe registry promote VERSION --vertex-model NAME --endpoint E` "
+                                   "moves the champion everywhere.")
     _add_machine_options(p, "that serve")
     p.add_argument("--endpoint", required=True, help="endpoint display name")
     p.add_argument("--min-replicas", type=_positive_int, default=1, help="machines at least (default 1)")

@@ -9,10 +9,18 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1.services.endpoint_service import EndpointServiceClient
 from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
 from google.cloud.aiplatform_v1.types import endpoint as gca_endpoint
+from google.cloud.aiplatform_v1.types import machine_resources
+from google.cloud.aiplatform_v1.types import model as gca_model
 
 from components.registry.vertex_batch import BatchPredictionSpec, champion_of, submit_batch_prediction
-from components.registry.vertex_endpoint import EndpointSpec, deploy_to_endpoint, undeploy_requests
+from components.registry.register import register_run
+from components.registry.registry import Registry
+from components.registry.rollback import VertexPromotion, promote_on_vertex
+from components.registry.vertex_endpoint import EndpointSpec, deploy_to_endpoint, serving_spec, undeploy_requests
+from pipeline.cli import main
+from tests.test_registry import _decision, _run_files
 
 REFUSED = "recorded by the test, not sent"
 MODEL = "projects/proj/locations/europe-west4/models/1234"
@@ -107,3 +115,88 @@ def test_a_missing_endpoint_is_created_and_old_models_go_only_after_the_new_one(
                                                                               ("222", {"333": 100})]
     with pytest.raises(ValueError, match="min"):
         deploy_to_endpoint(MODEL, EndpointSpec("detector", min_replicas=2, max_replicas=1), "proj", "l", client=client)
+
+
+def _serving_endpoint() -> gca_endpoint.Endpoint:
+    """An endpoint that serves deployed model 111 on one to three L4 machines (all its traffic)."""
+    resources = machine_resources.DedicatedResources(
+        machine_spec=machine_resources.MachineSpec(machine_type="g2-standard-8", accelerator_type="NVIDIA_L4",
+                                                   accelerator_count=1),
+        min_replica_count=1, max_replica_count=3)
+    return gca_endpoint.Endpoint(name="projects/proj/locations/europe-west4/endpoints/99", display_name="detector",
+                                 deployed_models=[gca_endpoint.DeployedModel(id="111", dedicated_resources=resources)],
+                                 traffic_split={"111": 100})
+
+
+def _uploaded_versions(listed):
+    """Two Vertex AI versions uploaded for the same registry version (a rerun): the newest counts."""
+    def list_model_versions(self, *args, **kwargs):
+        listed.append(kwargs["request"])
+        return [gca_model.Model(name=MODEL, version_id="4", version_create_time={"seconds": 100}),
+                gca_model.Model(name=MODEL, version_id="6", version_create_time={"seconds": 200})]
+    return list_model_versions
+
+
+def test_a_roll_back_redeploys_the_version_on_the_machines_the_endpoint_serves_on():
+    listed, deploys, aliases = [], [], []
+    promotion = VertexPromotion(MODEL + "@9", "proj", "europe-west4", endpoint="detector", max_replicas=5)
+    with mock.patch.object(ModelServiceClient, "list_model_versions", _uploaded_versions(listed)), \
+            mock.patch.object(ModelServiceClient, "merge_version_aliases", _recording(aliases)), \
+            mock.patch.object(EndpointServiceClient, "list_endpoints", lambda self, **kw: [_serving_endpoint()]), \
+            mock.patch.object(EndpointServiceClient, "deploy_model", _recording(deploys)):
+        with pytest.raises(gexc.ServiceUnavailable, match=REFUSED):
+            promote_on_vertex(promotion, "v3", credentials=AnonymousCredentials())
+    assert listed[0].name == MODEL and listed[0].filter == 'labels.registry_version="v3"'
+    request = deploys[0]["request"]
+    assert request.deployed_model.model == MODEL + "@6" and request.deployed_model.display_name == "detpipe-v3"
+    assert dict(request.traffic_split) == {"0": 100}
+    resources = request.deployed_model.dedicated_resources
+    assert resources.machine_spec.machine_type == "g2-standard-8"  # as it serves now
+    assert resources.machine_spec.accelerator_type.name == "NVIDIA_L4" and resources.machine_spec.accelerator_count == 1
+    assert (resources.min_replica_count, resources.max_replica_count) == (1, 5)  # --max-replicas 5
+    assert aliases == []  # the deployment failed: the champion alias stays where it was
+
+
+def test_promoting_on_vertex_moves_the_champion_and_default_aliases():
+    aliases = []
+    with mock.patch.object(ModelServiceClient, "list_model_versions", _uploaded_versions([])), \
+            mock.patch.object(ModelServiceClient, "merge_version_aliases", _recording(aliases)):
+        with pytest.raises(gexc.ServiceUnavailable, match=REFUSED):
+            promote_on_vertex(VertexPromotion(MODEL, "proj", "europe-west4"), "v3", credentials=AnonymousCredentials())
+    request = aliases[0]["request"]
+    assert request.name == MODEL + "@6" and sorted(request.version_aliases) == ["champion", "default"]
+    with mock.patch.object(ModelServiceClient, "list_model_versions", lambda self, **kw: []):
+        with pytest.raises(LookupError, match="no version labelled registry_version=v8"):
+            promote_on_vertex(VertexPromotion(MODEL, "proj", "europe-west4"), "v8", credentials=AnonymousCredentials())
+    assert serving_spec(gca_endpoint.Endpoint(), "detector") is None  # nothing deployed: the defaults apply
+    assert serving_spec(_serving_endpoint(), "detector") == EndpointSpec("detector", "g2-standard-8", "NVIDIA_L4", 1,
+                                                                         1, 3)
+
+
+def test_registry_promote_with_an_endpoint_redeploys_first_and_moves_nothing_when_that_fails(tmp_path, capsys):
+    registry = Registry.open(str(tmp_path / "reg"))
+    files = _run_files(tmp_path)
+    for i in (1, 2):  # v1 and v2, both blessed: v2 is the champion
+        (files / "saved_model" / "saved_model.pb").write_bytes(b"model %d" % i)
+        register_run(registry, str(files / "saved_model"), str(files / "data"), str(files / "metrics.json"),
+                     _decision(True, "v1" if i > 1 else None), {"sha256": f"{i}" * 64}, f"run-{i}")
+    where = ["--registry", str(tmp_path / "reg")]
+    vertex = ["--vertex-model", MODEL, "--project", "proj", "--region", "europe-west4"]
+    listed, deploys, aliases = [], [], []
+    with mock.patch("google.auth.default", return_value=(AnonymousCredentials(), "proj")), \
+            mock.patch.object(ModelServiceClient, "list_model_versions", _uploaded_versions(listed)), \
+            mock.patch.object(ModelServiceClient, "merge_version_aliases", _recording(aliases)), \
+            mock.patch.object(EndpointServiceClient, "list_endpoints", lambda self, **kw: [_serving_endpoint()]), \
+            mock.patch.object(EndpointServiceClient, "deploy_model", _recording(deploys)):
+        code = main(["registry", "promote", "v1", "--reason", "roll back: v2 misses night photos", *where, *vertex,
+                     "--endpoint", "detector"])
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and REFUSED in err[0]
+    assert listed[0].filter == 'labels.registry_version="v1"'
+    assert deploys[0]["request"].deployed_model.model == MODEL + "@6" and aliases == []
+    assert registry.champion_version() == "v2"  # nothing moved: the endpoint still serves v2's model
+    assert main(["registry", "promote", "v1", "--reason", "x", *where, "--endpoint", "detector"]) == 1
+    assert "--endpoint needs --vertex-model" in capsys.readouterr().err
+    assert main(["registry", "promote", "v9", "--reason", "x", *where, *vertex]) == 1  # before any request
+    assert "no version v9" in capsys.readouterr().err

@@ -183,12 +183,17 @@ class Registry:
         self.store.create(self._rel("versions", name, VERSION_FILE), _dump(record))
         return record
 
-    def set_champion(self, name: str, reason: str, by: str, expected: str | None) -> dict:
-        """Make `name` the champion if the champion is still `expected` (its version, or
-        None for none): raises `Conflict` when it moved meanwhile."""
+    def promotable(self, name: str) -> dict:
+        """version.json of `name`; raises RegistryError unless it can be the champion."""
         version = self.version(name)
         if version.get("status") == "incomplete":
             raise RegistryError(f"version {name} is incomplete (its run did not finish): cannot be the champion")
+        return version
+
+    def set_champion(self, name: str, reason: str, by: str, expected: str | None) -> dict:
+        """Make `name` the champion if the champion is still `expected` (its version, or
+        None for none): raises `Conflict` when it moved meanwhile."""
+        version = self.promotable(name)
         text = self.store.read_text(self._rel(CHAMPION_FILE))
         current = json.loads(text) if text else None
         if (current["version"] if current else None) != expected:

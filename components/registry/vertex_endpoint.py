@@ -97,7 +97,7 @@ def undeploy_requests(endpoint: str, previous: list[str], new_id: str) -> list:
                                                   traffic_split={new_id: 100}) for old in previous if old != new_id]
 
 
-def _client(location: str, credentials=None):
+def endpoint_api(location: str, credentials=None):
     from google.api_core.client_options import ClientOptions
     from google.cloud.aiplatform_v1.services.endpoint_service import EndpointServiceClient
 
@@ -105,18 +105,39 @@ def _client(location: str, credentials=None):
                                  client_options=ClientOptions(api_endpoint=f"{location}-aiplatform.googleapis.com"))
 
 
+def find_endpoint(client, project: str, location: str, name: str):
+    """The newest endpoint with display name `name`, or None."""
+    found = list(client.list_endpoints(request={"parent": f"projects/{project}/locations/{location}",
+                                                "filter": f'display_name="{name}"', "order_by": "create_time desc"}))
+    return found[0] if found else None
+
+
 def find_or_create_endpoint(client, project: str, location: str, name: str):
     """The newest endpoint with display name `name`, created when there is none."""
     from google.cloud.aiplatform_v1.types import endpoint as gca_endpoint
 
+    found = find_endpoint(client, project, location, name)
+    if found is not None:
+        return found
     parent = f"projects/{project}/locations/{location}"
-    found = list(client.list_endpoints(request={"parent": parent, "filter": f'display_name="{name}"',
-                                                "order_by": "create_time desc"}))
-    if found:
-        return found[0]
     logger.info("creating Vertex AI endpoint %s", name)
     return client.create_endpoint(parent=parent, endpoint=gca_endpoint.Endpoint(
         display_name=name, labels={"app": "detpipe"})).result(timeout=DEPLOY_TIMEOUT_S)
+
+
+def serving_spec(endpoint, name: str) -> EndpointSpec | None:
+    """The machines of the deployment that takes most of `endpoint`'s traffic (what a
+    roll-back keeps unless told otherwise), or None when nothing is deployed there."""
+    if not endpoint.deployed_models:
+        return None
+    split = dict(endpoint.traffic_split)
+    serving = max(endpoint.deployed_models, key=lambda d: split.get(d.id, 0))
+    resources = serving.dedicated_resources
+    machine = resources.machine_spec
+    kind = machine.accelerator_type.name if machine.accelerator_count else ""
+    low = resources.min_replica_count or 1
+    return EndpointSpec(name, machine.machine_type or EndpointSpec.machine_type, kind,
+                        machine.accelerator_count if kind else 0, low, max(low, resources.max_replica_count))
 
 
 def deploy_to_endpoint(model: str, spec: EndpointSpec, project: str, location: str, registry_version: str = "",
@@ -127,7 +148,7 @@ def deploy_to_endpoint(model: str, spec: EndpointSpec, project: str, location: s
     problems = spec.problems()
     if problems:
         raise ValueError("; ".join(problems))
-    client = client or _client(location, credentials)
+    client = client or endpoint_api(location, credentials)
     endpoint = find_or_create_endpoint(client, project, location, spec.endpoint)
     previous = [d.id for d in endpoint.deployed_models]
     operation = client.deploy_model(request=deploy_request(endpoint.name, model, spec, registry_version))

@@ -15,6 +15,7 @@ CHAMPION_ALIAS = "champion"
 SERVING_PORT = 8080
 PREDICT_ROUTE = "/predict"
 HEALTH_ROUTE = "/health"
+REGISTRY_VERSION_LABEL = "registry_version"  # the detpipe registry version a Vertex AI version was uploaded for
 
 
 def label_value(text: str) -> str:
@@ -41,7 +42,7 @@ class ModelVersion:
     def labels(self) -> dict[str, str]:
         return {"app": "detpipe", "run_id": label_value(self.run_id),
                 "data_fingerprint": self.data_fingerprint[:32],
-                "map": label_value(f"{self.map:.4f}"), "registry_version": label_value(self.registry_version),
+                "map": label_value(f"{self.map:.4f}"), REGISTRY_VERSION_LABEL: label_value(self.registry_version),
                 "verdict": "blessed" if self.blessed else "rejected"}
 
 
@@ -71,3 +72,47 @@ def upload_version(version: ModelVersion, project: str | None = None, location: 
         serving_container_ports=[SERVING_PORT], serving_container_predict_route=PREDICT_ROUTE,
         serving_container_health_route=HEALTH_ROUTE, labels=version.labels(),
         project=project, location=location, credentials=credentials, sync=True)
+
+
+def model_api(location: str, credentials=None):
+    from google.api_core.client_options import ClientOptions
+    from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
+
+    return ModelServiceClient(credentials=credentials,
+                              client_options=ClientOptions(api_endpoint=f"{location}-aiplatform.googleapis.com"))
+
+
+def versions_request(model: str, registry_version: str):
+    """The ListModelVersionsRequest for the Vertex AI versions of `model` (a resource name
+    without @) that the pipeline uploaded for registry version `registry_version` (its label)."""
+    from google.cloud.aiplatform_v1.types import model_service
+
+    return model_service.ListModelVersionsRequest(
+        name=model, filter=f'labels.{REGISTRY_VERSION_LABEL}="{label_value(registry_version)}"')
+
+
+def alias_request(version_name: str):
+    """The MergeVersionAliasesRequest that makes `version_name` (MODEL@ID) the champion and
+    the default version: an alias names one version of a model, so Vertex AI takes both
+    from the version that had them."""
+    from google.cloud.aiplatform_v1.types import model_service
+
+    return model_service.MergeVersionAliasesRequest(name=version_name, version_aliases=["default", CHAMPION_ALIAS])
+
+
+def vertex_version_of(model: str, registry_version: str, location: str, credentials=None, client=None) -> str:
+    """MODEL@ID of the newest Vertex AI version uploaded for `registry_version`. Raises
+    LookupError when there is none (a run without vertex_model, or another model)."""
+    client = client or model_api(location, credentials)
+    found = list(client.list_model_versions(request=versions_request(model, registry_version)))
+    if not found:
+        raise LookupError(f"{model} has no version labelled {REGISTRY_VERSION_LABEL}={label_value(registry_version)} "
+                          "(was that run uploaded to Vertex AI, with this --vertex-model?)")
+    newest = max(found, key=lambda m: m.version_create_time.timestamp() if m.version_create_time else 0)
+    return f"{model}@{newest.version_id}"
+
+
+def make_champion(version_name: str, location: str, credentials=None, client=None) -> None:
+    """Move the `champion` and `default` aliases to `version_name` (MODEL@ID)."""
+    client = client or model_api(location, credentials)
+    client.merge_version_aliases(request=alias_request(version_name))
