@@ -200,3 +200,13 @@ def test_registry_promote_with_an_endpoint_redeploys_first_and_moves_nothing_whe
     assert "--endpoint needs --vertex-model" in capsys.readouterr().err
     assert main(["registry", "promote", "v9", "--reason", "x", *where, *vertex]) == 1  # before any request
     assert "no version v9" in capsys.readouterr().err
+
+
+def test_the_examples_in_the_serving_modules_run():
+    import doctest
+
+    from components.registry import rollback, vertex_endpoint, vertex_model
+    from components.serve import batch_job
+
+    for module in (rollback, vertex_endpoint, vertex_model, batch_job):
+        assert doctest.testmod(module).failed == 0, module.__name__

@@ -41,7 +41,8 @@ DRAWN_DIR = "drawn"
 SUFFIX = ".jsonl"
 SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
 BATCH = 16  # images per model call (RunInference's largest batch)
-IMAGES_PER_WORKER = 1000  # each worker process loads TensorFlow and the model: worth it from this many images
+IMAGES_PER_WORKER = 4000  # a second worker process costs ~16 s to start (Beam, TensorFlow, the model) on 2 cores and
+# pays from ~7,000 images (benchmarks/batch_predict.py)
 
 
 @dataclass(frozen=True)
@@ -115,17 +116,49 @@ class _ReadAndCheck(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": reason, "message": str(err)})
 
 
+def limit_tf_threads(threads: int) -> None:
+    """TensorFlow's thread pools in this worker process at `threads` each. Each worker
+    process's TensorFlow would otherwise start a pool as wide as the machine; with one
+    worker per core they contend, and the second thread of a pool mostly spins on a model
+    this small (measured: 2 threads do 1.5x the work of 1 for 2x the CPU). A no-op once this
+    process has run TensorFlow (the pools exist by then)."""
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:  # TensorFlow already ran here (e.g. one worker in the driver's process)
+        logger.info("TensorFlow already initialised in this process: its thread pools stay as they are")
+
+
+def tf_threads_per_worker(runner: str, workers: int, cpus: int) -> int:
+    """Threads for each worker's TensorFlow pools: the CPUs shared out between the local
+    worker processes; 1 on other runners (Dataflow runs one SDK process per vCPU); 0 (as
+    TensorFlow chooses) for one local worker.
+
+    >>> tf_threads_per_worker("DirectRunner", 1, 8), tf_threads_per_worker("DirectRunner", 2, 2), \
+tf_threads_per_worker("DirectRunner", 3, 8), tf_threads_per_worker("DataflowRunner", 1, 2)
+    (0, 1, 2, 1)
+    """
+    if runner != "DirectRunner":
+        return 1
+    return 0 if workers <= 1 else max(1, cpus // workers)
+
+
 class DetectorHandler(ModelHandler):
     """RunInference's model: the exported SavedModel behind `Predictor` (as `serve`).
     Elements are (path, image bytes); results are (prediction line, image bytes)."""
 
-    def __init__(self, model_dir: str, score_threshold: float | None, model_version: str):
+    def __init__(self, model_dir: str, score_threshold: float | None, model_version: str, tf_threads: int = 0):
         super().__init__(min_batch_size=1, max_batch_size=BATCH)
         self._model_dir, self._threshold, self._version = model_dir, score_threshold, model_version
+        self._tf_threads = tf_threads
 
     def load_model(self):
         from components.serve.predictor import Predictor
 
+        if self._tf_threads:
+            limit_tf_threads(self._tf_threads)
         return Predictor.load(self._model_dir)
 
     def run_inference(self, batch: Sequence[tuple[str, bytes]], model, inference_args=None) -> Iterable:
@@ -168,7 +201,8 @@ def predict_images(options: BatchOptions) -> BatchSummary:
         raise ValueError(f"{out} already holds predictions ({Path(earlier[0]).name}, ...): give a new or empty --output")
     if not FileSystems.exists(out):
         FileSystems.mkdirs(out)
-    workers = options.num_workers or default_workers(len(paths), usable_cpu_count(), IMAGES_PER_WORKER)
+    cpus = usable_cpu_count()
+    workers = options.num_workers or default_workers(len(paths), cpus, IMAGES_PER_WORKER)
     runner, pipeline_options = runner_and_options(options.runner, options.beam_args, workers)
     started = time.monotonic()
     logger.info("predict: %d files from %s with %s, %d worker process(es)", len(paths), options.images,
@@ -177,7 +211,8 @@ def predict_images(options: BatchOptions) -> BatchSummary:
         checked = (p | "Images" >> beam.Create(paths, reshuffle=True)
                    | "ReadAndCheck" >> beam.ParDo(_ReadAndCheck()).with_outputs(REJECTS, main="ok"))
         predicted = checked.ok | "Detect" >> RunInference(
-            DetectorHandler(options.model_dir, options.score_threshold, options.model_version))
+            DetectorHandler(options.model_dir, options.score_threshold, options.model_version,
+                            tf_threads_per_worker(options.runner, workers, cpus)))
         if options.draw:
             lines = predicted | "Draw" >> beam.ParDo(_Draw(f"{out}/{DRAWN_DIR}", _num_classes(options.model_dir)))
         else:
