@@ -167,9 +167,12 @@ def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int) ->
     args = list(beam_args)
     if runner != "DirectRunner":
         return runner, PipelineOptions(args, runner=runner)
+    from apache_beam.options.pipeline_options import DirectOptions
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    if not any(a.startswith("--direct_num_workers") for a in args):
+    if any(a == "--direct_num_workers" or a.startswith("--direct_num_workers=") for a in args):
+        workers = PipelineOptions(args).view_as(DirectOptions).direct_num_workers  # Beam's parser: either spelling
+    else:
         args.append(f"--direct_num_workers={workers}")
     if not any(a.startswith("--direct_running_mode") for a in args):
         args.append(f"--direct_running_mode={'multi_processing' if workers > 1 else 'in_memory'}")

@@ -59,6 +59,10 @@ def test_the_local_runner_takes_workers_from_the_options():
     assert options.get_all_options()["direct_running_mode"] == "in_memory"
     _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers=3",)), records=10)
     assert options.get_all_options()["direct_num_workers"] == 3
+    # Beam's own flag, either spelling, wins and runs worker processes (not threads in one)
+    _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers", "2")), records=10)
+    flags = options.get_all_options()
+    assert flags["direct_num_workers"] == 2 and flags["direct_running_mode"] == "multi_processing"
     assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(20_000, 2) == 1 and default_workers(50_000, 1) == 1
 
 

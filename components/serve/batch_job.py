@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, RunInference
+from apache_beam.options.pipeline_options import DirectOptions
 
 from beam.convert_job import default_workers, runner_and_options, usable_cpu_count
 
@@ -204,6 +205,8 @@ def predict_images(options: BatchOptions) -> BatchSummary:
     cpus = usable_cpu_count()
     workers = options.num_workers or default_workers(len(paths), cpus, IMAGES_PER_WORKER)
     runner, pipeline_options = runner_and_options(options.runner, options.beam_args, workers)
+    if options.runner == "DirectRunner":  # Beam's --direct_num_workers among the arguments wins
+        workers = pipeline_options.view_as(DirectOptions).direct_num_workers
     started = time.monotonic()
     logger.info("predict: %d files from %s with %s, %d worker process(es)", len(paths), options.images,
                 options.model_dir, workers)
