@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 a failed check (reason on stderr, one line a problem),
 import argparse
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -248,6 +249,34 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
 
+BEAM_WORKER_RELAY = "apache_beam.runners.portability.local_job_service"  # re-logs worker processes' lines
+
+
+def not_beam_chatter(record: logging.LogRecord) -> bool:
+    """False for Beam's own INFO/WARNING notes: those it logs straight on the root logger
+    ("BatchElements statistics", "Resource module is not available") and those its worker
+    processes send to the driver ("No semi_persistent_directory found"). The job's own
+    lines (e.g. "checked N records on worker P", relayed from a worker) and errors pass."""
+    if record.levelno >= logging.ERROR:
+        return True
+    where = record.pathname
+    if record.name == BEAM_WORKER_RELAY:  # "Worker: %s" with the worker's LogEntry as text
+        found = re.search(r'log_location: "([^"]*)"', str(record.args[0]) if record.args else "")
+        where = found.group(1) if found else ""
+    return f"{os.sep}apache_beam{os.sep}" not in where
+
+
+def _quiet_beam() -> None:
+    """Beam's chatter off (without --verbose), but not the Dataflow runner's INFO (the job's
+    console URL and state) nor worker lines the job logs; idempotent."""
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    for name in ("apache_beam.runners.dataflow", BEAM_WORKER_RELAY):
+        logging.getLogger(name).setLevel(logging.INFO)
+    for logger in (logging.getLogger(), logging.getLogger(BEAM_WORKER_RELAY)):
+        if not_beam_chatter not in logger.filters:
+            logger.addFilter(not_beam_chatter)
+
+
 def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     parser = build_parser()
@@ -256,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        _quiet_beam()
     try:
         return args.func(args, extra) if getattr(args, "takes_beam_args", False) else args.func(args)
     except UsageError as err:

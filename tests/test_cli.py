@@ -200,3 +200,28 @@ def test_every_command_takes_a_shared_setting_as_the_pipeline_declares_it():
             assert BY_NAME[name].default is not REQUIRED
             checked += 1
     assert checked >= 14
+
+
+def test_beams_own_notes_are_dropped_and_the_jobs_worker_lines_kept():
+    import logging
+
+    from apache_beam.portability.api import beam_fn_api_pb2
+
+    from pipeline.cli import BEAM_WORKER_RELAY, not_beam_chatter
+
+    def relayed(message, location, level=logging.INFO):  # as local_job_service re-logs a worker's line
+        entry = beam_fn_api_pb2.LogEntry(message=message, log_location=location)
+        return logging.LogRecord(BEAM_WORKER_RELAY, level, "local_job_service.py", 1, "Worker: %s",
+                                 (str(entry).replace("\n", " "),), None)
+
+    beam_file = "/venv/lib/python3.11/site-packages/apache_beam/runners/worker/sdk_worker_main.py:386"
+    assert not not_beam_chatter(relayed("No semi_persistent_directory found", beam_file, logging.WARNING))
+    assert not_beam_chatter(relayed("checked 500 records on worker 81 (2304 in the job)",
+                                    "/work/repo/beam/job_transforms.py:82"))
+    assert not_beam_chatter(relayed("a DoFn failed", beam_file, logging.ERROR))
+    root = logging.LogRecord("root", logging.INFO, "/venv/site-packages/apache_beam/transforms/util.py", 1,
+                             "BatchElements statistics: %s", ("...",), None)
+    assert not not_beam_chatter(root)
+    ours = logging.LogRecord("components.serve.batch_job", logging.INFO, "/work/repo/components/serve/batch_job.py",
+                             1, "predict: %d files", (3,), None)
+    assert not_beam_chatter(ours)
