@@ -166,3 +166,32 @@ def test_deterministic_input_repeats_exactly_and_the_cache_changes_nothing(demo_
     resumed = first_batches(skip_steps=2)[0]
     for x, y in zip(plain[2], resumed):
         np.testing.assert_array_equal(x, y)
+
+
+def test_the_greedy_nms_keeps_kerashubs_detections_of_a_trained_model(trained_model, demo_shards):
+    import keras_hub
+
+    from components.detector.artifacts import load_trained
+    from components.detector.nms import GreedyNonMaxSuppression
+    from components.detector.records import to_model_image
+
+    model, config = load_trained(str(trained_model))
+    assert isinstance(model.prediction_decoder, GreedyNonMaxSuppression)  # built with it, saved and loaded back
+    size = config.image_size
+    images = np.stack([to_model_image(example["image"], size).numpy()
+                       for example in eval_examples(str(demo_shards)).take(32)])
+    raw = model(images, training=False)
+    ours = {k: v.numpy() for k, v in model.decode_predictions(raw, images).items()}
+    settings = {k: v for k, v in model.prediction_decoder.get_config().items()
+                if k in ("bounding_box_format", "from_logits", "iou_threshold", "confidence_threshold", "max_detections")}
+    model.prediction_decoder = keras_hub.layers.NonMaxSuppression(**settings)
+    theirs = {k: v.numpy() for k, v in model.decode_predictions(raw, images).items()}
+    assert (ours["confidence"] >= 0.1).sum() >= 10  # something to compare
+    for i in range(len(images)):
+        # The best detections agree (the algorithms differ only among low scores near the threshold)
+        strong = lambda out: {(int(label), round(float(score), 5), tuple(np.round(box, 3)))  # noqa: E731
+                              for box, score, label in zip(out["boxes"][i], out["confidence"][i], out["labels"][i])
+                              if score >= 0.1}
+        assert strong(ours) == strong(theirs), i
+        n = min(ours["num_detections"][i], theirs["num_detections"][i], 3)
+        np.testing.assert_allclose(ours["confidence"][i][:n], theirs["confidence"][i][:n], atol=1e-6)

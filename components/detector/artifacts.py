@@ -85,7 +85,7 @@ def load_trained(model_dir: str):
     import keras
 
     # Registers detpipe's model classes, and through keras_hub KerasHub's, for load_model.
-    from components.detector import retinanet  # noqa: F401
+    from components.detector import nms, retinanet  # noqa: F401
 
     model_dir_path = Path(model_dir)
     path = model_dir_path / MODEL_FILE

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import keras
 import keras_hub
 
+from components.detector.nms import GreedyNonMaxSuppression
 from components.detector.retinanet import (
     KERAS_HUB_FPN_FILTERS,
     NarrowRetinaNetBackbone,
@@ -114,7 +115,7 @@ def _detector(backbone, config: ModelConfig, min_level: int, max_level: int):
         aspect_ratios=list(config.aspect_ratios),
         anchor_size=config.anchor_size,
     )
-    decoder = keras_hub.layers.NonMaxSuppression(
+    decoder = GreedyNonMaxSuppression(
         bounding_box_format=BOX_FORMAT,
         from_logits=True,
         confidence_threshold=config.score_threshold,
