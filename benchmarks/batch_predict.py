@@ -13,7 +13,7 @@ its rate once running (what a job over 200,000 photos sees). Also checks that ea
 lines equal the loop's (boxes 1e-3, scores 1e-4). Nothing asserts on time.
 
 Usage:
-    .venv/bin/python benchmarks/batch_predict.py [--images 4000] [--image-size 480-640] [--work /tmp/batch_predict]
+    .venv/bin/python benchmarks/batch_predict.py [--images 4000]  (20000 for steadier rates) [--image-size 480-640] [--work /tmp/batch_predict]
 """
 
 from __future__ import annotations
