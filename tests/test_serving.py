@@ -364,6 +364,10 @@ def test_the_batch_job_answers_what_serve_answers_and_rejects_bad_files(server, 
             status, text = _call(server, _instances(handle.read()))
         assert status == 200, text
         _assert_same(json.loads(text)["predictions"][0], line)
+    # A Beam option's value after a space lands among IMAGE files: said, with the fix
+    assert main(["predict", "--model", str(exported), "--images", str(photo_folder), "--output", str(tmp_path / "x"),
+                 "--direct_num_workers", "2"]) == 2
+    assert "write Beam options as --option=value" in capsys.readouterr().err
     with pytest.raises(ValueError, match="already holds predictions"):
         from components.serve.batch_job import BatchOptions, predict_images
 
