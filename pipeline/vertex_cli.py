@@ -93,14 +93,9 @@ def _vertex_model(args) -> str:
     """--model as a resource name at the champion alias unless it names a version: a
     display name is looked up (its newest model)."""
     from components.registry.vertex_batch import champion_of
-    from components.registry.vertex_model import find_parent_model
+    from components.registry.vertex_model import model_resource
 
-    if args.model.startswith("projects/"):
-        return champion_of(args.model)
-    found = find_parent_model(args.model, project=args.project, location=args.region)
-    if not found:
-        raise ValueError(f"no Vertex AI model named {args.model!r} in {args.project}/{args.region}")
-    return champion_of(found)
+    return champion_of(model_resource(args.model, project=args.project, location=args.region))
 
 
 def cmd_batch_predict(args) -> int:

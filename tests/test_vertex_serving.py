@@ -200,6 +200,12 @@ def test_registry_promote_with_an_endpoint_redeploys_first_and_moves_nothing_whe
     assert "--endpoint needs --vertex-model" in capsys.readouterr().err
     assert main(["registry", "promote", "v9", "--reason", "x", *where, *vertex]) == 1  # before any request
     assert "no version v9" in capsys.readouterr().err
+    with mock.patch("google.auth.default", return_value=(AnonymousCredentials(), "proj")), \
+            mock.patch.object(ModelServiceClient, "list_model_versions", lambda self, **kw: []):
+        assert main(["registry", "promote", "v1", "--reason", "x", *where, *vertex]) == 1  # one line, no traceback
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no version labelled registry_version=v1" in err[0]
+    assert registry.champion_version() == "v2"
 
 
 def test_the_examples_in_the_serving_modules_run():

@@ -20,7 +20,7 @@ from components.registry.vertex_endpoint import (
     parse_accelerator,
     serving_spec,
 )
-from components.registry.vertex_model import find_parent_model, make_champion, vertex_version_of
+from components.registry.vertex_model import make_champion, model_resource, vertex_version_of
 
 logger = logging.getLogger(__name__)
 
@@ -57,14 +57,10 @@ min_replicas=1, max_replicas=5)
 def promote_on_vertex(promotion: VertexPromotion, registry_version: str, credentials=None, model_client=None,
                       endpoint_client=None) -> str:
     """Make the Vertex AI version uploaded for `registry_version` the champion (and deploy it
-    behind `promotion.endpoint`); returns that version's MODEL@ID. Raises LookupError when the
-    model or version is not on Vertex AI, ValueError for machines Vertex AI cannot run."""
-    model = promotion.model.partition("@")[0]
-    if not model.startswith("projects/"):
-        found = find_parent_model(model, promotion.project, promotion.location, credentials)
-        if not found:
-            raise LookupError(f"no Vertex AI model named {model!r} in {promotion.project}/{promotion.location}")
-        model = found
+    behind `promotion.endpoint`); returns that version's MODEL@ID. Raises NotOnVertex (a
+    LookupError and a ValueError) when the model or version is not on Vertex AI, ValueError
+    for machines Vertex AI cannot run."""
+    model = model_resource(promotion.model.partition("@")[0], promotion.project, promotion.location, credentials)
     version = vertex_version_of(model, registry_version, promotion.location, credentials, model_client)
     if promotion.endpoint:
         client = endpoint_client or endpoint_api(promotion.location, credentials)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from components.registry.vertex_model import label_value
+from components.registry.vertex_model import label_value, regional_client
 
 logger = logging.getLogger(__name__)
 
@@ -98,11 +98,9 @@ def undeploy_requests(endpoint: str, previous: list[str], new_id: str) -> list:
 
 
 def endpoint_api(location: str, credentials=None):
-    from google.api_core.client_options import ClientOptions
     from google.cloud.aiplatform_v1.services.endpoint_service import EndpointServiceClient
 
-    return EndpointServiceClient(credentials=credentials,
-                                 client_options=ClientOptions(api_endpoint=f"{location}-aiplatform.googleapis.com"))
+    return regional_client(EndpointServiceClient, location, credentials)
 
 
 def find_endpoint(client, project: str, location: str, name: str):
@@ -136,8 +134,8 @@ def serving_spec(endpoint, name: str) -> EndpointSpec | None:
     machine = resources.machine_spec
     kind = machine.accelerator_type.name if machine.accelerator_count else ""
     low = resources.min_replica_count or 1
-    return EndpointSpec(name, machine.machine_type or EndpointSpec.machine_type, kind,
-                        machine.accelerator_count if kind else 0, low, max(low, resources.max_replica_count))
+    return EndpointSpec(name, machine.machine_type or EndpointSpec.machine_type, kind, machine.accelerator_count,
+                        low, max(low, resources.max_replica_count))
 
 
 def deploy_to_endpoint(model: str, spec: EndpointSpec, project: str, location: str, registry_version: str = "",

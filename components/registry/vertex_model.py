@@ -18,6 +18,10 @@ HEALTH_ROUTE = "/health"
 REGISTRY_VERSION_LABEL = "registry_version"  # the detpipe registry version a Vertex AI version was uploaded for
 
 
+class NotOnVertex(LookupError, ValueError):
+    """A model or version Vertex AI does not have (a ValueError: the CLI prints it in one line)."""
+
+
 def label_value(text: str) -> str:
     """A Google Cloud label value: lowercase letters, digits, '_' and '-', at most 63.
 
@@ -55,6 +59,17 @@ def find_parent_model(display_name: str, project: str | None, location: str | No
     return models[0].resource_name if models else None
 
 
+def model_resource(model: str, project: str | None, location: str | None, credentials=None) -> str:
+    """`model` as projects/P/locations/L/models/ID: a resource name as it is, a display name
+    looked up (its newest model). Raises NotOnVertex when there is no such model."""
+    if model.startswith("projects/"):
+        return model
+    found = find_parent_model(model, project, location, credentials)
+    if not found:
+        raise NotOnVertex(f"no Vertex AI model named {model!r} in {project}/{location}")
+    return found
+
+
 def upload_version(version: ModelVersion, project: str | None = None, location: str | None = None,
                    credentials=None, parent_model: str | None = None):
     """Upload one version (`aiplatform.Model.upload`); `parent_model` None: a new model."""
@@ -74,12 +89,19 @@ def upload_version(version: ModelVersion, project: str | None = None, location: 
         project=project, location=location, credentials=credentials, sync=True)
 
 
-def model_api(location: str, credentials=None):
+def regional_client(client_class, location: str, credentials=None):
+    """A Vertex AI GAPIC client (`client_class`, e.g. EndpointServiceClient) for the
+    regional endpoint of `location`."""
     from google.api_core.client_options import ClientOptions
+
+    return client_class(credentials=credentials,
+                        client_options=ClientOptions(api_endpoint=f"{location}-aiplatform.googleapis.com"))
+
+
+def model_api(location: str, credentials=None):
     from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
 
-    return ModelServiceClient(credentials=credentials,
-                              client_options=ClientOptions(api_endpoint=f"{location}-aiplatform.googleapis.com"))
+    return regional_client(ModelServiceClient, location, credentials)
 
 
 def versions_request(model: str, registry_version: str):
@@ -102,11 +124,11 @@ def alias_request(version_name: str):
 
 def vertex_version_of(model: str, registry_version: str, location: str, credentials=None, client=None) -> str:
     """MODEL@ID of the newest Vertex AI version uploaded for `registry_version`. Raises
-    LookupError when there is none (a run without vertex_model, or another model)."""
+    NotOnVertex when there is none (a run without vertex_model, or another model)."""
     client = client or model_api(location, credentials)
     found = list(client.list_model_versions(request=versions_request(model, registry_version)))
     if not found:
-        raise LookupError(f"{model} has no version labelled {REGISTRY_VERSION_LABEL}={label_value(registry_version)} "
+        raise NotOnVertex(f"{model} has no version labelled {REGISTRY_VERSION_LABEL}={label_value(registry_version)} "
                           "(was that run uploaded to Vertex AI, with this --vertex-model?)")
     newest = max(found, key=lambda m: m.version_create_time.timestamp() if m.version_create_time else 0)
     return f"{model}@{newest.version_id}"
