@@ -14,7 +14,7 @@ from pathlib import Path
 from beam.record_checks import BAD_BOX_MODES
 from pipeline.cli_types import add_exif_option as _add_exif_option
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.cli_types import pixel_range
+from pipeline.cli_types import count_range, pixel_range
 from pipeline.cli_types import (
     CheckFailed,
     DetpipeParser,
@@ -50,7 +50,7 @@ def cmd_demo_data(args) -> int:
     from pipeline.demo_data import write_demo_dataset
 
     summary = write_demo_dataset(Path(args.out), num_train=args.train, num_val=args.val, seed=args.seed,
-                                 object_size=args.object_size, image_size=args.image_size)
+                                 object_size=args.object_size, image_size=args.image_size, objects=args.objects)
     print(f"wrote {summary.num_images} images with {summary.num_objects} objects "
           f"({', '.join(f'{k}: {v}' for k, v in summary.objects_per_class.items())}) to {summary.output_dir}")
     return EXIT_OK
@@ -154,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", type=pixel_range, default=(128, 128), metavar="MIN-MAX",
                    help="width and height of the images in pixels, each drawn from the range, e.g. 280-400 "
                         "(default 128: squares)")
+    p.add_argument("--objects", type=count_range, default=(1, 3), metavar="MIN-MAX",
+                   help="objects in each image, drawn from the range, e.g. 100-150 for dense images (default 1-3; "
+                        "an image keeps fewer when no free place is left)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_demo_data)
 

@@ -242,16 +242,26 @@ def tensorflow_error_line(err: Exception) -> str | None:
     return f"{type(err).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
 
 
-def pixel_range(value: str) -> tuple[int, int]:
-    """`MIN-MAX` or `N` pixels (both >= 2, MIN <= MAX)."""
+def _int_range(value: str, minimum: int, unit: str, example: str) -> tuple[int, int]:
+    """`MIN-MAX` or `N` (both >= `minimum`, MIN <= MAX)."""
     low, _, high = value.partition("-")
     try:
         pair = (int(low), int(high or low))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected MIN-MAX or N in pixels, e.g. 9-22, got {value!r}") from None
-    if pair[0] < 2 or pair[0] > pair[1]:
-        raise argparse.ArgumentTypeError(f"expected 2 <= MIN <= MAX pixels, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected MIN-MAX or N {unit}, e.g. {example}, got {value!r}") from None
+    if pair[0] < minimum or pair[0] > pair[1]:
+        raise argparse.ArgumentTypeError(f"expected {minimum} <= MIN <= MAX {unit}, got {value!r}")
     return pair
+
+
+def pixel_range(value: str) -> tuple[int, int]:
+    """`MIN-MAX` or `N` pixels (both >= 2, MIN <= MAX)."""
+    return _int_range(value, 2, "in pixels", "9-22")
+
+
+def count_range(value: str) -> tuple[int, int]:
+    """`MIN-MAX` or `N` objects (both >= 1, MIN <= MAX)."""
+    return _int_range(value, 1, "objects", "100-150")
 
 
 def _checked_dir(problem):

@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 CLASSES = ("circle", "square", "triangle")
 IMAGE_SIZE = 128
 MIN_OBJECT, MAX_OBJECT = 26, 58
+OBJECTS = (1, 3)  # objects per image, min and max
 MAX_OVERLAP_IOU = 0.25
 
 
@@ -97,11 +98,11 @@ def _draw_shape(draw: ImageDraw.ImageDraw, name: str, box, fill) -> None:
 
 def _place_objects(rng: random.Random, width: int, height: int,
                    object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT),
-                   classes: tuple[str, ...] = CLASSES) -> list[DemoObject]:
+                   classes: tuple[str, ...] = CLASSES, count: tuple[int, int] = OBJECTS) -> list[DemoObject]:
     objects: list[DemoObject] = []
-    wanted = rng.randint(1, 3)
+    wanted = rng.randint(*count)
     smallest, largest = object_size[0], min(object_size[1], width, height)
-    for _ in range(50):  # bounded tries; an image keeps what fitted
+    for _ in range(max(50, 10 * wanted)):  # bounded tries; an image keeps what fitted
         if len(objects) == wanted:
             break
         name = rng.choice(classes)
@@ -117,17 +118,19 @@ def _place_objects(rng: random.Random, width: int, height: int,
 
 def render_demo_image(seed: int, object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT),
                       image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE),
-                      classes: tuple[str, ...] = CLASSES) -> tuple[Image.Image, list[DemoObject]]:
+                      classes: tuple[str, ...] = CLASSES,
+                      count: tuple[int, int] = OBJECTS) -> tuple[Image.Image, list[DemoObject]]:
     """Render one image and its objects; the same seed gives the same image. Each image
     side is drawn from the `image_size` range (a square when it is one value), each
-    object side from `object_size` (capped by the image)."""
+    object side from `object_size` (capped by the image), the number of objects from
+    `count` (fewer when they do not fit without overlapping)."""
     rng = random.Random(seed)
     if image_size[0] == image_size[1]:  # no draw: the built-in demo's random sequence stays as it was
         width = height = image_size[0]
     else:
         width, height = rng.randint(*image_size), rng.randint(*image_size)
     image = _background(rng, width, height)
-    objects = _place_objects(rng, width, height, object_size, classes)
+    objects = _place_objects(rng, width, height, object_size, classes, count)
     draw = ImageDraw.Draw(image)
     for obj in objects:
         fill = _colour(rng)
@@ -179,12 +182,13 @@ def csv_rows(entries: list[tuple[str, int, int, list[DemoObject]]]) -> str:
 def write_demo_dataset(
     output_dir: Path, num_train: int = 1024, num_val: int = 128, seed: int = 0,
     object_size: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT), image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE),
-    classes: tuple[str, ...] = CLASSES, first_index: int = 0,
+    classes: tuple[str, ...] = CLASSES, first_index: int = 0, objects: tuple[int, int] = OBJECTS,
 ) -> DemoSummary:
     """Write `num_train + num_val` images under `output_dir`, annotated three ways:
     VOC XML in `annotations/`, COCO JSON in `coco.json`, CSV in `labels.csv`. Object and
     image sides are drawn from the `object_size` and `image_size` ranges (min, max) in
-    pixels; the defaults (26-58 px shapes in 128 px squares) make the built-in demo.
+    pixels, and the number of objects in an image from `objects`; the defaults (1-3 shapes
+    of 26-58 px in 128 px squares) make the built-in demo.
     `classes` may add "diamond" to the three shapes (a class a model trained on the demo
     never saw); `first_index` numbers the files from there (more images for the same folder).
 
@@ -198,9 +202,10 @@ def write_demo_dataset(
     per_class = {name: 0 for name in classes}
     num_objects = 0
     entries = []
+    count = objects  # the loop below names each image's objects `objects`
     for index in range(first_index, first_index + total):
         image, objects = render_demo_image(seed * 1_000_003 + index, object_size=object_size, image_size=image_size,
-                                           classes=classes)
+                                           classes=classes, count=count)
         stem = f"demo-{index:06d}"
         buffer = io.BytesIO()
         image.save(buffer, format="JPEG", quality=92)

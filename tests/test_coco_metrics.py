@@ -27,3 +27,22 @@ def test_wrong_class_and_shifted_boxes_score_lower():
 def test_no_detections_give_zero_not_nan():
     m = coco_box_metrics(TRUTH, [ImageDetections(t.image_id, [], [], []) for t in TRUTH], NAMES)
     assert m["mAP"] == 0.0 and m["AP/dog"] == 0.0
+
+
+def test_dense_images_count_every_detection_the_model_returns():
+    # 150 objects in one image: COCO's 100 detections would cap recall at 2/3; a model fitted to
+    # dense images returns more (geometry.choose_max_detections) and the metrics and the
+    # champion comparison's bootstrap count them all
+    import numpy as np
+
+    from components.evaluate.bootstrap import match_table, weighted_scores
+
+    boxes = [(i / 15, j / 10, i / 15 + 0.05, j / 10 + 0.05) for i in range(15) for j in range(10)]
+    truths = [ImageTruth(1, 600, 600, boxes, [1] * 150, [0] * 150)]
+    scores = list(np.linspace(0.9, 0.5, 150))
+    every = [ImageDetections(1, boxes, scores, [1] * 150)]
+    first_100 = [ImageDetections(1, boxes[:100], scores[:100], [1] * 100)]
+    assert coco_box_metrics(truths, every, {1: "cat"})["mAP"] == pytest.approx(1.0)
+    assert coco_box_metrics(truths, every, {1: "cat"})["AR100"] == pytest.approx(1.0)
+    assert coco_box_metrics(truths, first_100, {1: "cat"})["AR100"] == pytest.approx(100 / 150, abs=1e-3)
+    assert weighted_scores(match_table(truths, every, {1: "cat"}), np.ones((1, 1))).map[0] == pytest.approx(1.0)

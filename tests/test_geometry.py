@@ -1,5 +1,7 @@
 """The model's shape fitted to the boxes: the size rule, the anchor fit, the refusal."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from components.detector.geometry import (
     CostModel, anchor_half_sizes,
     best_anchor_iou, choose_image_size, coverage, fit_anchors, fit_aspect_ratios,
 )
-from components.detector.model import ModelConfig, model_config_for
+from components.detector.model import ModelConfig, build_detector, model_config_for
 
 
 def boxes_of(heights, widths, seed=0) -> np.ndarray:
@@ -126,8 +128,6 @@ def test_poor_anchors_refuse_with_one_line_and_the_override_trains_on():
 
 
 def test_fitted_model_config_round_trips_and_builds():
-    from components.detector.model import build_detector
-
     base = model_config_for("tiny", 128, 2)
     shape = fit_shape(square_sample(np.full(100, 0.25), image_side=128), base, "auto", on_gpu=False)
     config = ModelConfig.from_dict(shape.model.to_dict())
@@ -141,7 +141,8 @@ def test_fitted_model_config_round_trips_and_builds():
 
 def test_train_report_names_the_shape_and_its_coverage(trained_model):
     report = (trained_model / "train_report.md").read_text()
-    for row in ("| image_size | auto:", "| pyramid_and_anchors |", "| anchor_coverage |"):
+    for row in ("| image_size | auto:", "| pyramid_and_anchors |", "| anchor_coverage |",
+                "| max_detections | 100 (COCO's): the densest of"):
         assert row in report
     assert "the fixed shape" in report and "estimated compute" in report
 
@@ -217,3 +218,28 @@ def test_a_class_the_anchors_miss_is_not_hidden_by_the_others():
     assert max(fit.spec.aspect_ratios) > 3  # the small class's own shape (height / width)
     blind = fit_anchors(np.concatenate([big, thin]), 128, CostModel())  # all boxes as one group
     assert blind.coverage >= TARGET_COVERAGE and coverage(thin, blind.spec, 128) < 0.1
+
+
+def test_dense_images_raise_the_detection_limit(tmp_path):
+    # 110-160 objects an image (shelves, crowds, cells): a limit of 100 could not show them all
+    from beam.convert_job import ConvertOptions, build_dataset
+    from components.detector.detect import detect
+    from components.detector.fitted_shape import shape_for_data
+    from pipeline.demo_data import write_demo_dataset
+
+    summary = write_demo_dataset(tmp_path / "raw", num_train=6, num_val=2, seed=3, object_size=(10, 16),
+                                 image_size=(300, 340), objects=(110, 160))
+    assert summary.num_objects >= 8 * 100
+    result = build_dataset(ConvertOptions(images=str(tmp_path / "raw" / "images"),
+                                          annotations=str(tmp_path / "raw" / "annotations"),
+                                          output=str(tmp_path / "shards"), val_fraction=0.25))
+    assert result.ok, result.anomalies
+    shape = shape_for_data(str(tmp_path / "shards"), "tiny", 3, "auto", on_gpu=False)
+    densest = int(shape.decisions["max_detections"].split(" has ")[1].split()[0])
+    assert densest > 100 and shape.model.max_detections >= 1.5 * densest
+    assert shape.model.max_detections % 50 == 0 and str(shape.model.max_detections) in shape.decisions["max_detections"]
+    # the detector built from the fitted config returns that many boxes for one image
+    model = build_detector(replace(shape.model, score_threshold=0.0))
+    size = shape.model.image_size
+    out = detect(model, np.random.default_rng(0).uniform(0, 255, (1, size, size, 3)).astype(np.float32), 1)
+    assert int(out["num_detections"][0]) > 100

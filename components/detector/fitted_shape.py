@@ -28,6 +28,7 @@ from components.detector.geometry import (
     CostModel,
     best_anchor_iou,
     choose_image_size,
+    choose_max_detections,
     coverage,
     fit_anchors,
     size_cap,
@@ -80,7 +81,7 @@ def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dic
     names = {index: name for name, index in (label_map or {}).items()}
     return BoxSample(np.concatenate(boxes) if boxes else np.zeros((0, 4)), np.asarray(sides, np.float64),
                      labels=np.concatenate(labels).astype(np.int64) if labels else np.zeros(0, np.int64),
-                     class_names=names)
+                     class_names=names, boxes_per_image=np.asarray([len(b) for b in boxes], np.int64))
 
 
 def cost_model(config: ModelConfig) -> CostModel:
@@ -114,6 +115,9 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
     model = replace(base, image_size=size, min_level=spec.min_level, max_level=spec.max_level,
                     anchor_size=spec.anchor_size, num_scales=spec.num_scales, aspect_ratios=spec.aspect_ratios)
     decisions["pyramid_and_anchors"] = fit.reason + (f" (levels fixed by preset {preset})" if preset else "")
+    if sample.boxes_per_image is not None:
+        limit, decisions["max_detections"] = choose_max_detections(sample.boxes_per_image)
+        model = replace(model, max_detections=limit)
     relative = costs.total(size, spec) / costs.total(FIXED_SIZE, FIXED_SPEC)
     before = coverage(sample.boxes * FIXED_SIZE, FIXED_SPEC, FIXED_SIZE)
     smallest = float((sample.hw * size).min()) if len(sample.boxes) else 0.0

@@ -51,6 +51,10 @@ MIN_CLASS_BOXES = 20
 SMALLEST_ANCHOR_PX = 16
 MIN_AUTO_SIZE = 128  # below this the backbone sees too little of each object
 SIZE_BUDGET = {"cpu": 512, "gpu": 1024}  # largest auto input size per device
+COCO_MAX_DETECTIONS = 100  # detections per image COCO's metrics count, and the model's limit for sparse images
+DETECTION_HEADROOM = 1.5  # for denser images: this times the densest image's boxes ...
+DETECTION_STEP = 50  # ... rounded up to a multiple of this ...
+MAX_DETECTIONS_LIMIT = 1000  # ... and at most this (each image's NMS keeps up to this many)
 SIZE_STEP = 32  # the backbone's deepest stride (P5); levels above come from strided convs that take any size
 FIXED_SIZE = 128  # the shape every model had before the fit: 128 px, P4-P6, anchor size 2
 
@@ -95,6 +99,7 @@ class BoxSample:
     image_long_sides: np.ndarray  # (M,) pixels, one per sampled image
     labels: np.ndarray | None = None  # (N,) class ids of the boxes; None: one group
     class_names: dict[int, str] = field(default_factory=dict)  # for the reasons; "class N" without
+    boxes_per_image: np.ndarray | None = None  # (M,) boxes of each sampled image; None: not counted
 
     @property
     def hw(self) -> np.ndarray:
@@ -132,6 +137,25 @@ def size_cap(sample: BoxSample, on_gpu: bool) -> int:
     budget = SIZE_BUDGET["gpu" if on_gpu else "cpu"]
     held = float(np.median(sample.image_long_sides)) if len(sample.image_long_sides) else budget
     return max(SIZE_STEP, int(min(held, budget) // SIZE_STEP) * SIZE_STEP)
+
+
+def choose_max_detections(boxes_per_image: np.ndarray) -> tuple[int, str]:
+    """The most detections the model returns for one image, and why: COCO's 100, or for
+    denser images 1.5x the densest sampled image's boxes (in steps of 50, at most
+    MAX_DETECTIONS_LIMIT). With a fixed 100 an image of 150 objects could never show them
+    all, and its recall (and AP) would be capped by the limit, not the model.
+
+    >>> choose_max_detections(np.array([3, 12, 40]))[0], choose_max_detections(np.array([90, 187]))[0]
+    (100, 300)
+    """
+    densest = int(boxes_per_image.max()) if len(boxes_per_image) else 0
+    need = int(math.ceil(densest * DETECTION_HEADROOM / DETECTION_STEP)) * DETECTION_STEP
+    described = f"the densest of {len(boxes_per_image)} sampled training images has {densest} boxes"
+    if need <= COCO_MAX_DETECTIONS:
+        return COCO_MAX_DETECTIONS, f"{COCO_MAX_DETECTIONS} (COCO's): {described}"
+    if need > MAX_DETECTIONS_LIMIT:
+        return MAX_DETECTIONS_LIMIT, f"{MAX_DETECTIONS_LIMIT}: {described}; {DETECTION_HEADROOM:g}x that is capped"
+    return need, f"{need}: {described}, {DETECTION_HEADROOM:g}x that in steps of {DETECTION_STEP}"
 
 
 def choose_image_size(sample: BoxSample, on_gpu: bool) -> tuple[int, str]:

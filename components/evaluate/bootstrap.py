@@ -4,7 +4,7 @@ pycocotools matches detections to ground truth per image (`COCOeval.evaluateImg`
 no COCO library offers is re-accumulating those matches with images drawn with
 replacement, which is what a bootstrap needs. Running the whole COCO evaluation 1000 times
 per model would take minutes; re-weighting the matches takes seconds. So the
-accumulation (COCO's 101-point interpolated AP, maxDets 100, all areas) is re-done here on
+accumulation (COCO's 101-point interpolated AP, maxDets 100 or as coco_metrics counts, all areas) is re-done here on
 per-image weights: an image drawn k times counts k times. With every weight 1 it gives
 pycocotools' mAP and AP50 exactly (tests/test_promotion.py checks it).
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth, to_coco
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth, detections_counted, to_coco
 from components.registry.decision import DeltaInterval
 
 _REC_THRS = np.linspace(0.0, 1.00, 101)
@@ -65,7 +65,7 @@ def match_table(truths: list[ImageTruth], detections: list[ImageDetections],
         evaluator = COCOeval(coco_gt, coco_gt.loadRes(results), iouType="bbox")
         params = evaluator.params
         params.imgIds, params.catIds = image_ids, class_ids
-        params.areaRng, params.areaRngLbl, params.maxDets = [[0, 1e10]], ["all"], [100]
+        params.areaRng, params.areaRngLbl, params.maxDets = [[0, 1e10]], ["all"], [detections_counted(detections)]
         evaluator.evaluate()
     index_of = {image_id: i for i, image_id in enumerate(image_ids)}
     num_iou = len(params.iouThrs)

@@ -22,6 +22,8 @@ from faster_coco_eval import COCO, COCOeval_faster
 
 logger = logging.getLogger(__name__)
 
+COCO_MAX_DETS = 100  # COCO's detections per image
+
 # Boxes are (ymin, xmin, ymax, xmax) normalised to [0, 1], as in the shards.
 Box = tuple[float, float, float, float]
 
@@ -82,11 +84,23 @@ def to_coco(
     return {"images": images, "annotations": annotations, "categories": categories}, results
 
 
+def detections_counted(detections: list[ImageDetections]) -> int:
+    """The detections per image the metrics count (COCO's `maxDets`): COCO's 100, or as many
+    as the densest image has when a model fitted to dense images returns more (its limit,
+    geometry.choose_max_detections), so its recall is not cut at 100. Then `AR100` is the
+    recall at that many detections.
+
+    >>> detections_counted([ImageDetections(1, [(0, 0, 1, 1)] * 250, [0.5] * 250, [1] * 250)])
+    250
+    """
+    return max([COCO_MAX_DETS] + [len(d.scores) for d in detections])
+
+
 def coco_box_metrics(
     truths: list[ImageTruth], detections: list[ImageDetections], label_names: dict[int, str]
 ) -> dict[str, float]:
     """The 12 COCO summary numbers plus per-class AP@[.5:.95] (`AP/<name>`) and AP at IoU 0.5
-    (`AP50/<name>`); -1 means undefined."""
+    (`AP50/<name>`); -1 means undefined. Detections per image counted: `detections_counted`."""
     gt_dict, results = to_coco(truths, detections, label_names)
     if not results:
         logger.warning("no detections at all: every metric is 0")
@@ -96,6 +110,7 @@ def coco_box_metrics(
     coco_gt = COCO(gt_dict)
     coco_dt = coco_gt.loadRes(results)
     evaluator = COCOeval_faster(coco_gt, coco_dt, iouType="bbox")
+    evaluator.params.maxDets = [1, 10, detections_counted(detections)]
     evaluator.evaluate()
     evaluator.accumulate()
     evaluator.summarize()

@@ -26,8 +26,6 @@ from components.train import augment
 
 logger = logging.getLogger(__name__)
 
-MAX_BOXES = 100
-
 
 @dataclass(frozen=True)
 class InputConfig:
