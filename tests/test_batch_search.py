@@ -49,6 +49,14 @@ def test_trial_steps_run_the_real_model_and_compare_peak_memory(monkeypatch):
     result = search_largest_batch(fits, start=2, limit=64)
     assert result.batch == 6 and set(seen) >= {2, 4, 6}
     assert isinstance(result, BatchSearch) and "6 fits" in result.describe()
+    # dense images: the trial batch holds as many boxes per image as the densest training image
+    # (the loss's anchor matching grows with them), and the real train step runs on it
+    shapes = []
+    monkeypatch.setattr(model, "fit", lambda data, **kwargs: shapes.append(data.element_spec[1]["boxes"].shape)
+                        or real_fit(data, **kwargs))
+    assert trial_step_fits(model, 64, budget_bytes=60_000_000, memory_peak=lambda: 0, reset=lambda: None,
+                           boxes_per_image=150)(3)
+    assert tuple(shapes[0]) == (3, 150, 4)
 
 
 def test_cpu_bound_grows_with_ram_and_auto_is_capped_by_the_data():

@@ -201,11 +201,13 @@ def build_model_for(model_size: str, image_size: int, num_classes: int):
     return build_detector(model_config_for(model_size, image_size, num_classes))
 
 
-def synthetic_batch(batch: int, image_size: int):
-    """Images and one centred box per image: what a trial step needs, no data read."""
+def synthetic_batch(batch: int, image_size: int, boxes_per_image: int = 1):
+    """Images and `boxes_per_image` centred boxes per image: what a trial step needs, no
+    data read. The loss's anchor matching holds an anchors x boxes IoU matrix per image, so
+    a trial for dense images needs as many boxes as the densest one has."""
     import tensorflow as tf
 
     quarter, three = image_size / 4, 3 * image_size / 4
     images = tf.random.stateless_uniform([batch, image_size, image_size, 3], [0, 1])
-    boxes = tf.tile(tf.constant([[[quarter, quarter, three, three]]], tf.float32), [batch, 1, 1])
-    return images, {"boxes": boxes, "labels": tf.zeros([batch, 1], tf.float32)}
+    boxes = tf.tile(tf.constant([[[quarter, quarter, three, three]]], tf.float32), [batch, boxes_per_image, 1])
+    return images, {"boxes": boxes, "labels": tf.zeros([batch, boxes_per_image], tf.float32)}

@@ -79,8 +79,9 @@ def gpu_memory_peak() -> int:
 
 def trial_step_fits(model, image_size: int, budget_bytes: int,
                     memory_peak: Callable[[], int] = gpu_memory_peak,
-                    reset: Callable[[], None] | None = None) -> Callable[[int], bool]:
-    """A `fits(batch)` that runs two real train steps of `model` (the first also traces)."""
+                    reset: Callable[[], None] | None = None, boxes_per_image: int = 1) -> Callable[[int], bool]:
+    """A `fits(batch)` that runs two real train steps of `model` (the first also traces) on
+    images with `boxes_per_image` boxes each (the densest training image's count)."""
     import tensorflow as tf
 
     from components.detector.model import synthetic_batch
@@ -91,7 +92,7 @@ def trial_step_fits(model, image_size: int, budget_bytes: int,
     reset = reset or reset_gpu_stats
 
     def fits(batch: int) -> bool:
-        data = tf.data.Dataset.from_tensors(synthetic_batch(batch, image_size)).repeat()
+        data = tf.data.Dataset.from_tensors(synthetic_batch(batch, image_size, boxes_per_image)).repeat()
         reset()
         try:
             # train_on_batch cannot take the detector's dict of boxes and labels; fit can.
@@ -113,9 +114,11 @@ def cpu_ram_bound(model_config, available_bytes: int) -> int:
     return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_config, mixed_precision=False)
 
 
-def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 1) -> tuple[int, str]:
+def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 1,
+                       boxes_per_image: int = 1) -> tuple[int, str]:
     """`--batch-size auto` for this machine and model (`model_config`: the fitted shape):
-    trial steps on a GPU (the batch of one GPU, times the machine's GPUs), a RAM bound on a CPU."""
+    trial steps on a GPU (the batch of one GPU, times the machine's GPUs) with as many boxes
+    per image as the densest training image has, a RAM bound on a CPU."""
     import keras
     import psutil
     import tensorflow as tf
@@ -139,8 +142,9 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
     trial_model = build_detector(model_config)
     compile_detector(trial_model, keras.optimizers.AdamW(1e-4, global_clipnorm=config.clipnorm), config.box_loss)
     try:
-        search = search_largest_batch(trial_step_fits(trial_model, model_config.image_size, int(total * TARGET_FRACTION)),
-                                      start=start, limit=GPU_BATCH_LIMIT)
+        fits = trial_step_fits(trial_model, model_config.image_size, int(total * TARGET_FRACTION),
+                               boxes_per_image=boxes_per_image)
+        search = search_largest_batch(fits, start=start, limit=GPU_BATCH_LIMIT)
     except Exception as err:  # the search itself failed: fall back to the probe's estimate
         logger.warning("train: batch search failed (%s); using the probe's estimate %d", err, start)
         return start, f"auto: {start} from the probe's estimate (the trial-step search failed: {err})"
@@ -151,5 +155,6 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
         return local_replicas, f"auto: not even 1 image fitted in trial steps ({search.describe()}); trying 1 per GPU"
     return search.batch * local_replicas, (
         f"auto: the largest batch whose trial steps peaked under {TARGET_FRACTION:.0%} of "
-        f"{total / 2**30:.1f} GiB GPU memory, starting from the probe's {start} (trials: {search.describe()})"
+        f"{total / 2**30:.1f} GiB GPU memory with {boxes_per_image} box(es) an image (the densest training "
+        f"image's), starting from the probe's {start} (trials: {search.describe()})"
         + (f", times {local_replicas} GPUs" if local_replicas > 1 else ""))
