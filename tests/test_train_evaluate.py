@@ -87,6 +87,7 @@ def test_evaluate_writes_finite_metrics_and_gates(trained_model, demo_shards, tm
     assert saved["cap"] == {"max_detections": 100, "images_at_cap": at_cap}
     report = (tmp_path / "eval_report.md").read_text()
     assert "| class | AP@[.5:.95] | AP50 |" in report and "| circle |" in report
+    assert "The metrics count up to 100 detections per image (COCO's)." in report
     # The worst images are named by their file ids, as the shards hold them.
     assert all(t.name.startswith("demo-") for t in result.truths)
     worst = report.split("In order: ", 1)[1].split("\n", 1)[0]

@@ -28,6 +28,7 @@ from components.detector.records import (
     to_model_image,
 )
 from components.evaluate.coco_metrics import (
+    COCO_MAX_DETS,
     ImageDetections,
     ImageTruth,
     coco_box_metrics,
@@ -163,6 +164,11 @@ def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str], worst: l
     ap50 = measured.per_class_ap50
     lines += ["", "| class | AP@[.5:.95] | AP50 |", "|---|---|---|"]
     lines += [f"| {k} | {_fmt(v)} | {_fmt(ap50.get(k, -1.0))} |" for k, v in measured.per_class.items()]
+    if measured.cap:
+        limit = measured.cap.max_detections
+        lines += ["", f"The metrics count up to {limit} detections per image" + (
+            " (COCO's)." if limit <= COCO_MAX_DETS else
+            f", the model's limit for these dense images (COCO counts {COCO_MAX_DETS}): AR100 is the recall at {limit}.")]
     if measured.cap and measured.cap.warning(measured.num_images):
         lines += ["", f"**Warning:** {measured.cap.warning(measured.num_images)}."]
     lines += ["", f"Default score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "
