@@ -45,7 +45,15 @@ def _rows(d: dict) -> list[tuple[int, np.ndarray, float]]:
     return list(zip(d["detection_classes"][:n], boxes, d["detection_scores"][:n]))
 
 
-def _assert_same(a: dict, b: dict, cap: int | None = None) -> None:
+# Rows below this score are not compared when both sides are cut at the cap of a threshold-0
+# export: they are boxes the model barely believes in, many overlapping, and a score a few 1e-7
+# apart decides which of two overlapping near-equal boxes greedy NMS keeps, and so what it
+# suppresses next (seen in a clean-clone run: a row at 0.140 in one process only). The demo
+# model's real detections score above it.
+AMBIGUOUS_BELOW = 0.3
+
+
+def _assert_same(a: dict, b: dict, cap: int | None = None) -> int:
     """The same detections: each row of `a` has one in `b` with its class, its box within 1e-3
     and its score within 1e-4, and `a` comes sorted by score. Two processes may compute a
     score a few 1e-7 apart, so rows whose scores tie within that tolerance may come in
@@ -53,14 +61,16 @@ def _assert_same(a: dict, b: dict, cap: int | None = None) -> None:
     both are cut at the `cap` of detections, which of the rows near the cut is kept may
     differ: a row one side ranks a few 1e-7 higher pushes the other side's last row out, so
     rows at or below either side's lowest kept score are not compared (seen in clean-clone
-    runs under load: a row at 0.172 just above one side's cut and just below the other's)."""
+    runs under load: a row at 0.172 just above one side's cut and just below the other's), nor
+    rows below `AMBIGUOUS_BELOW` then. Returns the number of rows compared."""
     n = a["num_detections"]
     assert n == b["num_detections"]
     scores = a["detection_scores"][:n]
     assert all(high >= low - 1e-4 for high, low in zip(scores, scores[1:])), "not sorted by score"
-    floor = (max(scores[-1], b["detection_scores"][n - 1]) + 1e-4 if cap is not None and n == cap and n
-             else float("-inf"))
+    floor = (max(scores[-1], b["detection_scores"][n - 1], AMBIGUOUS_BELOW - 1e-4) + 1e-4
+             if cap is not None and n == cap and n else float("-inf"))
     left = _rows(b)
+    compared = 0
     for label, box, score in _rows(a):
         if score <= floor:
             continue
@@ -69,6 +79,8 @@ def _assert_same(a: dict, b: dict, cap: int | None = None) -> None:
                       and np.allclose(other_box, box, atol=1e-3)), None)
         assert match is not None, f"no detection of class {label}, score {score:.6f}, box {box} in the other"
         left.pop(match)
+        compared += 1
+    return compared
 
 
 _RELOAD = """
@@ -98,13 +110,16 @@ def test_the_saved_model_in_a_fresh_process_matches_the_evaluators_path(trained_
     evaluated = BatchDetector(model, size, batch_size=32)(images)  # what predict_split runs
     assert len(served["num_detections"]) == len(encoded) >= 10
     assert sum(served["num_detections"]) > 0
+    compared = 0
     for i in range(len(encoded)):
         n = int(evaluated["num_detections"][i])
         expected = {"num_detections": n, "detection_classes": [int(c) + 1 for c in evaluated["labels"][i][:n]],
                     "detection_boxes": np.clip(evaluated["boxes"][i][:n] / size, 0, 1).tolist(),
                     "detection_scores": evaluated["confidence"][i][:n].tolist()}
         got = {k: v[i] for k, v in served.items()}
-        _assert_same(got, expected, cap=config.max_detections)
+        compared += _assert_same(got, expected, cap=config.max_detections)
+    print(f"compared {compared} detections on {len(encoded)} images")
+    assert compared >= len(encoded)  # the real detections were compared, not only skipped
 
 
 def _free_port() -> int:
