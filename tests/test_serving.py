@@ -48,8 +48,9 @@ def _rows(d: dict) -> list[tuple[int, np.ndarray, float]]:
 # Rows below this score are not compared when both sides are cut at the cap of a threshold-0
 # export: they are boxes the model barely believes in, many overlapping, and a score a few 1e-7
 # apart decides which of two overlapping near-equal boxes greedy NMS keeps, and so what it
-# suppresses next (seen in a clean-clone run: a row at 0.140 in one process only). The demo
-# model's real detections score above it.
+# suppresses next (seen in a clean-clone run: a row at 0.140 in one process only). A weakly
+# trained model (training is not bit-reproducible) may score nothing above it: then each image's
+# top row is still compared.
 AMBIGUOUS_BELOW = 0.3
 
 
@@ -67,8 +68,9 @@ def _assert_same(a: dict, b: dict, cap: int | None = None) -> int:
     assert n == b["num_detections"]
     scores = a["detection_scores"][:n]
     assert all(high >= low - 1e-4 for high, low in zip(scores, scores[1:])), "not sorted by score"
-    floor = (max(scores[-1], b["detection_scores"][n - 1], AMBIGUOUS_BELOW - 1e-4) + 1e-4
-             if cap is not None and n == cap and n else float("-inf"))
+    floor = float("-inf")
+    if cap is not None and n == cap and n:  # the cut, and below AMBIGUOUS_BELOW (or each image's top row)
+        floor = max(max(scores[-1], b["detection_scores"][n - 1]) + 1e-4, min(AMBIGUOUS_BELOW, scores[0]) - 1e-4)
     left = _rows(b)
     compared = 0
     for label, box, score in _rows(a):
@@ -119,7 +121,7 @@ def test_the_saved_model_in_a_fresh_process_matches_the_evaluators_path(trained_
         got = {k: v[i] for k, v in served.items()}
         compared += _assert_same(got, expected, cap=config.max_detections)
     print(f"compared {compared} detections on {len(encoded)} images")
-    assert compared >= len(encoded)  # the real detections were compared, not only skipped
+    assert compared >= len(encoded)  # at least each image's top detection was compared, not only skipped
 
 
 def _free_port() -> int:
