@@ -87,11 +87,10 @@ def _predict_batch(args, beam_args: list[str]) -> int:
     from components.serve.batch_job import BatchOptions, predict_images
     from pipeline.beam_options import check_beam_args
 
-    if args.images and beam_args:  # argparse gave a Beam option's value, written after a space, to IMAGE
-        raise UsageError(f"give either IMAGE files or --images, not both (if {args.images[0]!r} is a Beam "
-                         "option's value, write Beam options as --option=value)")
-    if args.images:
-        raise UsageError("give either IMAGE files or --images, not both")
+    if args.images:  # with Beam options, IMAGE may hold an option's value written after a space
+        raise UsageError("give either IMAGE files or --images, not both" + (
+            f" (if {args.images[0]!r} is a Beam option's value, write Beam options as --option=value)"
+            if beam_args else ""))
     if not args.output:
         raise UsageError("--images needs --output: the folder for the predictions")
     check_beam_args(beam_args, "detpipe predict")

@@ -116,7 +116,7 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
                     anchor_size=spec.anchor_size, num_scales=spec.num_scales, aspect_ratios=spec.aspect_ratios)
     decisions["pyramid_and_anchors"] = fit.reason + (f" (levels fixed by preset {preset})" if preset else "")
     if sample.boxes_per_image is not None:
-        limit, decisions["max_detections"] = choose_max_detections(sample.boxes_per_image)
+        limit, decisions["max_detections"] = choose_max_detections(sample)
         model = replace(model, max_detections=limit)
     relative = costs.total(size, spec) / costs.total(FIXED_SIZE, FIXED_SPEC)
     before = coverage(sample.boxes * FIXED_SIZE, FIXED_SPEC, FIXED_SIZE)

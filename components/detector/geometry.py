@@ -102,6 +102,12 @@ class BoxSample:
     boxes_per_image: np.ndarray | None = None  # (M,) boxes of each sampled image; None: not counted
 
     @property
+    def densest_image_boxes(self) -> int:
+        """The most boxes any sampled image has (0 when not counted or nothing sampled)."""
+        counts = self.boxes_per_image
+        return int(counts.max()) if counts is not None and len(counts) else 0
+
+    @property
     def hw(self) -> np.ndarray:
         """(N, 2) normalised heights and widths."""
         return box_hw(self.boxes)
@@ -139,18 +145,20 @@ def size_cap(sample: BoxSample, on_gpu: bool) -> int:
     return max(SIZE_STEP, int(min(held, budget) // SIZE_STEP) * SIZE_STEP)
 
 
-def choose_max_detections(boxes_per_image: np.ndarray) -> tuple[int, str]:
+def choose_max_detections(sample: BoxSample) -> tuple[int, str]:
     """The most detections the model returns for one image, and why: COCO's 100, or for
     denser images 1.5x the densest sampled image's boxes (in steps of 50, at most
     MAX_DETECTIONS_LIMIT). With a fixed 100 an image of 150 objects could never show them
     all, and its recall (and AP) would be capped by the limit, not the model.
 
-    >>> choose_max_detections(np.array([3, 12, 40]))[0], choose_max_detections(np.array([90, 187]))[0]
+    >>> def counted(*counts):
+    ...     return BoxSample(np.zeros((0, 4)), np.zeros(len(counts)), boxes_per_image=np.array(counts))
+    >>> choose_max_detections(counted(3, 12, 40))[0], choose_max_detections(counted(90, 187))[0]
     (100, 300)
     """
-    densest = int(boxes_per_image.max()) if len(boxes_per_image) else 0
+    densest = sample.densest_image_boxes
     need = int(math.ceil(densest * DETECTION_HEADROOM / DETECTION_STEP)) * DETECTION_STEP
-    described = f"the densest of {len(boxes_per_image)} sampled training images has {densest} boxes"
+    described = f"the densest of {len(sample.image_long_sides)} sampled training images has {densest} boxes"
     if need <= COCO_MAX_DETECTIONS:
         return COCO_MAX_DETECTIONS, f"{COCO_MAX_DETECTIONS} (COCO's): {described}"
     if need > MAX_DETECTIONS_LIMIT:

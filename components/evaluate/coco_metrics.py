@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from faster_coco_eval import COCO, COCOeval_faster
 
-logger = logging.getLogger(__name__)
+from components.detector.geometry import COCO_MAX_DETECTIONS
 
-COCO_MAX_DETS = 100  # COCO's detections per image
+logger = logging.getLogger(__name__)
 
 # Boxes are (ymin, xmin, ymax, xmax) normalised to [0, 1], as in the shards.
 Box = tuple[float, float, float, float]
@@ -93,7 +93,7 @@ def detections_counted(detections: list[ImageDetections]) -> int:
     >>> detections_counted([ImageDetections(1, [(0, 0, 1, 1)] * 250, [0.5] * 250, [1] * 250)])
     250
     """
-    return max([COCO_MAX_DETS] + [len(d.scores) for d in detections])
+    return max([COCO_MAX_DETECTIONS] + [len(d.scores) for d in detections])
 
 
 def coco_box_metrics(

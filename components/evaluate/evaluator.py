@@ -21,6 +21,7 @@ from beam import feature_keys as K
 from beam.label_map import read_dataset_label_map
 from components.detector.artifacts import load_trained
 from components.detector.detect import BatchDetector
+from components.detector.geometry import COCO_MAX_DETECTIONS
 from components.detector.records import (
     eval_examples,
     read_records,
@@ -28,7 +29,6 @@ from components.detector.records import (
     to_model_image,
 )
 from components.evaluate.coco_metrics import (
-    COCO_MAX_DETS,
     ImageDetections,
     ImageTruth,
     coco_box_metrics,
@@ -167,8 +167,8 @@ def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str], worst: l
     if measured.cap:
         limit = measured.cap.max_detections
         lines += ["", f"The metrics count up to {limit} detections per image" + (
-            " (COCO's)." if limit <= COCO_MAX_DETS else
-            f", the model's limit for these dense images (COCO counts {COCO_MAX_DETS}): AR100 is the recall at {limit}.")]
+            " (COCO's)." if limit <= COCO_MAX_DETECTIONS else
+            f", the model's limit for these dense images (COCO counts {COCO_MAX_DETECTIONS}): AR100 is the recall at {limit}.")]
     if measured.cap and measured.cap.warning(measured.num_images):
         lines += ["", f"**Warning:** {measured.cap.warning(measured.num_images)}."]
     lines += ["", f"Default score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "

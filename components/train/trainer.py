@@ -167,9 +167,8 @@ def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
     resolved = replace(config, image_size=shape.model.image_size)  # from here on the size is a number
     measured = machine
     if config.batch_size == "auto":
-        densest = int(sample.boxes_per_image.max()) if len(sample.boxes_per_image) else 1
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
-                                                                  max(1, densest)))
+                                                                  max(1, sample.densest_image_boxes)))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
                     warm_weights(warm) if warm.used else None)
 
