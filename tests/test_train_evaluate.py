@@ -9,7 +9,7 @@ from components.evaluate.evaluator import GateFailed, evaluate_detector
 from components.detector.records import count_records, eval_examples
 from components.train.input_pipeline import InputConfig, train_dataset
 from components.detector.model import ModelConfig, build_detector
-from components.train.plan import choose_batch_size
+from components.train.plan import MIN_TOTAL_STEPS, MachineFacts, choose_batch_size, plan_training
 from components.train.trainer import TrainConfig, train_detector
 
 
@@ -43,6 +43,23 @@ def test_auto_batch_size_is_capped_by_the_data():
     assert choose_batch_size(64, 10) == (10, "given on the command line (capped at the dataset size)")
     with pytest.raises(ValueError):
         choose_batch_size(0, 10)
+
+
+def test_auto_batch_keeps_enough_steps_for_a_small_dataset():
+    """raccoon's 157 images x 30 epochs at 16 would be 270 steps: auto lowers the batch so the
+    run makes at least MIN_TOTAL_STEPS; a given batch, a large dataset and a warm start keep theirs."""
+    cpu = MachineFacts(auto_batch=(16, "auto on a CPU"))
+    small = plan_training(TrainConfig("d", "o", epochs=30), cpu, num_train=157)
+    assert small.batch_size == 4 and small.total_steps >= MIN_TOTAL_STEPS
+    assert "lowered to 4 so that 30 epochs of 157 images make 1177 steps" in small.decisions["batch_size"]
+    assert plan_training(TrainConfig("d", "o", epochs=30, batch_size=16), cpu, num_train=157).batch_size == 16
+    assert plan_training(TrainConfig("d", "o", epochs=8), cpu, num_train=2080).batch_size == 16
+    assert plan_training(TrainConfig("d", "o", epochs=30), cpu, num_train=157, fine_tune=True).batch_size == 16
+    gpu = MachineFacts(auto_batch=(256, "auto: trial steps"), gpu_majors=(8,))
+    assert plan_training(TrainConfig("d", "o", epochs=10), gpu, num_train=20000).batch_size == 128
+    two = plan_training(TrainConfig("d", "o", epochs=2), MachineFacts(workers=2, auto_batch=(16, "cpu")),
+                        num_train=157)
+    assert (two.batch_size, two.machine_batch) == (4, 2)
 
 
 def test_train_writes_model_history_and_report(trained_model, demo_shards):
