@@ -52,7 +52,8 @@ DATASETS = {
     "raccoon": Dataset("raccoon", 30),
 }
 # --ablate: the current code with one change undone (train options).
-ABLATIONS = {"huber box loss": ["--box-loss", "huber"], "no weight average": ["--no-ema"]}
+ABLATIONS = {"huber box loss": ["--box-loss", "huber"], "no weight average": ["--no-ema"],
+             "batch 16 (no step floor)": ["--batch-size", "16"]}
 
 
 def detpipe(*args: str) -> list[str]:
