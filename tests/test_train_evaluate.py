@@ -51,7 +51,7 @@ def test_auto_batch_keeps_enough_steps_for_a_small_dataset():
     cpu = MachineFacts(auto_batch=(16, "auto on a CPU"))
     small = plan_training(TrainConfig("d", "o", epochs=30), cpu, num_train=157)
     assert small.batch_size == 4 and small.total_steps >= MIN_TOTAL_STEPS
-    assert "lowered to 4 so that 30 epochs of 157 images make 1177 steps" in small.decisions["batch_size"]
+    assert "lowered to 4 so that 30 epochs of 157 images make 1170 steps" in small.decisions["batch_size"]
     assert plan_training(TrainConfig("d", "o", epochs=30, batch_size=16), cpu, num_train=157).batch_size == 16
     assert plan_training(TrainConfig("d", "o", epochs=8), cpu, num_train=2080).batch_size == 16
     assert plan_training(TrainConfig("d", "o", epochs=30), cpu, num_train=157, fine_tune=True).batch_size == 16

@@ -107,7 +107,7 @@ def steps_bound(batch: int, num_train: int, epochs: int) -> tuple[int, str]:
     if batch <= bound:
         return batch, ""
     return bound, (f"; lowered to {bound} so that {epochs} epochs of {num_train} images make "
-                   f"{images // bound} steps (a run of fewer than {MIN_TOTAL_STEPS} steps learns less from "
+                   f"{num_train // bound * epochs} steps (a run of fewer than {MIN_TOTAL_STEPS} steps learns less from "
                    f"the same images; at least {MIN_AUTO_BATCH} images a step)")
 
 
