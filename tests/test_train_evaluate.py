@@ -62,6 +62,31 @@ def test_auto_batch_keeps_enough_steps_for_a_small_dataset():
     assert (two.batch_size, two.machine_batch) == (4, 2)
 
 
+def test_gpu_batch_search_stops_at_what_the_step_floor_keeps(demo_shards, monkeypatch):
+    """On a GPU, `--batch-size auto` trial steps go no higher than the from-scratch run's step
+    floor lets it keep (one epoch of a small split: 4 images, 2 per GPU), and up to 512 per GPU
+    for a long run; the plan then keeps what the search found."""
+    import components.train.trainer as trainer
+
+    limits = []
+
+    def search(config, model, replicas, boxes, limit):  # what the trial steps would find: the limit
+        limits.append(limit)
+        return limit * replicas, "trials"
+
+    monkeypatch.setattr(trainer, "measure_auto_batch", search)
+    num_train = count_records(str(demo_shards), TRAIN)
+    assert num_train < MIN_TOTAL_STEPS * 8  # one epoch at 8 would be under the floor
+    gpu = MachineFacts(gpu_majors=(8,), local_replicas=2)
+    machine_batches = []
+    for epochs in (1, 10**5):
+        facts = trainer.gather_facts(TrainConfig(str(demo_shards), "o", epochs=epochs), gpu)
+        machine_batches.append(plan_training(facts.config, facts.machine, facts.num_train).machine_batch)
+    assert limits == [2, 512] and machine_batches[0] == 4  # the long run: the split's size (46) caps the plan
+    assert trainer.gather_facts(TrainConfig(str(demo_shards), "o", epochs=1, batch_size=8), gpu).machine.auto_batch is None
+    assert len(limits) == 2  # a given batch runs no search
+
+
 def test_train_writes_model_history_and_report(trained_model, demo_shards):
     config = json.loads((trained_model / "train_config.json").read_text())
     num_train = count_records(str(demo_shards), TRAIN)

@@ -115,10 +115,10 @@ def cpu_ram_bound(model_config, available_bytes: int) -> int:
 
 
 def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 1,
-                       boxes_per_image: int = 1) -> tuple[int, str]:
+                       boxes_per_image: int = 1, limit: int = GPU_BATCH_LIMIT) -> tuple[int, str]:
     """`--batch-size auto` for this machine and model (`model_config`: the fitted shape):
-    trial steps on a GPU (the batch of one GPU, times the machine's GPUs) with as many boxes
-    per image as the densest training image has, a RAM bound on a CPU."""
+    trial steps on a GPU (the batch of one GPU, up to `limit`, times the machine's GPUs) with
+    as many boxes per image as the densest training image has, a RAM bound on a CPU."""
     import keras
     import psutil
     import tensorflow as tf
@@ -144,7 +144,7 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
     try:
         fits = trial_step_fits(trial_model, model_config.image_size, int(total * TARGET_FRACTION),
                                boxes_per_image=boxes_per_image)
-        search = search_largest_batch(fits, start=start, limit=GPU_BATCH_LIMIT)
+        search = search_largest_batch(fits, start=start, limit=limit)
     except Exception as err:  # the search itself failed: fall back to the probe's estimate
         logger.warning("train: batch search failed (%s); using the probe's estimate %d", err, start)
         return start, f"auto: {start} from the probe's estimate (the trial-step search failed: {err})"
@@ -156,5 +156,6 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
     return search.batch * local_replicas, (
         f"auto: the largest batch whose trial steps peaked under {TARGET_FRACTION:.0%} of "
         f"{total / 2**30:.1f} GiB GPU memory with {boxes_per_image} box(es) an image (the densest training "
-        f"image's), starting from the probe's {start} (trials: {search.describe()})"
+        f"image's), starting from the probe's {start} (trials: {search.describe()}"
+        + (f"; none above {limit}, the most a run of this many steps keeps" if limit < GPU_BATCH_LIMIT else "") + ")"
         + (f", times {local_replicas} GPUs" if local_replicas > 1 else ""))

@@ -33,7 +33,7 @@ from components.detector.losses import AveragedAdamW, compile_detector
 from components.detector.model import build_detector, count_params
 from components.detector.records import count_records
 from components.train.accumulation import use_micro_batches
-from components.train.batch_search import measure_auto_batch
+from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
 from components.train.config import ProbeAdvice, TrainConfig
 from components.train.distribution import (
@@ -52,6 +52,7 @@ from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import (
     MachineFacts,
     TrainPlan,
+    auto_batch_ceiling,
     choose_precision,
     plan_training,
 )
@@ -167,8 +168,11 @@ def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
     resolved = replace(config, image_size=shape.model.image_size)  # from here on the size is a number
     measured = machine
     if config.batch_size == "auto":
+        # A from-scratch run's batch is bounded by its steps (plan.steps_bound): search no higher.
+        limit = GPU_BATCH_LIMIT if warm.used else auto_batch_ceiling(
+            GPU_BATCH_LIMIT, num_train, config.epochs, machine.workers * machine.local_replicas)
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
-                                                                  max(1, sample.densest_image_boxes)))
+                                                                  max(1, sample.densest_image_boxes), limit))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
                     warm_weights(warm) if warm.used else None)
 
