@@ -175,7 +175,8 @@ def main() -> None:
                 mine.append(train_and_evaluate(tagged, code, shards, dataset.epochs, [*extra, "--seed", str(seed)],
                                                args.work))
             rows += mine
-            means.append(mean_row(f"{label}, mean of {len(seeds)}", mine) if len(seeds) > 1 else mine[0])
+            if len(seeds) > 1:
+                means.append(mean_row(f"{label}, mean of {len(seeds)}", mine))
         print_table(dataset, rows, ratios=len(seeds) == 1)
         if len(seeds) > 1:
             print_table(dataset, means)

@@ -147,16 +147,19 @@ def fine_tune_epochs(config: TrainConfig) -> tuple[int, str]:
                     "continues a trained model, which needs fewer passes than training from scratch")
 
 
-def auto_batch_ceiling(limit: int, num_train: int, epochs: int, devices: int) -> int:
-    """The most images per device (GPU) a from-scratch `--batch-size auto` run can keep
-    after `steps_bound`, at most `limit`: the GPU batch search need not try more (each trial
-    step is start-up time, and a trial at 512 for a run that will take 4 is wasted).
+def auto_batch_ceiling(limit: int, num_train: int, epochs: int, devices: int, fine_tune: bool = False) -> int:
+    """The most images per device (GPU) a `--batch-size auto` run can keep after
+    `steps_bound` (a from-scratch run; `fine_tune`, a warm start, has no floor), at most
+    `limit`: the GPU batch search need not try more (each trial step is start-up time, and a
+    trial at 512 for a run that will take 4 is wasted).
 
     >>> auto_batch_ceiling(512, 157, 30, 1), auto_batch_ceiling(512, 20000, 10, 1), auto_batch_ceiling(512, 20000, 10, 8)
     (4, 128, 16)
-    >>> auto_batch_ceiling(512, 10**6, 100, 1), auto_batch_ceiling(512, 157, 30, 8)
-    (512, 1)
+    >>> auto_batch_ceiling(512, 10**6, 100, 1), auto_batch_ceiling(512, 157, 30, 8), auto_batch_ceiling(512, 157, 30, 1, True)
+    (512, 1, 512)
     """
+    if fine_tune:
+        return limit
     return max(1, steps_bound(limit * devices, num_train, epochs)[0] // devices)
 
 

@@ -169,8 +169,8 @@ def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
     measured = machine
     if config.batch_size == "auto":
         # A from-scratch run's batch is bounded by its steps (plan.steps_bound): search no higher.
-        limit = GPU_BATCH_LIMIT if warm.used else auto_batch_ceiling(
-            GPU_BATCH_LIMIT, num_train, config.epochs, machine.workers * machine.local_replicas)
+        limit = auto_batch_ceiling(GPU_BATCH_LIMIT, num_train, config.epochs,
+                                   machine.workers * machine.local_replicas, fine_tune=warm.used)
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
                                                                   max(1, sample.densest_image_boxes), limit))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
