@@ -16,10 +16,16 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+STEPS = 12  # in chunks of 3: enough for a kill to land between checkpoints
+
+
 def _command(data, out):
     return [sys.executable, "-m", "pipeline.cli", "train", "--data", str(data), "--output", str(out),
-            "--batch-size", "4", "--image-size", "64", "--epochs", "100", "--max-steps", "30",
+            "--batch-size", "4", "--image-size", "64", "--epochs", "100", "--max-steps", str(STEPS),
             "--checkpoint-every", "3", "--deterministic", "--seed", "5", "--no-export"]
+
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def _weights(out):
@@ -28,13 +34,20 @@ def _weights(out):
     return load_trained(str(out))[0].get_weights()
 
 
-@pytest.mark.slow
-def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, tmp_path):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run(_command(demo_shards, full), cwd=REPO, env=env, check=True, capture_output=True)
+@pytest.fixture(scope="module")
+def uninterrupted(demo_shards, tmp_path_factory):
+    """The weights of `_command` run once without interruption: what every interrupted and
+    resumed run of the same command must end with (a training process costs ~35 s here)."""
+    full = tmp_path_factory.mktemp("uninterrupted")
+    subprocess.run(_command(demo_shards, full), cwd=REPO, env=ENV, check=True, capture_output=True)
+    return _weights(full)
 
-    proc = subprocess.Popen(_command(demo_shards, killed), cwd=REPO, env=env,
+
+@pytest.mark.slow
+def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, uninterrupted, tmp_path):
+    killed = tmp_path / "killed"
+
+    proc = subprocess.Popen(_command(demo_shards, killed), cwd=REPO, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # The first checkpoint after training steps is complete once the manager's state file
     # names it (it is written after ckpt-1.index: a kill in between resumes from ckpt-0).
@@ -52,17 +65,17 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, 
     proc.wait()
     assert not (killed / "model.keras").exists()
 
-    rerun = subprocess.run(_command(demo_shards, killed), cwd=REPO, env=env, capture_output=True, text=True)
+    rerun = subprocess.run(_command(demo_shards, killed), cwd=REPO, env=ENV, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     resumed = re.search(r"resuming from checkpoint \S+: (\d+) step\(s\) already done", rerun.stderr)
     assert resumed, rerun.stderr[-2000:]
     steps = int(resumed.group(1))
-    assert 3 <= steps < 30 and steps % 3 == 0  # 30 steps in chunks of 3: it lost at most one chunk
+    assert 3 <= steps < STEPS and steps % 3 == 0  # chunks of 3: it lost at most one chunk
     config = json.loads((killed / "train_config.json").read_text())
     assert f"resumed after step {steps}" in config["result"]["decisions"]["checkpoints"]
-    assert config["result"]["steps"] == 30
+    assert config["result"]["steps"] == STEPS
 
-    for a, b in zip(_weights(full), _weights(killed)):
+    for a, b in zip(uninterrupted, _weights(killed)):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
@@ -269,11 +282,10 @@ def test_tf_config_gives_each_process_its_role_and_folder():
 def test_sigterm_mid_chunk_saves_the_current_step_and_the_rerun_resumes_there(demo_shards, tmp_path):
     """A real SIGTERM from outside (as Vertex sends before it takes a spot VM back): exit 143
     after a checkpoint at the step it stopped at; the same command resumes from that step."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = _command(demo_shards, tmp_path)
-    command[command.index("--max-steps") + 1] = "400"  # long enough that the SIGTERM lands mid-run
+    command[command.index("--max-steps") + 1] = "100"  # long enough that the SIGTERM lands mid-run
     command[command.index("--checkpoint-every") + 1] = "25"
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     state = tmp_path / "checkpoints" / "checkpoint"
     deadline = time.monotonic() + 300
     # Training has begun once the first chunk's checkpoint (after step 25) is recorded.
@@ -287,41 +299,33 @@ def test_sigterm_mid_chunk_saves_the_current_step_and_the_rerun_resumes_there(de
     stopped = re.search(r"stopped at step (\d+) after saving checkpoint (\S+);", stderr)
     assert stopped, stderr[-2000:]
     step = int(stopped.group(1))
-    assert 25 <= step < 400 and stopped.group(2).endswith(f"ckpt-{step}")
+    assert 25 <= step < 100 and stopped.group(2).endswith(f"ckpt-{step}")
 
-    rerun = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    rerun = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert re.search(rf"resuming from checkpoint \S+ckpt-{step}: {step} step\(s\) already done", rerun.stderr)
     config = json.loads((tmp_path / "train_config.json").read_text())
     assert f"resumed after step {step}" in config["result"]["decisions"]["checkpoints"]
-    assert config["result"]["steps"] == 400
+    assert config["result"]["steps"] == 100
 
 
 @pytest.mark.slow
-def test_a_sigterm_at_step_k_then_resume_equals_an_uninterrupted_run(demo_shards, tmp_path):
+def test_a_sigterm_at_step_k_then_resume_equals_an_uninterrupted_run(demo_shards, uninterrupted, tmp_path):
     """`term@7` (fault injection: SIGTERM as step 7 starts) with chunks of 3: the checkpoint
     is at step 7, mid-chunk; the resumed run first finishes that chunk, and with
     --deterministic it ends with the uninterrupted run's weights. (In subprocesses:
     --deterministic switches op determinism on for the whole process.)"""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    full, stopped = tmp_path / "full", tmp_path / "stopped"
-
-    def command(out):
-        cmd = _command(demo_shards, out)
-        cmd[cmd.index("--max-steps") + 1] = "12"
-        return cmd
-
-    subprocess.run(command(full), cwd=REPO, env=env, check=True, capture_output=True)
-    first = subprocess.run(command(stopped), cwd=REPO, env={**env, "DETPIPE_INJECT_FAULT": "term@7"},
+    stopped = tmp_path / "stopped"
+    first = subprocess.run(_command(demo_shards, stopped), cwd=REPO, env={**ENV, "DETPIPE_INJECT_FAULT": "term@7"},
                            capture_output=True, text=True)
     assert first.returncode == 143, first.stderr[-2000:]
     assert re.search(r"stopped at step 7 after saving checkpoint \S+ckpt-7;", first.stderr), first.stderr[-2000:]
     assert not (stopped / "model.keras").exists()
-    rerun = subprocess.run(command(stopped), cwd=REPO, env=env, capture_output=True, text=True)
+    rerun = subprocess.run(_command(demo_shards, stopped), cwd=REPO, env=ENV, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     config = json.loads((stopped / "train_config.json").read_text())
     assert "resumed after step 7" in config["result"]["decisions"]["checkpoints"]
-    assert config["result"]["steps"] == 12
+    assert config["result"]["steps"] == STEPS
     assert config["result"]["weights_sha256"]
-    for a, b in zip(_weights(full), _weights(stopped)):
+    for a, b in zip(uninterrupted, _weights(stopped)):
         np.testing.assert_allclose(a, b, atol=1e-5)
