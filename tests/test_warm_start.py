@@ -18,7 +18,7 @@ from components.registry.registry import Registry, RegistryError
 from components.registry.warm_source import warm_source
 from components.train.config import TrainConfig
 from components.train.plan import MachineFacts, plan_training
-from components.train.warm_start import WarmStart, apply_warm_weights, choose_warm_start
+from components.train.warm_start import WarmStart, apply_warm_weights, choose_warm_start, warm_weights
 from tests.test_registry import _decision, _run_files
 
 
@@ -39,6 +39,8 @@ def test_what_can_be_continued_and_why_not(trained_model, demo_shards):
     choice, shape = _choice(trained_model, demo_shards)
     assert choice.used and choice.name == "v1 (the champion)" and choice.new_classes == ()
     assert shape.model.image_size == champion.image_size and "kept from v1" in shape.decisions["image_size"]
+    assert shape.model.max_detections == champion.max_detections == 100
+    assert shape.decisions["max_detections"] == "100: kept from v1 (the champion)"
     assert choice.line().startswith("from v1 (the champion): the same tiny architecture")
 
     other, _ = _choice(trained_model, demo_shards, model_size="small")
@@ -60,6 +62,24 @@ def test_what_can_be_continued_and_why_not(trained_model, demo_shards):
     assert not never.used and never.line() == "from scratch: warm_start is never"
     with pytest.raises(FileNotFoundError, match="--init-from takes the output folder"):
         choose_warm_start(TrainConfig("d", "o", init_from=str(demo_shards)), {"a": 1})
+
+
+def test_a_warm_start_on_denser_images_raises_the_detection_limit(trained_model, demo_shards):
+    """The limit is the decoder's NMS output count (no weights): a champion trained with 100
+    continued on images of up to 160 boxes returns up to 250, as a fresh fit would; the
+    weights still load into the model built with it."""
+    label_map = read_dataset_label_map(str(demo_shards))
+    sample = read_box_sample(str(demo_shards), label_map=label_map)
+    dense = replace(sample, boxes_per_image=np.full_like(sample.boxes_per_image, 160))  # as counted on shelves
+    fresh = fit_shape(dense, model_config_for("tiny", 128, 3), "auto", on_gpu=False, allow_poor_anchors=True)
+    run = TrainConfig(str(demo_shards), "out", init_from=str(trained_model), init_name="v1")
+    choice, shape = choose_warm_start(run, label_map, dense, fresh)
+    assert choice.used and fresh.model.max_detections == 250
+    assert shape.model.max_detections == 250 and shape.model.image_size == TrainConfigFile.read(trained_model).image_size
+    assert shape.decisions["max_detections"].startswith("250: raised from v1's 100: the densest of ")
+    model = build_detector(shape.model)
+    apply_warm_weights(model, warm_weights(choice), choice, label_map)
+    assert model.prediction_decoder.max_detections == 250
 
 
 def test_fine_tuning_plan_has_its_reasons():
@@ -194,8 +214,9 @@ def test_a_warm_start_with_a_new_class_keeps_the_known_classes(with_new_class, t
 def test_the_examples_in_the_definitions_run():
     import doctest
 
+    from components.detector import fitted_shape
     from components.registry import vertex_batch, vertex_endpoint
     from components.train import plan, warm_start
 
-    for module in (warm_start, plan, vertex_batch, vertex_endpoint):
+    for module in (warm_start, plan, vertex_batch, vertex_endpoint, fitted_shape):
         assert doctest.testmod(module).failed == 0, module.__name__

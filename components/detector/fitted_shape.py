@@ -214,6 +214,27 @@ def shape_coverage(sample: BoxSample, model: ModelConfig) -> tuple[float, dict[s
     return float(hits.mean()), per_class
 
 
+def kept_detection_limit(model: ModelConfig, fresh: FittedShape, source: str) -> tuple[ModelConfig, str]:
+    """The detection limit of a continued model, and why: the limit holds no weights (it is
+    the decoder's NMS output count), so a run on denser data raises it to what `fresh` fitted
+    to this data; it never lowers what the source (a deployed champion) returned.
+
+    >>> dense = FittedShape(ModelConfig(3, max_detections=250), 1.0, 1.0, 1.0, 10, 8.0,
+    ...                     {"max_detections": "250: the densest of 9 sampled training images has 160 boxes"})
+    >>> raised, why = kept_detection_limit(ModelConfig(3, max_detections=100), dense, "v1")
+    >>> raised.max_detections, why
+    (250, "250: raised from v1's 100: the densest of 9 sampled training images has 160 boxes")
+    >>> kept, why = kept_detection_limit(ModelConfig(3, max_detections=300), dense, "v1")
+    >>> kept.max_detections, why
+    (300, '300: kept from v1 (this data needs 250)')
+    """
+    kept, needed = model.max_detections, fresh.model.max_detections
+    if needed > kept:
+        why = fresh.decisions.get("max_detections", str(needed)).split(": ", 1)[-1]
+        return replace(model, max_detections=needed), f"{needed}: raised from {source}'s {kept}: {why}"
+    return model, f"{kept}: kept from {source}" + (f" (this data needs {needed})" if needed < kept else "")
+
+
 def kept_shape(sample: BoxSample, model: ModelConfig, fresh: FittedShape, source: str) -> FittedShape:
     """The shape of a model training starts from (`model`, e.g. the champion's), described
     as `fit_shape` describes a fitted one, with its coverage of this run's boxes; `fresh` is
@@ -234,6 +255,7 @@ def kept_shape(sample: BoxSample, model: ModelConfig, fresh: FittedShape, source
     if per_class:
         decisions["class_coverage"] = ("per class, share of sampled boxes an anchor reaches with IoU 0.5: "
                                        + ", ".join(f"{name} {value:.1%}" for name, value in sorted(per_class.items())))
+    model, decisions["max_detections"] = kept_detection_limit(model, fresh, source)
     return FittedShape(model=model, coverage=covered, coverage_fixed=fresh.coverage_fixed, relative_compute=relative,
                        boxes=len(sample.boxes), smallest_box_px=smallest, decisions=decisions,
                        class_coverage=per_class)
