@@ -17,8 +17,10 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+
+from components.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +34,8 @@ SEARCH_SPACE: dict[str, tuple[float, float, bool]] = {
     "weight_decay": (1e-5, 1e-3, True),
     "augment_strength": (0.0, 1.0, False),
 }
-DEFAULTS = {"base_lr_per_64": 8e-3, "weight_decay": 1e-4, "augment_strength": 0.25}
+# The first trial, and what `train` uses for a key neither given nor tuned: TrainConfig's own defaults.
+DEFAULTS = {f.name: f.default for f in fields(TrainConfig) if f.name in SEARCH_SPACE}
 
 
 @dataclass
@@ -105,7 +108,7 @@ class TuneConfig:
 def tune(config: TuneConfig) -> TuneResult:
     """Run the search with real training and evaluation; write the best hyperparameters."""
     from components.evaluate.evaluator import evaluate_detector
-    from components.train.trainer import TrainConfig, train_detector
+    from components.train.trainer import train_detector
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
