@@ -212,8 +212,8 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
                                     max_pixels=options.max_pixels, exif=options.exif, bad_box=options.bad_box)
     runner, pipeline_options = job_options(options, len(sources))
     with beam.Pipeline(runner=runner, options=pipeline_options) as p:
-        by_id = p | "Sources" >> beam.Create(sources, reshuffle=False) | "Read" >> jt.ReadRecords()
-        checked = by_id | "Check" >> jt.CheckRecords(options.images, check_options, len(sources))
+        read = p | "Sources" >> beam.Create(jt.chunked(sources)) | "Read" >> jt.ReadRecords()
+        checked = read | "Check" >> jt.CheckRecords(options.images, check_options, len(sources))
         label_map = checked[jt.RECORDS] | "LabelMap" >> jt.LabelMap(out, options.label_map, options.base_label_map)
         split = checked[jt.RECORDS] | "Split" >> jt.SplitRecords(
             options.val_fraction, options.seed, split_of, options.split_file, options.target_shard_bytes,
@@ -224,9 +224,9 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
         _ = ((checked[jt.REJECTS], split[jt.REJECTS], placed | "DroppedBoxes" >> beam.FlatMap(jt.dropped_boxes))
              | "AllRejects" >> beam.Flatten()
              | "Rejects" >> jt.WriteRejects(out, rejects_file_count(len(sources))))
-        parts = [placed | "RecordSummary" >> beam.Map(jt.record_summary)]
+        parts = [placed | "RecordSummary" >> beam.Map(jt.chunk_summary)]
         if split_of is not None:
-            parts.append(jt.unknown_split_ids(by_id, split_of))
+            parts.append(jt.unknown_split_ids(read["ids"], split_of))
         _ = parts | "AllSummaryParts" >> beam.Flatten() | "Summary" >> jt.Summarise(out)
 
 

@@ -29,10 +29,24 @@ from beam.voc_reader import read_voc_file
 logger = logging.getLogger(__name__)
 
 
-def read_bytes(path: str) -> bytes:
+def read_bytes(path: str, filesystem_of=FileSystems.get_filesystem) -> bytes:
     """The file's bytes as stored (an image named .gz is not decompressed), local or gs://."""
-    with FileSystems.get_filesystem(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with filesystem_of(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return handle.read()
+
+
+class FileSystemOf:
+    """`FileSystems.get_filesystem`, once per scheme: each call of Beam's looks through every
+    filesystem class again (~20 us, as much as reading a small image)."""
+
+    def __init__(self):
+        self._by_scheme: dict[str | None, object] = {}
+
+    def __call__(self, path: str):
+        scheme = FileSystems.get_scheme(path)
+        if scheme not in self._by_scheme:
+            self._by_scheme[scheme] = FileSystems.get_filesystem(path)
+        return self._by_scheme[scheme]
 
 
 def _parse(source) -> SourceRecord | Reject:
@@ -45,28 +59,60 @@ def _parse(source) -> SourceRecord | Reject:
         return Reject(image_id_from_filename(source), rc.BAD_ANNOTATION, f"annotation cannot be read: {err}", source)
 
 
+# Records travel between the job's stages in lists of this many, not one element each:
+# Beam's cost per element (a call per stage, an encode and a decode at each stage
+# boundary) was more than the checks of a record themselves (benchmarks/convert.py).
+# Every output is sorted by its own key, so the lists change no byte of it.
+RECORDS_PER_ELEMENT = 256
+
+
+def chunked(sources: list, size: int | None = None) -> list[tuple[int, list]]:
+    """(index, up to `size` (RECORDS_PER_ELEMENT) sources): what the job starts from.
+
+    >>> chunked(["a", "b", "c"], 2)
+    [(0, ['a', 'b']), (1, ['c'])]
+    """
+    size = size or RECORDS_PER_ELEMENT
+    return [(index, sources[start:start + size]) for index, start in enumerate(range(0, len(sources), size))]
+
+
+def _parse_chunk(chunk: tuple[int, list]) -> tuple[int, list]:
+    index, sources = chunk
+    return index, [_parse(source) for source in sources]
+
+
+def _ids(chunk: tuple[int, list]):
+    """(image id, (source, where)) of each parsed record or reject; `where` = (chunk, position)."""
+    index, records = chunk
+    return [(r.image_id, (r.source_ref, (index, position))) for position, r in enumerate(records)]
+
+
+def _duplicates(item: tuple[str, list]):
+    """((chunk, position), first source) of every record but the first (by source) of an
+    image id annotated more than once."""
+    refs = sorted(item[1])
+    return [(where, refs[0][0]) for _, where in refs[1:]]
+
+
 class ReadRecords(beam.PTransform):
-    """Sources → (image id, [records of that id])."""
+    """Chunks of sources → `chunks`: (index, [SourceRecord | Reject]), `ids`: (image id,
+    [(source, where)]), and `duplicates`: (where, first source) of the records to reject
+    as duplicates of an image id."""
 
     def expand(self, sources):
-        return (sources
-                | "Parse" >> beam.Map(_parse)
-                | "KeyById" >> beam.Map(lambda r: (r.image_id, r))
-                | "GroupById" >> beam.GroupByKey())
+        chunks = sources | "Parse" >> beam.Map(_parse_chunk)
+        ids = chunks | "Ids" >> beam.FlatMap(_ids) | "GroupById" >> beam.GroupByKey()
+        return {"chunks": chunks, "ids": ids, "duplicates": ids | "Duplicates" >> beam.FlatMap(_duplicates)}
 
 
-def _dedupe(item: tuple[str, list]):
-    """Keep the first record of an image id (by source), reject the others."""
-    records = sorted(item[1], key=lambda r: r.source_ref)
-    yield records[0]
-    for dup in records[1:]:
-        yield Reject(dup.image_id, rc.DUPLICATE_IMAGE_ID, f"image id also annotated in {records[0].source_ref}",
-                     dup.source_ref)
+REJECTS, RECORDS = "rejects", "records"
 
 
-class _CheckRecord(beam.DoFn):
-    """Check one record against its image (read once, decoded once). Logs its progress
-    every PROGRESS_EVERY records, which `detpipe run --local` shows on its live line."""
+class _CheckChunk(beam.DoFn):
+    """Check each record of a chunk against its image (read once, decoded once); emits the
+    chunk's CheckedRecords under `records` and its Rejects under `rejects`, as lists. Logs
+    its progress every PROGRESS_EVERY records, which `detpipe run --local` shows on its
+    live line."""
 
     PROGRESS_EVERY = 250
 
@@ -77,60 +123,81 @@ class _CheckRecord(beam.DoFn):
 
     def setup(self):
         self._seen = self._logged = 0
+        self._filesystem_of = FileSystemOf()
 
     def _log(self):
         logger.info("checked %d records on worker %d (%d in the job)", self._seen, os.getpid(), self._total)
         self._logged = self._seen
 
-    def process(self, record):
-        self._seen += 1
-        if self._seen % self.PROGRESS_EVERY == 0:
-            self._log()
-        if isinstance(record, Reject):
-            yield record
-            return
-        path = FileSystems.join(self._images_dir, record.filename)
+    def _check(self, record: SourceRecord) -> CheckedRecord | Reject:
+        path = self._filesystem_of(self._images_dir).join(self._images_dir, record.filename)
         try:
-            data = read_bytes(path)
+            data = read_bytes(path, self._filesystem_of)
         except (OSError, IOError, FileNotFoundError):
             data = None
-        yield rc.check_record(record, data, self._options, image_path=path)
+        return rc.check_record(record, data, self._options, image_path=path)
+
+    def process(self, chunk, duplicates):
+        index, records = chunk
+        out = {RECORDS: [], REJECTS: []}
+        for position, record in enumerate(records):
+            first = duplicates.get((index, position))
+            if first is not None:
+                record = Reject(record.image_id, rc.DUPLICATE_IMAGE_ID, f"image id also annotated in {first}",
+                                record.source_ref)
+            elif not isinstance(record, Reject):
+                record = self._check(record)
+            out[REJECTS if isinstance(record, Reject) else RECORDS].append(record)
+        self._seen += len(records)
+        if self._seen - self._logged >= self.PROGRESS_EVERY:
+            self._log()
+        for tag, items in out.items():
+            if items:
+                yield beam.pvalue.TaggedOutput(tag, items)
 
     def finish_bundle(self):
         if self._seen != self._logged:
             self._log()
 
 
-REJECTS, RECORDS = "rejects", "records"
-
-
-def _tagged(item):
-    """A Reject under `rejects`, anything else under `records`."""
-    return beam.pvalue.TaggedOutput(REJECTS if isinstance(item, Reject) else RECORDS, item)
-
-
 class CheckRecords(beam.PTransform):
-    """(id, records) → tagged `records` (CheckedRecord) and `rejects` (Reject)."""
+    """`ReadRecords`' outputs → tagged `records` ([CheckedRecord]) and `rejects` ([Reject])."""
 
     def __init__(self, images_dir: str, options: rc.CheckOptions, total: int):
         super().__init__()
-        self._check = _CheckRecord(images_dir, options, total)
+        self._check = _CheckChunk(images_dir, options, total)
 
-    def expand(self, by_id):
-        return (by_id
-                | "Dedupe" >> beam.FlatMap(_dedupe)
-                | "Check" >> beam.ParDo(self._check)
-                | "Sort" >> beam.Map(_tagged).with_outputs(REJECTS, RECORDS))
+    def expand(self, read):
+        return read["chunks"] | "Check" >> beam.ParDo(self._check, beam.pvalue.AsDict(read["duplicates"])).with_outputs(
+            REJECTS, RECORDS)
 
 
-def _place(record: CheckedRecord, val_fraction: float, seed: int, split_of: dict[str, str] | None,
+def _place(records: list[CheckedRecord], val_fraction: float, seed: int, split_of: dict[str, str] | None,
            split_file: str | None):
-    if split_of is None:
-        return assign_split(record.image_id, val_fraction, seed), record
-    if record.image_id not in split_of:
-        return Reject(record.image_id, rc.NOT_IN_SPLIT_FILE, f"image id not listed in {split_file}",
-                      record.source_ref)
-    return split_of[record.image_id], record
+    """A list of (split, record) under `records`, and the records the split file leaves
+    out under `rejects`."""
+    placed, rejects = [], []
+    for record in records:
+        if split_of is None:
+            placed.append((assign_split(record.image_id, val_fraction, seed), record))
+        elif record.image_id in split_of:
+            placed.append((split_of[record.image_id], record))
+        else:
+            rejects.append(Reject(record.image_id, rc.NOT_IN_SPLIT_FILE, f"image id not listed in {split_file}",
+                                  record.source_ref))
+    if placed:
+        yield beam.pvalue.TaggedOutput(RECORDS, placed)
+    if rejects:
+        yield beam.pvalue.TaggedOutput(REJECTS, rejects)
+
+
+def _sizes_by_split(placed: list[tuple[str, CheckedRecord]]) -> list[tuple[str, tuple[int, int]]]:
+    totals: dict[str, list[int]] = {}
+    for split, record in placed:
+        total = totals.setdefault(split, [0, 0])
+        total[0] += 1
+        total[1] += record.image_size
+    return [(split, (count, size)) for split, (count, size) in totals.items()]
 
 
 def _shard_counts(totals: dict, target_bytes: int, min_shards: int) -> dict[str, int]:
@@ -142,9 +209,9 @@ def _sum_pairs(pairs) -> tuple[int, int]:
 
 
 class SplitRecords(beam.PTransform):
-    """Checked records → tagged `records` ((split, record)) and `rejects` (ids the split
-    file leaves out), and `shard_counts`: {split: number of shards}, by the bytes each
-    split will hold."""
+    """Lists of checked records → tagged `records` ([(split, record)]) and `rejects` (ids
+    the split file leaves out), and `shard_counts`: {split: number of shards}, by the
+    bytes each split will hold."""
 
     def __init__(self, val_fraction: float, seed: int, split_of: dict[str, str] | None, split_file: str | None,
                  target_bytes: int, min_shards: int):
@@ -153,11 +220,9 @@ class SplitRecords(beam.PTransform):
         self._shards = (target_bytes, min_shards)
 
     def expand(self, records):
-        placed = (records
-                  | "Assign" >> beam.Map(_place, *self._place_args)
-                  | "Sort" >> beam.Map(_tagged).with_outputs(REJECTS, RECORDS))
+        placed = records | "Assign" >> beam.FlatMap(_place, *self._place_args).with_outputs(REJECTS, RECORDS)
         totals = (placed[RECORDS]
-                  | "SizeBySplit" >> beam.Map(lambda sr: (sr[0], (1, sr[1].image_size)))
+                  | "SizeBySplit" >> beam.FlatMap(_sizes_by_split)
                   | "SumBySplit" >> beam.CombinePerKey(_sum_pairs))
         counts = (records.pipeline
                   | "One" >> beam.Create([None])
@@ -174,7 +239,7 @@ def _label_map_of(class_names: list[str], given: dict[str, int] | None,
 
 
 class LabelMap(beam.PTransform):
-    """Checked records → one label map (the given one, or derived from the classes of the
+    """Lists of checked records → one label map (the given one, or derived from the classes of the
     records that passed the checks, keeping a base map's ids), also written as a job output."""
 
     def __init__(self, output: str, given: dict[str, int] | None, base: dict[str, int] | None):
@@ -185,7 +250,7 @@ class LabelMap(beam.PTransform):
         import json
 
         label_map = (records
-                     | "ClassNames" >> beam.FlatMap(lambda r: set(r.class_texts))
+                     | "ClassNames" >> beam.FlatMap(lambda rs: {t for r in rs for t in r.class_texts})
                      | "UniqueNames" >> beam.Distinct()
                      | "NamesToList" >> beam.combiners.ToList()
                      | "Derive" >> beam.Map(_label_map_of, self._given, self._base))
@@ -198,9 +263,9 @@ STATS = "stats"
 
 
 class _WriteShard(beam.DoFn):
-    """Write one shard into OUTPUT/_job/: its records sorted by image id, each image read
-    (the checks kept no pixels: no shuffle holds image bytes) and encoded. An empty group
-    is an empty shard, so every name `-of-N` exists. Emits the shard's facts, and under
+    """Write one shard into OUTPUT/_job/ from its lists of records: sorted by image id, each
+    image read (the checks kept no pixels: no shuffle holds image bytes) and encoded. A
+    shard with no records is an empty file, so every name `-of-N` exists. Emits the shard's facts, and under
     `stats` the (split, Arrow batch) of its features for the statistics."""
 
     def __init__(self, output: str, gzip: bool):
@@ -211,13 +276,13 @@ class _WriteShard(beam.DoFn):
         from beam.example_codec import record_features, to_example, written_image
         from beam.tfdv_checks import features_batch
 
-        (split, index), records = item
-        records = sorted((r for r in records if r is not None), key=lambda r: r.image_id)
+        (split, index), lists = item
+        records = sorted((r for records in lists if records for r in records), key=lambda r: r.image_id)
         path = job_path(self._output, shard_name(split, index, counts[split], self._gzip))
-        rows = []
+        rows, filesystem_of = [], FileSystemOf()
         with ShardWriter(path, split) as writer:
             for record in records:
-                image_bytes, digest = written_image(record, read_bytes(record.image_path))
+                image_bytes, digest = written_image(record, read_bytes(record.image_path, filesystem_of))
                 rows.append(record_features(record, digest, label_map))
                 writer.write(to_example(rows[-1], image_bytes).SerializeToString())
         yield writer.info.to_dict()
@@ -225,8 +290,16 @@ class _WriteShard(beam.DoFn):
             yield beam.pvalue.TaggedOutput(STATS, (split, features_batch(rows)))
 
 
+def _by_shard(placed: list[tuple[str, CheckedRecord]], counts: dict[str, int]):
+    """((split, shard index), [records]) for each shard the list's records go to."""
+    shards: dict[tuple[str, int], list] = {}
+    for split, record in placed:
+        shards.setdefault((split, shard_index(record.image_id, counts[split])), []).append(record)
+    return list(shards.items())
+
+
 class WriteShards(beam.PTransform):
-    """(split, record) → deterministic shards in OUTPUT/_job/ (by a hash of the image id),
+    """Lists of (split, record) → deterministic shards in OUTPUT/_job/ (by a hash of the image id),
     the shard list written as a job output; returns the tagged `stats` batches."""
 
     def __init__(self, output: str, gzip: bool, shard_counts, label_map):
@@ -237,8 +310,7 @@ class WriteShards(beam.PTransform):
         import json
 
         counts = beam.pvalue.AsSingleton(self._counts)
-        keyed = placed | "KeyByShard" >> beam.Map(
-            lambda sr, c: ((sr[0], shard_index(sr[1].image_id, c[sr[0]])), sr[1]), counts)
+        keyed = placed | "KeyByShard" >> beam.FlatMap(_by_shard, counts)
         every_shard = self._counts | "EveryShard" >> beam.FlatMap(
             lambda c: [((split, i), None) for split in sorted(c) for i in range(c[split])])
         written = ((keyed, every_shard)
@@ -271,16 +343,26 @@ def _write_rejects(item, output: str, count: int) -> str:
 
     from beam.output_files import write_text
 
-    index, rejects = item
-    rows = sorted((r.to_dict() for r in rejects if r is not None),
+    index, lists = item
+    rows = sorted((r.to_dict() for rejects in lists if rejects for r in rejects),
                   key=lambda d: (d["source"], d["image_id"], d.get("box", -1)))
     name = rejects_file_name(index, count)
     write_text(job_path(output, name), "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
     return name
 
 
+def _by_rejects_file(rejects: list[Reject], count: int):
+    """(file index, [rejects]) for each rejects file the list's rejects go to (by source)."""
+    from beam.split import stable_fraction
+
+    files: dict[int, list] = {}
+    for reject in rejects:
+        files.setdefault(min(count - 1, int(stable_fraction(reject.source_ref, seed=-2) * count)), []).append(reject)
+    return list(files.items())
+
+
 class WriteRejects(beam.PTransform):
-    """Every reject → `count` files OUTPUT/_job/rejects-I-of-N.jsonl (by a hash of the
+    """Lists of rejects → `count` files OUTPUT/_job/rejects-I-of-N.jsonl (by a hash of the
     source), each sorted by source, so reruns match; every file exists, empty or not."""
 
     def __init__(self, output: str, count: int):
@@ -288,11 +370,8 @@ class WriteRejects(beam.PTransform):
         self._output, self._count = output, count
 
     def expand(self, rejects):
-        from beam.split import stable_fraction
-
         count = self._count
-        keyed = rejects | "KeyByFile" >> beam.Map(
-            lambda r: (min(count - 1, int(stable_fraction(r.source_ref, seed=-2) * count)), r))
+        keyed = rejects | "KeyByFile" >> beam.FlatMap(_by_rejects_file, count)
         every_file = rejects.pipeline | "EveryFile" >> beam.Create([(i, None) for i in range(count)])
         return ((keyed, every_file)
                 | "WithEmpty" >> beam.Flatten()
@@ -300,10 +379,11 @@ class WriteRejects(beam.PTransform):
                 | "Write" >> beam.Map(_write_rejects, self._output, count))
 
 
-def dropped_boxes(placed: tuple[str, CheckedRecord]) -> list[Reject]:
-    """The box-level rejects of a written record, with the split its image went to."""
-    split, record = placed
-    return [replace(r, split=split) for r in record.dropped_boxes]
+def dropped_boxes(placed: list[tuple[str, CheckedRecord]]) -> list[list[Reject]]:
+    """The box-level rejects of the written records, with the split each image went to
+    (one list, or none)."""
+    rejects = [replace(r, split=split) for split, record in placed for r in record.dropped_boxes]
+    return [rejects] if rejects else []
 
 
 def record_summary(placed: tuple[str, CheckedRecord]) -> JobSummary:
@@ -321,6 +401,14 @@ def record_summary(placed: tuple[str, CheckedRecord]) -> JobSummary:
              for i, j, iou in rc.near_duplicates(record)]
     return JobSummary(counts=dict(counts), near_duplicates=len(pairs),
                       near_duplicate_examples=sorted(pairs)[:EXAMPLES_KEPT])
+
+
+def chunk_summary(placed: list[tuple[str, CheckedRecord]]) -> JobSummary:
+    """`record_summary` of each written record of a list, added up."""
+    out = JobSummary()
+    for item in placed:
+        out.add(record_summary(item))
+    return out
 
 
 class Summarise(beam.PTransform):

@@ -33,7 +33,9 @@ GZIP_SUFFIX = ".gz"
 
 
 def shard_name(split: str, index: int, count: int, gzip: bool = False) -> str:
-    """>>> shard_name("train", 0, 8), shard_name("val", 1, 2, gzip=True)
+    """The file name of shard `index` of `count` of a split.
+
+    >>> shard_name("train", 0, 8), shard_name("val", 1, 2, gzip=True)
     ('train-00000-of-00008.tfrecord', 'val-00001-of-00002.tfrecord.gz')
     """
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord" + (GZIP_SUFFIX if gzip else "")

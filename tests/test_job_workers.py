@@ -34,10 +34,14 @@ def _manifest(out: Path) -> dict:
     return data
 
 
-def test_two_worker_processes_write_what_one_writes(dirty, tmp_path):
+def test_two_worker_processes_write_what_one_writes(dirty, tmp_path, monkeypatch):
+    """Also the records moved in lists of 5, not the default 256: more lists than workers,
+    the duplicate id's two records in different lists."""
     one, two = tmp_path / "one", tmp_path / "two"
     _build(dirty, one, workers=1)
+    monkeypatch.setattr("beam.job_transforms.RECORDS_PER_ELEMENT", 5)
     result = _build(dirty, two, workers=2)
+    assert result.manifest.records_in > 10 * 5
     names = sorted(p.name for p in one.iterdir() if p.suffix in (".tfrecord", ".jsonl"))
     assert names == sorted(p.name for p in two.iterdir() if p.suffix in (".tfrecord", ".jsonl"))
     assert sum(n.endswith(".tfrecord") for n in names) == 6 and "rejects-00000-of-00001.jsonl" in names
