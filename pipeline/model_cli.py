@@ -108,15 +108,16 @@ def _predict_batch(args, beam_args: list[str]) -> int:
 
 
 def cmd_serve(args) -> int:
-    import uvicorn
-
-    from components.serve.app import Routes, create_app
-    from components.serve.predictor import check_model_dir
+    from components.serve.model_files import check_model_dir
 
     model_dir = args.model or os.environ.get("AIP_STORAGE_URI")
     if not model_dir:
         raise ValueError("no model: pass --model DIR or set AIP_STORAGE_URI")
-    check_model_dir(model_dir)  # before binding the port: a wrong path fails at once
+    check_model_dir(model_dir)  # before TensorFlow and before binding the port: a wrong path fails at once
+    import uvicorn
+
+    from components.serve.app import Routes, create_app
+
     routes = Routes.from_env()
     port = args.port or routes.port
     app = create_app(model_dir, routes, max_instances=args.max_instances)

@@ -233,14 +233,18 @@ def test_a_bad_request_gets_one_json_line_and_the_server_keeps_serving(server, r
 
 @pytest.mark.parametrize("where", ["/nope", "empty folder"])
 def test_serve_without_a_saved_model_exits_1_with_one_line_before_binding(tmp_path, where):
+    """... and before TensorFlow is imported (a typo costs no start-up)."""
     model = "/nope" if where == "/nope" else str(tmp_path)
     port = _free_port()
-    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "serve", "--model", model, "--host", "127.0.0.1",
+    script = ("import sys\nfrom pipeline.cli import main\ncode = main(sys.argv[1:])\n"
+              "print('tensorflow imported' if 'tensorflow' in sys.modules else 'no tensorflow')\nsys.exit(code)")
+    run = subprocess.run([sys.executable, "-c", script, "serve", "--model", model, "--host", "127.0.0.1",
                           "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert run.returncode == 1
     lines = [line for line in run.stderr.splitlines() if line.startswith("detpipe")]
     assert len(lines) == 1 and "saved_model.pb" in lines[0] and "Traceback" not in run.stderr
+    assert run.stdout.strip() == "no tensorflow"
 
 
 def test_health_answers_503_until_the_model_has_loaded():

@@ -189,7 +189,7 @@ def predict_images(options: BatchOptions) -> BatchSummary:
     ValueError when `images` names no file."""
     import time
 
-    from components.serve.predictor import check_model_dir
+    from components.serve.model_files import check_model_dir
 
     check_model_dir(options.model_dir)
     paths = list_images(options.images)

@@ -17,16 +17,13 @@ import tensorflow as tf
 from beam.exif import upright_image_bytes
 from beam.record_checks import inspect_image
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
+from components.serve.model_files import check_model_dir
 
 logger = logging.getLogger(__name__)
 
 
 class BadImage(ValueError):
     """An input that is not a usable JPEG or PNG image; the message is one line."""
-
-
-class ModelNotFound(FileNotFoundError):
-    """No exported SavedModel at the given location."""
 
 
 def model_image_bytes(data: bytes) -> bytes:
@@ -45,14 +42,6 @@ def model_image_bytes(data: bytes) -> bytes:
         raise BadImage(f"not a JPEG or PNG image ({fmt})")
     return upright_image_bytes(data) if orientation != 1 else data
 
-
-def check_model_dir(model_dir: str) -> None:
-    """Raise `ModelNotFound` unless `model_dir` holds an export of `detpipe export`."""
-    root = model_dir.rstrip("/")
-    for name in ("saved_model.pb", "serving_config.json"):
-        if not tf.io.gfile.exists(f"{root}/{name}"):
-            raise ModelNotFound(f"{model_dir} holds no {name}: pass the output of `detpipe export` "
-                                "(or the export step of a pipeline run)")
 
 
 @dataclass
