@@ -239,8 +239,9 @@ def _label_map_of(class_names: list[str], given: dict[str, int] | None,
 
 
 class LabelMap(beam.PTransform):
-    """Lists of checked records → one label map (the given one, or derived from the classes of the
-    records that passed the checks, keeping a base map's ids), also written as a job output."""
+    """Lists of checked records → one label map (the given one, or derived from the classes
+    of the records that passed the checks, keeping a base map's ids), also written as a job
+    output."""
 
     def __init__(self, output: str, given: dict[str, int] | None, base: dict[str, int] | None):
         super().__init__()
@@ -265,8 +266,9 @@ STATS = "stats"
 class _WriteShard(beam.DoFn):
     """Write one shard into OUTPUT/_job/ from its lists of records: sorted by image id, each
     image read (the checks kept no pixels: no shuffle holds image bytes) and encoded. A
-    shard with no records is an empty file, so every name `-of-N` exists. Emits the shard's facts, and under
-    `stats` the (split, Arrow batch) of its features for the statistics."""
+    shard with no records is an empty file, so every name `-of-N` exists. Emits the
+    shard's facts, and under `stats` the (split, Arrow batch) of its features for the
+    statistics."""
 
     def __init__(self, output: str, gzip: bool):
         self._output = output

@@ -75,7 +75,8 @@ def test_a_warm_start_on_denser_images_raises_the_detection_limit(trained_model,
     run = TrainConfig(str(demo_shards), "out", init_from=str(trained_model), init_name="v1")
     choice, shape = choose_warm_start(run, label_map, dense, fresh)
     assert choice.used and fresh.model.max_detections == 250
-    assert shape.model.max_detections == 250 and shape.model.image_size == TrainConfigFile.read(trained_model).image_size
+    assert shape.model.max_detections == 250
+    assert shape.model.image_size == TrainConfigFile.read(trained_model).image_size
     assert shape.decisions["max_detections"].startswith("250: raised from v1's 100: the densest of ")
     model = build_detector(shape.model)
     apply_warm_weights(model, warm_weights(choice), choice, label_map)
