@@ -102,6 +102,7 @@ INTERFACES = {
     "components.registry.decision": "decision.json's definition and the promotion rule",
     "components.registry.registry": "the registry folder: versions, champion, their SavedModels",
     "components.export.saved_model": "the SavedModel's serving signature (serve calls it)",
+    "components.export.export_files": "the names of an export's files (serve looks for them before TensorFlow)",
     "components.serve.predictor": "a SavedModel run as `detpipe serve` runs it (the champion's score)",
     "components.probe.gpu_facts": "the GPU's memory as NVML reports it (the batch search's budget)",
 }

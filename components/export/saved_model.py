@@ -29,6 +29,7 @@ import keras
 import tensorflow as tf
 
 from components.detector.detect import detect
+from components.export.export_files import SERVING_CONFIG_FILE
 from components.evaluate.threshold import FALLBACK_THRESHOLD
 from components.detector.records import decode_rgb, to_model_image
 
@@ -38,7 +39,6 @@ EXPORT_DIR = "saved_model"  # where `detpipe train` exports, inside its output f
 INPUT_NAME = "image_bytes"  # ends in _bytes: Vertex AI decodes {"b64": ...} for it
 DETECT_SIGNATURE = "detect"
 LABEL_MAP_FILE = "label_map.json"
-SERVING_CONFIG_FILE = "serving_config.json"
 DEFAULT_SCORE_THRESHOLD = FALLBACK_THRESHOLD  # when no evaluation chose one
 EXPORT_BATCH = 8  # images per detector call inside the SavedModel
 

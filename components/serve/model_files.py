@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-EXPORT_FILES = ("saved_model.pb", "serving_config.json")
+from components.export.export_files import SAVED_MODEL_FILE, SERVING_CONFIG_FILE
 
 
 class ModelNotFound(FileNotFoundError):
@@ -22,7 +22,7 @@ def check_model_dir(model_dir: str) -> None:
         exists = tf.io.gfile.exists
     else:
         exists = os.path.exists
-    for name in EXPORT_FILES:
+    for name in (SAVED_MODEL_FILE, SERVING_CONFIG_FILE):
         if not exists(f"{root}/{name}"):
             raise ModelNotFound(f"{model_dir} holds no {name}: pass the output of `detpipe export` "
                                 "(or the export step of a pipeline run)")

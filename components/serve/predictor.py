@@ -43,7 +43,6 @@ def model_image_bytes(data: bytes) -> bytes:
     return upright_image_bytes(data) if orientation != 1 else data
 
 
-
 @dataclass
 class Predictor:
     """A loaded SavedModel and its serving config."""

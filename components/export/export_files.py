@@ -1,0 +1,5 @@
+"""The names of the files `detpipe export` writes, in a module without TensorFlow: `serve`
+looks for them before it loads TensorFlow (components/serve/model_files.py)."""
+
+SAVED_MODEL_FILE = "saved_model.pb"  # TensorFlow's name for the graph in a SavedModel folder
+SERVING_CONFIG_FILE = "serving_config.json"
