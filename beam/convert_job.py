@@ -212,6 +212,8 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
                                     max_pixels=options.max_pixels, exif=options.exif, bad_box=options.bad_box)
     runner, pipeline_options = job_options(options, len(sources))
     with beam.Pipeline(runner=runner, options=pipeline_options) as p:
+        # Create reshuffles its elements (lists of sources), so with several workers the
+        # parsing is shared too.
         read = p | "Sources" >> beam.Create(jt.chunked(sources)) | "Read" >> jt.ReadRecords()
         checked = read | "Check" >> jt.CheckRecords(options.images, check_options, len(sources))
         label_map = checked[jt.RECORDS] | "LabelMap" >> jt.LabelMap(out, options.label_map, options.base_label_map)

@@ -292,12 +292,21 @@ class _WriteShard(beam.DoFn):
             yield beam.pvalue.TaggedOutput(STATS, (split, features_batch(rows)))
 
 
+def _grouped(pairs) -> list[tuple[object, list]]:
+    """(key, [values]) of (key, value) pairs: a list's share of each group, one element each.
+
+    >>> _grouped([("a", 1), ("b", 2), ("a", 3)])
+    [('a', [1, 3]), ('b', [2])]
+    """
+    groups: dict[object, list] = {}
+    for key, value in pairs:
+        groups.setdefault(key, []).append(value)
+    return list(groups.items())
+
+
 def _by_shard(placed: list[tuple[str, CheckedRecord]], counts: dict[str, int]):
     """((split, shard index), [records]) for each shard the list's records go to."""
-    shards: dict[tuple[str, int], list] = {}
-    for split, record in placed:
-        shards.setdefault((split, shard_index(record.image_id, counts[split])), []).append(record)
-    return list(shards.items())
+    return _grouped(((split, shard_index(record.image_id, counts[split])), record) for split, record in placed)
 
 
 class WriteShards(beam.PTransform):
@@ -357,10 +366,7 @@ def _by_rejects_file(rejects: list[Reject], count: int):
     """(file index, [rejects]) for each rejects file the list's rejects go to (by source)."""
     from beam.split import stable_fraction
 
-    files: dict[int, list] = {}
-    for reject in rejects:
-        files.setdefault(min(count - 1, int(stable_fraction(reject.source_ref, seed=-2) * count)), []).append(reject)
-    return list(files.items())
+    return _grouped((min(count - 1, int(stable_fraction(r.source_ref, seed=-2) * count)), r) for r in rejects)
 
 
 class WriteRejects(beam.PTransform):
