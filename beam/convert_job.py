@@ -26,7 +26,9 @@ from beam import record_checks as rc
 from beam.coco_reader import read_coco
 from beam.csv_reader import read_csv
 from beam.dataset_gates import GateOptions, dataset_problems
-from beam.job_outputs import EXAMPLES_KEPT, JOB_DIR, JobSummary, publish, read_job_outputs
+from beam.feature_batches import read_batches
+from beam.job_outputs import (EXAMPLES_KEPT, JOB_DIR, JobSummary, features_files, job_path, publish,
+                              read_job_outputs)
 from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCounts, Manifest, earlier_build_problem,
                            is_rejects_file, near_duplicate_line, rejects_file_count, stats_file_name,
                            written_by_build)
@@ -34,6 +36,7 @@ from beam.output_files import read_rejects, write_json
 from beam.shard_writer import DEFAULT_MIN_SHARDS, DEFAULT_TARGET_SHARD_BYTES
 from beam.source_records import AnnotationError, Reject
 from beam.split import TRAIN, VAL, read_split_file
+from beam.tfdv_checks import stats_transform
 from beam.voc_reader import list_voc_files
 
 logger = logging.getLogger(__name__)
@@ -118,11 +121,11 @@ class DataBuildError(RuntimeError):
     """The input cannot be converted at all (no annotations, bad options)."""
 
 
-# A worker process costs ~13 CPU-seconds to start (imports of Beam, TensorFlow and TFDV)
-# before it checks a record, and Beam's portable runner adds its data plane between the
-# stages: on the 2-core machine two workers were slower than one in-process up to 20,000
-# records and faster per extra record (benchmarks/convert.py), so below this many records
-# per worker the job runs in fewer.
+# A worker process costs ~5 CPU-seconds to start (Beam's import; the workers do without
+# TensorFlow) before it checks a record, and Beam's portable runner moves each stage's
+# output through the driver: on the 2-core machine two workers were slower than one
+# in-process at 20,000 records and faster per extra record (benchmarks/convert.py), so
+# below this many records per worker the job runs in fewer.
 RECORDS_PER_WORKER = 20_000
 
 
@@ -221,8 +224,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
             options.val_fraction, options.seed, split_of, options.split_file, options.target_shard_bytes,
             options.min_shards)
         placed = split[jt.RECORDS]
-        stats_batches = placed | "Write" >> jt.WriteShards(out, options.gzip, split["shard_counts"], label_map)
-        _ = stats_batches | "Statistics" >> jt.Statistics(out)
+        _ = placed | "Write" >> jt.WriteShards(out, options.gzip, split["shard_counts"], label_map)
         _ = ((checked[jt.REJECTS], split[jt.REJECTS], placed | "DroppedBoxes" >> beam.FlatMap(jt.dropped_boxes))
              | "AllRejects" >> beam.Flatten()
              | "Rejects" >> jt.WriteRejects(out, rejects_file_count(len(sources))))
@@ -230,6 +232,19 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
         if split_of is not None:
             parts.append(jt.unknown_split_ids(read["ids"], split_of))
         _ = parts | "AllSummaryParts" >> beam.Flatten() | "Summary" >> jt.Summarise(out)
+
+
+def _write_statistics(out: str) -> None:
+    """TFDV statistics per split of the features files the job wrote, into
+    OUTPUT/_job/stats-SPLIT.pb. They run here, in the driver's own process, on features
+    only (no image bytes): TFDV needs TensorFlow, whose import would cost each of the job's
+    workers ~13 CPU-seconds, more than checking 20,000 small images."""
+    runner, pipeline_options = runner_and_options("DirectRunner", (), 1)
+    with beam.Pipeline(runner=runner, options=pipeline_options) as p:
+        for split in (TRAIN, VAL):
+            batches = (p | f"{split}Files" >> beam.Create(features_files(out, split))
+                       | f"Read{split}" >> beam.FlatMap(read_batches))
+            stats_transform(batches, split, job_path(out, stats_file_name(split)))
 
 
 def _facts_by_kind(counts: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -292,6 +307,7 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         raise DataBuildError(f"--split-file: {err}") from err
     try:
         _run_beam(options, sources, split_of)
+        _write_statistics(options.output)
         return _finish(options, sources, started, split_of)
     finally:
         job = FileSystems.join(options.output, JOB_DIR)

@@ -1,26 +1,26 @@
-"""`CheckedRecord` ⇄ tf.train.Example with the TF OD API keys (beam/feature_keys.py)."""
+"""`CheckedRecord` ⇄ tf.train.Example with the TF OD API keys (beam/feature_keys.py), through
+beam/example_proto.py's classes: TensorFlow is not imported (the job's workers do without it)."""
 
 from __future__ import annotations
 
 import hashlib
 
-import tensorflow as tf
-
 from beam import feature_keys as K
+from beam import example_proto as pb
 from beam.exif import upright_image_bytes
 from beam.source_records import CheckedRecord
 
 
-def _bytes(values: list[bytes]) -> tf.train.Feature:
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+def _bytes(values: list[bytes]) -> pb.Feature:
+    return pb.Feature(bytes_list=pb.BytesList(value=values))
 
 
-def _floats(values: list[float]) -> tf.train.Feature:
-    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+def _floats(values: list[float]) -> pb.Feature:
+    return pb.Feature(float_list=pb.FloatList(value=values))
 
 
-def _ints(values: list[int]) -> tf.train.Feature:
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+def _ints(values: list[int]) -> pb.Feature:
+    return pb.Feature(int64_list=pb.Int64List(value=values))
 
 
 class ImageChanged(RuntimeError):
@@ -68,13 +68,13 @@ def record_features(record: CheckedRecord, digest: str, label_map: dict[str, int
     }
 
 
-def to_example(features: dict[str, list], image_bytes: bytes) -> tf.train.Example:
+def to_example(features: dict[str, list], image_bytes: bytes) -> pb.Example:
     feature = {K.ENCODED: _bytes([image_bytes])}
     feature.update((key, _FEATURE[FEATURE_KINDS[key]](values)) for key, values in features.items())
-    return tf.train.Example(features=tf.train.Features(feature=feature))
+    return pb.Example(features=pb.Features(feature=feature))
 
 
-def encode_example(record: CheckedRecord, image_bytes: bytes, label_map: dict[str, int]) -> tf.train.Example:
+def encode_example(record: CheckedRecord, image_bytes: bytes, label_map: dict[str, int]) -> pb.Example:
     """The tf.Example of one record from its source image bytes (`written_image`,
     `record_features`)."""
     image_bytes, digest = written_image(record, image_bytes)
@@ -83,7 +83,7 @@ def encode_example(record: CheckedRecord, image_bytes: bytes, label_map: dict[st
 
 def decode_example(serialized: bytes) -> dict:
     """A plain dict of one serialized Example (for checks and tests, not training)."""
-    example = tf.train.Example.FromString(serialized)
+    example = pb.Example.FromString(serialized)
     out = {}
     for key, feature in example.features.feature.items():
         kind = feature.WhichOneof("kind")

@@ -1,7 +1,7 @@
 """What the Beam job hands to its driver (`build_dataset`), declared once for both.
 
 The job writes every output through its own sinks into OUTPUT/_job/: the shards and the
-rejects (sharded, deterministic), the statistics (TFDV's sink), and three small
+rejects (sharded, deterministic), each shard's features for the statistics, and three small
 outputs written with `WriteToText` (the label map, the shard list, the job summary of
 combined counts). Nothing is written from inside a `Map`. When the job has finished, the
 driver reads the small outputs (`read_job_outputs`) and moves the rest into OUTPUT
@@ -35,6 +35,22 @@ EXAMPLES_KEPT = 5
 
 def job_path(output: str, name: str) -> str:
     return FileSystems.join(output, JOB_DIR, name)
+
+
+def features_file_name(shard: str) -> str:
+    """The job file of a shard's features (an Arrow batch, beam/feature_batches.py), which the
+    driver's statistics read; it goes with OUTPUT/_job/.
+
+    >>> features_file_name("val-00001-of-00002.tfrecord")
+    'features-val-00001-of-00002.tfrecord.arrow'
+    """
+    return f"features-{shard}.arrow"
+
+
+def features_files(output: str, split: str) -> list[str]:
+    """The paths of a split's features files the job wrote, in shard order."""
+    pattern = job_path(output, features_file_name(f"{split}-*"))
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
 @dataclass

@@ -18,8 +18,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam import record_checks as rc
 from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_LIST_OUTPUT, SUMMARY_OUTPUT, CombineSummaries,
-                              JobSummary, job_path, write_one)
-from beam.manifest import rejects_file_name, stats_file_name
+                              JobSummary, features_file_name, job_path, write_one)
+from beam.manifest import rejects_file_name
 from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
 from beam.source_records import AnnotationError, CheckedRecord, Reject, SourceRecord, image_id_from_filename
@@ -260,15 +260,12 @@ class LabelMap(beam.PTransform):
         return label_map
 
 
-STATS = "stats"
-
-
 class _WriteShard(beam.DoFn):
     """Write one shard into OUTPUT/_job/ from its lists of records: sorted by image id, each
     image read (the checks kept no pixels: no shuffle holds image bytes) and encoded. A
-    shard with no records is an empty file, so every name `-of-N` exists. Emits the
-    shard's facts, and under `stats` the (split, Arrow batch) of its features for the
-    statistics."""
+    shard with no records is an empty file, so every name `-of-N` exists. Beside it, the
+    shard's features as an Arrow batch, which the driver's statistics read. Emits the
+    shard's facts."""
 
     def __init__(self, output: str, gzip: bool):
         self._output = output
@@ -276,20 +273,20 @@ class _WriteShard(beam.DoFn):
 
     def process(self, item, counts, label_map):
         from beam.example_codec import record_features, to_example, written_image
-        from beam.tfdv_checks import features_batch
+        from beam.feature_batches import features_batch, write_batch
 
         (split, index), lists = item
         records = sorted((r for records in lists if records for r in records), key=lambda r: r.image_id)
-        path = job_path(self._output, shard_name(split, index, counts[split], self._gzip))
+        name = shard_name(split, index, counts[split], self._gzip)
         rows, filesystem_of = [], FileSystemOf()
-        with ShardWriter(path, split) as writer:
+        with ShardWriter(job_path(self._output, name), split) as writer:
             for record in records:
                 image_bytes, digest = written_image(record, read_bytes(record.image_path, filesystem_of))
                 rows.append(record_features(record, digest, label_map))
                 writer.write(to_example(rows[-1], image_bytes).SerializeToString())
-        yield writer.info.to_dict()
         if rows:
-            yield beam.pvalue.TaggedOutput(STATS, (split, features_batch(rows)))
+            write_batch(job_path(self._output, features_file_name(name)), features_batch(rows))
+        yield writer.info.to_dict()
 
 
 def _grouped(pairs) -> list[tuple[object, list]]:
@@ -310,8 +307,8 @@ def _by_shard(placed: list[tuple[str, CheckedRecord]], counts: dict[str, int]):
 
 
 class WriteShards(beam.PTransform):
-    """Lists of (split, record) → deterministic shards in OUTPUT/_job/ (by a hash of the image id),
-    the shard list written as a job output; returns the tagged `stats` batches."""
+    """Lists of (split, record) → deterministic shards in OUTPUT/_job/ (by a hash of the image id)
+    and their features files, the shard list written as a job output."""
 
     def __init__(self, output: str, gzip: bool, shard_counts, label_map):
         super().__init__()
@@ -328,25 +325,9 @@ class WriteShards(beam.PTransform):
                    | "WithEmpty" >> beam.Flatten()
                    | "GroupByShard" >> beam.GroupByKey()
                    | "Write" >> beam.ParDo(_WriteShard(self._output, self._gzip), counts,
-                                           beam.pvalue.AsSingleton(self._label_map)).with_outputs(STATS, main="shards"))
-        write_one(written.shards | "ToJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True)),
-                  self._output, SHARD_LIST_OUTPUT, "WriteList")
-        return written[STATS]
-
-
-class Statistics(beam.PTransform):
-    """(split, Arrow batch) → TFDV statistics per split, OUTPUT/_job/stats-SPLIT.pb."""
-
-    def __init__(self, output: str):
-        super().__init__()
-        self._output = output
-
-    def expand(self, batches):
-        from beam.tfdv_checks import stats_transform
-
-        return {split: stats_transform(batches | f"Only{split}" >> beam.FlatMap(
-                    lambda e, s=split: [e[1]] if e[0] == s else []), split, job_path(self._output, stats_file_name(split)))
-                for split in (TRAIN, VAL)}
+                                           beam.pvalue.AsSingleton(self._label_map)))
+        return write_one(written | "ToJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True)),
+                         self._output, SHARD_LIST_OUTPUT, "WriteList")
 
 
 def _write_rejects(item, output: str, count: int) -> str:

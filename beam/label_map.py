@@ -7,8 +7,6 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-import tensorflow as tf
-
 
 def derive_label_map(class_names: Iterable[str]) -> dict[str, int]:
     """A stable label map: names sorted, ids from 1.
@@ -69,6 +67,8 @@ def parse_pbtxt_label_map(text: str, source: str = "label_map.pbtxt") -> dict[st
 
 def read_dataset_label_map(data_dir: str) -> dict[str, int]:
     """The classes of a shard folder: `label_map.json` (detpipe) or `label_map.pbtxt` (TF OD API)."""
+    import tensorflow as tf  # here: the job's workers import this module and do without TensorFlow
+
     root = data_dir.rstrip("/")
     for name in ("label_map.json", "label_map.pbtxt"):
         path = f"{root}/{name}"

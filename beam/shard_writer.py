@@ -1,15 +1,21 @@
 """Deterministic TFRecord shards: records go to a shard by a hash of their key and
 are sorted by key inside it, so the same input always gives byte-identical files.
+
+Written through Beam's file systems (local, gs://), not TensorFlow's writer: the job's
+workers do without TensorFlow (beam/example_proto.py says why).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import struct
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-import tensorflow as tf
+import google_crc32c
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 
 from beam.split import stable_fraction
 
@@ -56,30 +62,50 @@ def shard_index(key: str, count: int) -> int:
     return min(count - 1, int(stable_fraction(key, seed=-1) * count))
 
 
+def _masked_crc32c(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tfrecord_frame(record: bytes) -> bytes:
+    """One record as a TFRecord file holds it: its length (uint64, little-endian), the masked
+    CRC-32C of the length, the bytes, the masked CRC-32C of the bytes. This framing is all
+    TensorFlow's TFRecordWriter adds; Beam keeps its own copy private (tfrecordio), so it is
+    spelled here.
+
+    >>> tfrecord_frame(b"ab").hex()
+    '020000000000000078270b3461621cb0f0f4'
+    """
+    length = struct.pack("<Q", len(record))
+    return b"".join((length, struct.pack("<I", _masked_crc32c(length)), record,
+                     struct.pack("<I", _masked_crc32c(record))))
+
+
 class ShardWriter:
-    """Streams serialized records into one shard file; `info` is ready after closing.
+    """Streams serialized records into one shard file (GZIP-compressed when its name ends
+    in .gz: zlib's header carries no time, so those stay byte-identical too); `info` is
+    ready after closing.
 
     Records are written in the order given: callers sort by key first.
     """
 
     def __init__(self, path: str, split: str):
         self.path, self.split, self.records = path, split, 0
-        options = tf.io.TFRecordOptions(compression_type="GZIP" if path.endswith(GZIP_SUFFIX) else "")
-        self._writer = tf.io.TFRecordWriter(path, options)
+        compression = CompressionTypes.GZIP if path.endswith(GZIP_SUFFIX) else CompressionTypes.UNCOMPRESSED
+        self._file = FileSystems.create(path, compression_type=compression)
         self.info: ShardInfo | None = None
 
     def write(self, record: bytes) -> None:
-        self._writer.write(record)
+        self._file.write(tfrecord_frame(record))
         self.records += 1
 
     def __enter__(self) -> "ShardWriter":
         return self
 
     def __exit__(self, *exc) -> None:
-        self._writer.close()
-        # TF's GZIP writer sets no timestamp, so compressed shards stay byte-identical too.
+        self._file.close()
         digest, size = hashlib.sha256(), 0
-        with tf.io.gfile.GFile(self.path, "rb") as handle:
+        with FileSystems.open(self.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
                 size += len(chunk)

@@ -1,7 +1,8 @@
 """TFDV statistics, schema and anomalies for the converted dataset.
 
-Statistics are computed inside the Beam job (`stats_transform`); schema inference,
-validation and the HTML view run afterwards on the (small) statistics protos.
+Statistics are computed over the features each shard's writer kept (beam/feature_batches.py,
+`stats_transform`) in the driver once the job has run; schema inference, validation and
+the HTML view run afterwards on the (small) statistics protos.
 """
 
 from __future__ import annotations
@@ -9,49 +10,15 @@ from __future__ import annotations
 import logging
 
 import apache_beam as beam
-import pyarrow as pa
-import pyarrow.compute as pc
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
 from beam import feature_keys as K
-from beam.example_codec import BYTES, FEATURE_KINDS, FLOATS, INTS
+from beam.feature_batches import BOX_HEIGHT, BOX_WIDTH
 
 logger = logging.getLogger(__name__)
 
-
-# Derived for statistics only (not written to the shards): box sizes, so that TFDV can
-# show their distribution and catch their drift between dataset versions.
-BOX_WIDTH = "detpipe/box_width"
-BOX_HEIGHT = "detpipe/box_height"
 _OBJECT_KEYS = (*K.BOX_KEYS, K.CLASS_TEXT, K.CLASS_LABEL, K.DIFFICULT, BOX_WIDTH, BOX_HEIGHT)
-
-
-def with_box_sizes(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Add box width and height (normalised) list columns computed from the corners."""
-    names = batch.schema.names
-    columns, fields = list(batch.columns), list(batch.schema)
-    for name, lo, hi in ((BOX_WIDTH, K.XMIN, K.XMAX), (BOX_HEIGHT, K.YMIN, K.YMAX)):
-        if lo not in names or hi not in names:
-            continue
-        lo_arr, hi_arr = batch.column(names.index(lo)), batch.column(names.index(hi))
-        sizes = pc.subtract(hi_arr.flatten(), lo_arr.flatten())
-        column = type(hi_arr).from_arrays(hi_arr.offsets, sizes)
-        columns.append(column)
-        fields.append(pa.field(name, column.type))
-    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
-
-
-_ARROW_TYPES = {BYTES: pa.binary(), FLOATS: pa.float32(), INTS: pa.int64()}
-
-
-def features_batch(rows: list[dict[str, list]]) -> pa.RecordBatch:
-    """The records' features (example_codec.record_features: everything but the image
-    bytes) as one Arrow batch with box widths and heights, what TFDV reads. Statistics over
-    the image bytes would copy every image once more and tell nothing the checks do not."""
-    keys = list(FEATURE_KINDS)
-    columns = [pa.array([row[key] for row in rows], pa.list_(_ARROW_TYPES[FEATURE_KINDS[key]])) for key in keys]
-    return with_box_sizes(pa.RecordBatch.from_arrays(columns, keys))
 
 
 # Features unique to each image. As plain strings TFDV's default exact top-k combiner

@@ -52,6 +52,24 @@ def _shard_records(out: Path) -> dict[str, tuple[str, dict]]:
     return records
 
 
+def test_the_shards_are_what_tensorflow_would_write(dirty, built, tmp_path, monkeypatch):
+    """The job's workers write Examples and TFRecord framing without TensorFlow
+    (beam/example_proto.py, beam/shard_writer.py): the same build with TensorFlow's own
+    Example classes writes the same shards, and each shard is the file TensorFlow's writer
+    makes of its records."""
+    out, _ = built
+    monkeypatch.setattr("beam.example_codec.pb", tf.train)  # in-process: the one worker sees it
+    _build(dirty, tmp_path / "tf", num_workers=1)
+    shards = sorted(out.glob("*.tfrecord"))
+    assert len(shards) >= 2 and [s.name for s in shards] == sorted(p.name for p in (tmp_path / "tf").glob("*.tfrecord"))
+    for shard in shards:
+        assert (tmp_path / "tf" / shard.name).read_bytes() == shard.read_bytes(), shard.name
+        with tf.io.TFRecordWriter(str(tmp_path / shard.name)) as writer:
+            for raw in tf.data.TFRecordDataset(str(shard)):
+                writer.write(raw.numpy())
+        assert (tmp_path / shard.name).read_bytes() == shard.read_bytes(), shard.name
+
+
 def test_every_reason_the_checks_know_is_produced_by_a_real_input(dirty):
     # A new reason code without a dirty input that produces it fails here.
     assert dirty.reasons == EVERY_REASON

@@ -81,3 +81,28 @@ def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_
                                      output=str(out), num_workers=1))
     assert sorted(p.name for p in out.iterdir()) == []
     assert not list(out.glob("*.tfrecord")) and not list(out.glob(REJECTS_GLOB))
+
+
+def test_the_job_workers_do_without_tensorflow(tmp_path):
+    """A worker process unpickles the job's stages and imports what they import; TensorFlow
+    (and TFDV, which imports it) must not be among them: its import alone costs a worker
+    ~13 CPU-seconds. The stages' own lazy imports are imported too."""
+    import subprocess
+    import sys
+
+    from apache_beam.internal import pickler
+
+    from beam import job_transforms as jt
+    from beam.record_checks import CheckOptions
+    from conftest import REPO
+
+    stages = [jt._CheckChunk("images", CheckOptions(), 10), jt._WriteShard("out", False), jt._parse_chunk,
+              jt._by_shard, jt._by_rejects_file, jt._write_rejects, jt.chunk_summary, jt.dropped_boxes,
+              jt.CombineSummaries()]
+    (tmp_path / "stages.pickle").write_bytes(pickler.dumps(stages))
+    code = ("import sys\nfrom apache_beam.internal import pickler\n"
+            f"pickler.loads(open({str(tmp_path / 'stages.pickle')!r}, 'rb').read())\n"
+            "import beam.example_codec, beam.feature_batches, beam.output_files, beam.split\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorflow_data_validation')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:500]
