@@ -272,7 +272,7 @@ class _WriteShard(beam.DoFn):
         self._gzip = gzip
 
     def process(self, item, counts, label_map):
-        from beam.example_codec import record_features, to_example, written_image
+        from beam.example_codec import example_bytes, record_features, written_image
         from beam.feature_batches import features_batch, write_batch
 
         (split, index), lists = item
@@ -283,7 +283,7 @@ class _WriteShard(beam.DoFn):
             for record in records:
                 image_bytes, digest = written_image(record, read_bytes(record.image_path, filesystem_of))
                 rows.append(record_features(record, digest, label_map))
-                writer.write(to_example(rows[-1], image_bytes).SerializeToString())
+                writer.write(example_bytes(rows[-1], image_bytes))
         if rows:
             write_batch(job_path(self._output, features_file_name(name)), features_batch(rows))
         yield writer.info.to_dict()
