@@ -198,12 +198,16 @@ def main() -> None:
             print(f"  without the process start (build_dataset's own {run['job_seconds']:.1f} s, as the baselines "
                   f"are timed): {job_rate:.1f} images/s = {job_rate / two_step:.2f}x the two-step, "
                   f"{job_rate / ceiling:.0%} of the ceiling")
-            memory.setdefault(workers, {})[size] = max([run["driver_mib"], *run["worker_mib"]])
+            memory.setdefault(workers, {})[size] = (max([run["driver_mib"], *run["worker_mib"]]),
+                                                    max(run["worker_mib"], default=0))
     if len(args.sizes) > 1:
         small, large = min(args.sizes), max(args.sizes)
         for workers, peaks in memory.items():
-            print(f"peak memory of one process, {large} / {small} images, "
-                  f"{workers or 'default'} worker(s): {peaks[large] / peaks[small]:.2f}x")
+            line = (f"peak memory of one process, {large} / {small} images, {workers or 'default'} worker(s): "
+                    f"{peaks[large][0] / peaks[small][0]:.2f}x")
+            if peaks[small][1]:  # worker processes of their own (not in-process)
+                line += f"; of one worker process alone: {peaks[large][1] / peaks[small][1]:.2f}x"
+            print(line)
 
 
 if __name__ == "__main__":
