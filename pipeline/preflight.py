@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from components.detector.artifacts import CONFIG_FILE, MODEL_FILE
+from components.export.export_files import SAVED_MODEL_FILE
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp")
 SHARD_SUFFIXES = (".tfrecord", ".tfrecord.gz")
 # Names looked at in a folder before deciding what it holds: enough to tell, fast on huge folders.
@@ -102,7 +105,7 @@ def shards_problem(data: str) -> str | None:
         return None
     what = "no label_map.json" if shards else "no train-*.tfrecord shards"
     hint = ""
-    if "model.keras" in names or "saved_model.pb" in names:
+    if MODEL_FILE in names or SAVED_MODEL_FILE in names:
         hint = " (it looks like a trained model)"
     elif _has(data, IMAGE_SUFFIXES) or _has(data, (".xml",)) or "annotations" in names or "images" in names:
         hint = " (it looks like a raw dataset: convert it first with `detpipe data build --output DIR`)"
@@ -114,11 +117,11 @@ def trained_model_problem(model: str) -> str | None:
     if not _local(model) or not os.path.isdir(model):
         return None
     names = _names(model)
-    if "model.keras" in names and "train_config.json" in names:
+    if MODEL_FILE in names and CONFIG_FILE in names:
         return None
-    hint = " (it is an exported SavedModel: pass the folder `detpipe train` wrote)" if "saved_model.pb" in names \
+    hint = " (it is an exported SavedModel: pass the folder `detpipe train` wrote)" if SAVED_MODEL_FILE in names \
         else ""
-    return f"{model} is not the output of `detpipe train` (no model.keras + train_config.json): it has " \
+    return f"{model} is not the output of `detpipe train` (no {MODEL_FILE} + {CONFIG_FILE}): it has " \
            f"{describe(model)}{hint}"
 
 
@@ -127,9 +130,9 @@ def saved_model_problem(model: str) -> str | None:
     if not _local(model) or not os.path.isdir(model):
         return None
     names = _names(model)
-    if "saved_model.pb" in names:
+    if SAVED_MODEL_FILE in names:
         return None
-    hint = " (it is a training output: export it first with `detpipe export`)" if "model.keras" in names else ""
-    if "saved_model" in names and os.path.isfile(os.path.join(model, "saved_model", "saved_model.pb")):
+    hint = " (it is a training output: export it first with `detpipe export`)" if MODEL_FILE in names else ""
+    if "saved_model" in names and os.path.isfile(os.path.join(model, "saved_model", SAVED_MODEL_FILE)):
         hint = f" (did you mean {os.path.join(model, 'saved_model')}?)"
-    return f"{model} is not an exported model (no saved_model.pb): it has {describe(model)}{hint}"
+    return f"{model} is not an exported model (no {SAVED_MODEL_FILE}): it has {describe(model)}{hint}"
