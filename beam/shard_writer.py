@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+import zlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -84,32 +85,40 @@ def tfrecord_frame(record: bytes) -> bytes:
 class ShardWriter:
     """Streams serialized records into one shard file (GZIP-compressed when its name ends
     in .gz: zlib's header carries no time, so those stay byte-identical too); `info` is
-    ready after closing.
+    ready after closing. The bytes are counted and hashed as they are written, as stored,
+    so the shard is not read back (on gs:// a second transfer of every shard).
 
     Records are written in the order given: callers sort by key first.
     """
 
     def __init__(self, path: str, split: str):
         self.path, self.split, self.records = path, split, 0
-        compression = CompressionTypes.GZIP if path.endswith(GZIP_SUFFIX) else CompressionTypes.UNCOMPRESSED
-        self._file = FileSystems.create(path, compression_type=compression)
+        self._file = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        # Beam's own GZIP files use these settings; compressed here, the stored bytes pass through.
+        self._gzip = (zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+                      if path.endswith(GZIP_SUFFIX) else None)
+        self._digest, self._size = hashlib.sha256(), 0
         self.info: ShardInfo | None = None
 
+    def _store(self, data: bytes) -> None:
+        self._file.write(data)
+        self._digest.update(data)
+        self._size += len(data)
+
     def write(self, record: bytes) -> None:
-        self._file.write(tfrecord_frame(record))
+        frame = tfrecord_frame(record)
+        self._store(self._gzip.compress(frame) if self._gzip else frame)
         self.records += 1
 
     def __enter__(self) -> "ShardWriter":
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._gzip:
+            self._store(self._gzip.flush())
         self._file.close()
-        digest, size = hashlib.sha256(), 0
-        with FileSystems.open(self.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-        self.info = ShardInfo(self.path.rsplit("/", 1)[-1], self.split, self.records, size, digest.hexdigest())
+        self.info = ShardInfo(self.path.rsplit("/", 1)[-1], self.split, self.records, self._size,
+                              self._digest.hexdigest())
 
 
 def write_shard(path: str, split: str, records: Iterable[bytes]) -> ShardInfo:
