@@ -1,16 +1,18 @@
 """TFDV statistics, schema and anomalies for the converted dataset.
 
 Statistics are computed over the features each shard's writer kept (beam/feature_batches.py,
-`stats_transform`) in the driver once the job has run; schema inference, validation and
+`feature_statistics`) in the driver once the job has run; schema inference, validation and
 the HTML view run afterwards on the (small) statistics protos.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Iterable
 
-import apache_beam as beam
+import pyarrow as pa
 import tensorflow_data_validation as tfdv
+from tensorflow_data_validation.statistics import stats_impl
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
 from beam import feature_keys as K
@@ -36,15 +38,18 @@ def statistics_schema() -> schema_pb2.Schema:
     return schema
 
 
-def stats_transform(batches: beam.PCollection, label: str, output_path: str) -> beam.PCollection:
-    """Arrow batches of features (`features_batch`) → TFDV statistics written to
-    `output_path` (binary proto)."""
-    return (
-        batches
-        | f"Stats{label}" >> tfdv.GenerateStatistics(tfdv.StatsOptions(
-            schema=statistics_schema(), experimental_use_sketch_based_topk_uniques=True))
-        | f"WriteStats{label}" >> tfdv.WriteStatisticsToBinaryFile(output_path)
-    )
+def feature_statistics(batches: Iterable[pa.RecordBatch]) -> statistics_pb2.DatasetFeatureStatisticsList:
+    """TFDV statistics of Arrow batches of features (`features_batch`), one batch in memory
+    at a time. TFDV's own generators and accumulators (what its `GenerateStatistics` runs
+    inside Beam's combiner), fed batch by batch in this process: a Beam pipeline around them
+    cost ~2 s of building and running on 20,000 records, the statistics ~0.2 s."""
+    options = tfdv.StatsOptions(schema=statistics_schema(), experimental_use_sketch_based_topk_uniques=True)
+    generators = stats_impl.get_generators(options, in_memory=True)
+    accumulators = [generator.create_accumulator() for generator in generators]
+    for batch in batches:
+        accumulators = [generator.add_input(accumulator, batch)
+                        for generator, accumulator in zip(generators, accumulators)]
+    return stats_impl.extract_statistics_output(accumulators, generators)
 
 
 def task_schema(train_stats: statistics_pb2.DatasetFeatureStatisticsList, num_labels: int,
