@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import replace
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam import record_checks as rc
+from beam.file_bytes import FileSystemOf, read_bytes
 from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_LIST_OUTPUT, SUMMARY_OUTPUT, CombineSummaries,
                               JobSummary, features_file_name, job_path, write_one)
 from beam.manifest import rejects_file_name
@@ -29,32 +29,12 @@ from beam.voc_reader import read_voc_file
 logger = logging.getLogger(__name__)
 
 
-def read_bytes(path: str, filesystem_of=FileSystems.get_filesystem) -> bytes:
-    """The file's bytes as stored (an image named .gz is not decompressed), local or gs://."""
-    with filesystem_of(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
-
-
-class FileSystemOf:
-    """`FileSystems.get_filesystem`, once per scheme: each call of Beam's looks through every
-    filesystem class again (~20 us, as much as reading a small image)."""
-
-    def __init__(self):
-        self._by_scheme: dict[str | None, object] = {}
-
-    def __call__(self, path: str):
-        scheme = FileSystems.get_scheme(path)
-        if scheme not in self._by_scheme:
-            self._by_scheme[scheme] = FileSystems.get_filesystem(path)
-        return self._by_scheme[scheme]
-
-
-def _parse(source) -> SourceRecord | Reject:
+def _parse(source, filesystem_of=FileSystems.get_filesystem) -> SourceRecord | Reject:
     """A VOC file path is parsed here (on a worker); COCO/CSV records arrive parsed."""
     if not isinstance(source, str):
         return source
     try:
-        return read_voc_file(source)
+        return read_voc_file(source, filesystem_of)
     except AnnotationError as err:
         return Reject(image_id_from_filename(source), rc.BAD_ANNOTATION, f"annotation cannot be read: {err}", source)
 
@@ -78,7 +58,8 @@ def chunked(sources: list, size: int | None = None) -> list[tuple[int, list]]:
 
 def _parse_chunk(chunk: tuple[int, list]) -> tuple[int, list]:
     index, sources = chunk
-    return index, [_parse(source) for source in sources]
+    filesystem_of = FileSystemOf()
+    return index, [_parse(source, filesystem_of) for source in sources]
 
 
 def _ids(chunk: tuple[int, list]):

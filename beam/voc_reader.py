@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 
 from apache_beam.io.filesystems import FileSystems
 
+from beam.file_bytes import read_bytes
 from beam.source_records import (
     AnnotationError, SourceBox, SourceRecord, image_id_from_filename, number_or_nan, optional_size,
 )
@@ -58,6 +59,6 @@ def parse_voc_xml(data: bytes, source_ref: str) -> SourceRecord:
     )
 
 
-def read_voc_file(path: str) -> SourceRecord:
-    with FileSystems.open(path) as handle:
-        return parse_voc_xml(handle.read(), source_ref=path)
+def read_voc_file(path: str, filesystem_of=FileSystems.get_filesystem) -> SourceRecord:
+    """The record of one VOC XML file; `filesystem_of` a `FileSystemOf` where many are read."""
+    return parse_voc_xml(read_bytes(path, filesystem_of), source_ref=path)
