@@ -41,6 +41,14 @@ def test_dockerfile_installs_from_the_lock_frozen():
     assert re.search(r"^HEALTHCHECK [^\n]*\\\n\s*CMD .*pipeline\.healthcheck", text, re.M)
 
 
+def test_every_install_compiles_the_libraries_bytecode():
+    """Without .pyc files written at install, each process compiles what it imports on every
+    start where they are not written back (TensorFlow's import 14.5 s instead of 5.3 s here)."""
+    syncs = re.findall(r"uv sync ([^\n]*)", (INFRA.parent / "Makefile").read_text())
+    assert len(syncs) == 2 and all("--compile-bytecode" in s for s in syncs)
+    assert re.search(r"^\s*UV_COMPILE_BYTECODE=1\b", (INFRA / "Dockerfile").read_text(), re.M)
+
+
 def test_the_image_and_the_makefile_pin_the_same_uv():
     docker = re.search(r"^ARG UV_VERSION=(\S+)$", (INFRA / "Dockerfile").read_text(), re.M)
     make = re.search(r"^UV_VERSION := (\S+)$", (INFRA.parent / "Makefile").read_text(), re.M)
