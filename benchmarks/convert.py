@@ -14,7 +14,9 @@ For each dataset size (default 2,000 and 20,000 demo images) it prints images/s 
 their ratios, and the job's peak resident memory per process (the driver, and each worker
 process, sampled every 0.1 s). Each `detpipe data build` runs as a process of its own, as a
 user runs it, and its wall time (start-up included) is what counts. `--workers` runs it
-with each worker count given (default: its own choice, and 1 and 2).
+with each worker count given (default: its own choice, and 1 and 2). From the smallest and
+largest sizes it also prints each one's start and rate once running (benchmarks/rates.py),
+what a dataset larger than those sees.
 
 Usage:
     .venv/bin/python benchmarks/convert.py [--sizes 2000 20000] [--image-size 128 128] [--workdir DIR]
@@ -170,7 +172,7 @@ def main() -> None:
     from components.probe.machine_facts import usable_cpus
 
     cpus = usable_cpus()["usable"]
-    memory = {}
+    memory, own_seconds = {}, {}  # own_seconds[name][size]: seconds without the process start
     for size in args.sizes:
         demo = make_demo(root, size, tuple(args.image_size))
         images, annotations = demo / "images", demo / "annotations"
@@ -178,6 +180,7 @@ def main() -> None:
         count, convert_s, tfdv_s = two_step_seconds(images, annotations, root)
         ceiling = decoded / decode_s * cpus
         two_step = count / (convert_s + tfdv_s)
+        own_seconds.setdefault("two-step", {})[count] = convert_s + tfdv_s
         print(f"\n== {size} demo images ({args.image_size[0]}-{args.image_size[1]} px JPEG), {cpus} usable CPUs ==")
         print(f"decode ceiling (read + full decode, one process x {cpus}): {ceiling:8.1f} images/s")
         print(f"converter (TF OD API style, 1 process):             {count / convert_s:8.1f} images/s")
@@ -198,9 +201,11 @@ def main() -> None:
             print(f"  without the process start (build_dataset's own {run['job_seconds']:.1f} s, as the baselines "
                   f"are timed): {job_rate:.1f} images/s = {job_rate / two_step:.2f}x the two-step, "
                   f"{job_rate / ceiling:.0%} of the ceiling")
+            own_seconds.setdefault(f"data build, {label}", {})[count] = run["job_seconds"]
             memory.setdefault(workers, {})[size] = (max([run["driver_mib"], *run["worker_mib"]]),
                                                     max(run["worker_mib"], default=0))
     if len(args.sizes) > 1:
+        _print_rates(own_seconds)
         small, large = min(args.sizes), max(args.sizes)
         for workers, peaks in memory.items():
             line = (f"peak memory of one process, {large} / {small} images, {workers or 'default'} worker(s): "
@@ -208,6 +213,20 @@ def main() -> None:
             if peaks[small][1]:  # worker processes of their own (not in-process)
                 line += f"; of one worker process alone: {peaks[large][1] / peaks[small][1]:.2f}x"
             print(line)
+
+
+def _print_rates(own_seconds: dict[str, dict[int, float]]) -> None:
+    """Each one's start and rate once running from its smallest and largest run (what a
+    larger dataset sees), the rates against the two-step's."""
+    from benchmarks.rates import start_and_rate
+
+    rates = {}
+    print("\nfrom the smallest and largest sizes, without the process start:")
+    for name, seconds in own_seconds.items():
+        (few, few_s), (many, many_s) = min(seconds.items()), max(seconds.items())
+        start, rates[name] = start_and_rate(few, few_s, many, many_s)
+        print(f"  {name:30s}: {start:5.1f} s to start, then {rates[name]:8.1f} images/s = "
+              f"{rates[name] / rates['two-step']:.2f}x the two-step's")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def test_the_local_runner_takes_workers_from_the_options():
     _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers", "2")), records=10)
     flags = options.get_all_options()
     assert flags["direct_num_workers"] == 2 and flags["direct_running_mode"] == "multi_processing"
-    assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(20_000, 2) == 1 and default_workers(50_000, 1) == 1
+    assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(12_000, 2) == 1 and default_workers(50_000, 1) == 1
 
 
 def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_path, monkeypatch):

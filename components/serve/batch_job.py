@@ -42,8 +42,8 @@ DRAWN_DIR = "drawn"
 SUFFIX = ".jsonl"
 SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
 BATCH = 16  # images per model call (RunInference's largest batch)
-IMAGES_PER_WORKER = 15_000  # a second worker process costs ~15 s to start (Beam, TensorFlow, the model) on 2 cores
-# and pays from ~29,000 images there (benchmarks/batch_predict.py --images 20000)
+IMAGES_PER_WORKER = 6_000  # a second worker process costs ~13 s more to start (Beam, TensorFlow, the model) on 2
+# cores and pays from ~11,500 photos there (benchmarks/batch_predict.py --images 20000)
 
 
 @dataclass(frozen=True)
