@@ -238,7 +238,7 @@ def _write_statistics(out: str) -> None:
     """TFDV statistics per split of the features files the job wrote, into
     OUTPUT/_job/stats-SPLIT.pb. They run here, in the driver's own process, on features
     only (no image bytes): TFDV needs TensorFlow, whose import would cost each of the job's
-    workers ~13 CPU-seconds, more than checking 20,000 small images."""
+    workers ~6 CPU-seconds and ~500 MiB before its first record."""
     for split in (TRAIN, VAL):
         stats = feature_statistics(batch for path in features_files(out, split) for batch in read_batches(path))
         with FileSystems.create(job_path(out, stats_file_name(split))) as handle:

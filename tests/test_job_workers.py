@@ -86,7 +86,7 @@ def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_
 def test_the_job_workers_do_without_tensorflow(tmp_path):
     """A worker process unpickles the job's stages and imports what they import; TensorFlow
     (and TFDV, which imports it) must not be among them: its import alone costs a worker
-    ~13 CPU-seconds. The stages' own lazy imports are imported too."""
+    ~6 CPU-seconds and ~500 MiB. The stages' own lazy imports are imported too."""
     import subprocess
     import sys
 
