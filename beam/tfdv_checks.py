@@ -38,13 +38,16 @@ def statistics_schema() -> schema_pb2.Schema:
     return schema
 
 
+def statistics_options() -> tfdv.StatsOptions:
+    return tfdv.StatsOptions(schema=statistics_schema(), experimental_use_sketch_based_topk_uniques=True)
+
+
 def feature_statistics(batches: Iterable[pa.RecordBatch]) -> statistics_pb2.DatasetFeatureStatisticsList:
     """TFDV statistics of Arrow batches of features (`features_batch`), one batch in memory
     at a time. TFDV's own generators and accumulators (what its `GenerateStatistics` runs
     inside Beam's combiner), fed batch by batch in this process: a Beam pipeline around them
     cost ~2 s of building and running on 20,000 records, the statistics ~0.2 s."""
-    options = tfdv.StatsOptions(schema=statistics_schema(), experimental_use_sketch_based_topk_uniques=True)
-    generators = stats_impl.get_generators(options, in_memory=True)
+    generators = stats_impl.get_generators(statistics_options(), in_memory=True)
     accumulators = [generator.create_accumulator() for generator in generators]
     for batch in batches:
         accumulators = [generator.add_input(accumulator, batch)

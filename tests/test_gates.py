@@ -81,3 +81,53 @@ def test_per_image_unique_features_get_no_top_k_sketch(reference):
         assert not features[key].string_stats.top_values
         assert features[key].string_stats.common_stats.num_non_missing > 0
     assert features[K.CLASS_TEXT].string_stats.top_values  # real categories keep theirs
+
+
+def _close(a, b) -> bool:
+    """Equal, floats to 1e-9 relative (sums in another order)."""
+    import math
+
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_close, a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def test_the_statistics_are_what_tfdv_generate_statistics_computes(demo_dir, tmp_path, monkeypatch):
+    """`feature_statistics` feeds TFDV's statistics generators itself, without Beam: on the features
+    files a real build wrote, the same statistics as TFDV's own `GenerateStatistics` pipeline
+    (guards an upgrade of TFDV, whose generators module it calls)."""
+    import shutil
+
+    import apache_beam as beam
+    import tensorflow_data_validation as tfdv
+    from google.protobuf.json_format import MessageToDict
+
+    from beam import convert_job
+    from beam.feature_batches import read_batches
+    from beam.job_outputs import JOB_DIR, features_files
+    from beam.tfdv_checks import feature_statistics, statistics_options
+
+    kept = tmp_path / "kept"
+    write_statistics = convert_job._write_statistics
+
+    def keeping_the_job_files(out: str) -> None:
+        write_statistics(out)
+        shutil.copytree(f"{out}/{JOB_DIR}", kept / JOB_DIR)
+
+    monkeypatch.setattr(convert_job, "_write_statistics", keeping_the_job_files)
+    assert _build(demo_dir, str(demo_dir / "labels.csv"), tmp_path / "out").ok
+    files = features_files(str(kept), "train")
+    assert files
+    with beam.Pipeline() as p:
+        _ = (p | beam.Create(files) | beam.FlatMap(read_batches) | tfdv.GenerateStatistics(statistics_options())
+             | tfdv.WriteStatisticsToBinaryFile(str(tmp_path / "beam.pb")))
+    ours = feature_statistics(batch for path in files for batch in read_batches(path))
+    theirs = tfdv.load_stats_binary(str(tmp_path / "beam.pb"))
+    assert ours.datasets[0].num_examples > 0 and len(ours.datasets[0].features) > 10
+    assert _close(MessageToDict(ours), MessageToDict(theirs))
+    assert tfdv.load_stats_binary(str(tmp_path / "out" / "stats-train.pb")) == ours  # what the build published
+
