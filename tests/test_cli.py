@@ -35,6 +35,18 @@ def test_help_documents_every_option():
                 assert action.help, f"`detpipe {name}`: {action.option_strings or action.dest} has no help"
 
 
+def test_help_gives_the_default_worker_counts_the_jobs_use():
+    """The default worker counts are written out in --help (the CLI does not import Beam to
+    print it); this keeps them the jobs' own."""
+    from beam.convert_job import RECORDS_PER_WORKER
+    from components.serve.batch_job import IMAGES_PER_WORKER
+
+    parsers = dict(_subparsers(build_parser()))
+    helps = {name: " ".join(parsers[name].format_help().split()) for name in ("data build", "predict")}
+    assert f"one per {RECORDS_PER_WORKER:,} records" in helps["data build"]
+    assert f"one per {IMAGES_PER_WORKER:,} images" in helps["predict"]
+
+
 def test_probe_exit_codes(capsys, tmp_path):
     assert main(["probe", "--json", str(tmp_path / "p.json")]) == EXIT_OK
     assert (tmp_path / "p.json").exists()
