@@ -3,10 +3,11 @@
 The job's worker processes encode every record as an Example. TensorFlow's own class
 (`tensorflow/core/example/example.proto`) lives inside the TensorFlow package, whose import
 costs a worker ~5 CPU-seconds and ~500 MiB on a 2-core machine (~13 CPU-seconds where the
-libraries' bytecode is not compiled) before it checks a record. The messages below declare the same fields, numbers and
-types as TensorFlow's example.proto and feature.proto (protobuf's wire format carries only
-those), and protobuf itself does the encoding: the bytes are the ones TensorFlow writes,
-and TensorFlow parses them (tests/test_data_contract.py compares the two).
+libraries' bytecode is not compiled) before it checks a record. The messages below declare
+the same fields, numbers and types as TensorFlow's example.proto and feature.proto
+(protobuf's wire format carries only those), and protobuf itself does the encoding: the
+bytes are the ones TensorFlow writes, and TensorFlow parses them (tests/test_data_contract.py
+compares the two).
 """
 
 from __future__ import annotations

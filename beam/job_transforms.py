@@ -80,9 +80,8 @@ def _ids(chunk: tuple[int, list]):
                     for position, r in enumerate(records))
 
 
-def _by_id(item: tuple[int, list]) -> dict[str, list]:
+def _by_id(lists: list[list]) -> dict[str, list]:
     """{image id: [(source, where)]} of one id group's lists."""
-    _, lists = item
     by_id: dict[str, list] = {}
     for image_id, source, where in (entry for entries in lists for entry in entries):
         by_id.setdefault(image_id, []).append((source, where))
@@ -96,7 +95,7 @@ def _duplicates(item: tuple[int, list]):
     >>> list(_duplicates((7, [[("a", "b.xml", (0, 1)), ("c", "c.xml", (0, 2))], [("a", "a.xml", (3, 0))]])))
     [((0, 1), 'a.xml')]
     """
-    for refs in _by_id(item).values():
+    for refs in _by_id(item[1]).values():
         refs.sort()
         yield from ((where, refs[0][0]) for _, where in refs[1:])
 
@@ -420,7 +419,7 @@ class Summarise(beam.PTransform):
 def _unknown_ids(item: tuple[int, dict]) -> list[JobSummary]:
     """A summary part naming the split file's ids of one id group that no record has."""
     _, joined = item
-    known = {image_id for lists in joined["records"] for image_id in _by_id((None, lists))}
+    known = {image_id for lists in joined["records"] for image_id in _by_id(lists)}
     unknown = sorted(set(joined["listed"]) - known)
     return [JobSummary(unknown_ids=len(unknown), unknown_id_examples=unknown[:EXAMPLES_KEPT])] if unknown else []
 

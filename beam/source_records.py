@@ -143,4 +143,3 @@ class Records(list):
     own; a list of this type it pickles whole, once (measured on 256 checked records:
     6.3 us a record to encode and decode, 150 bytes, against 14.9 us and 560 bytes), at
     every stage boundary a list crosses."""
-

@@ -10,8 +10,8 @@ processes, each on the first quarter of the images and on all of them; each job 
 whole (listing, workers' start, TensorFlow and the model loaded in each worker, writing),
 the loop from loading the model. From the two sizes it prints the job's fixed cost and its
 rate once running (what a job over 200,000 photos sees), against the loop's rate once its
-model is loaded. Also checks that each job's
-lines equal the loop's (boxes 1e-3, scores 1e-4). Nothing asserts on time.
+model is loaded. Also checks that each job's lines equal the loop's (boxes 1e-3, scores
+1e-4). Nothing asserts on time.
 
 Usage:
     .venv/bin/python benchmarks/batch_predict.py [--images 4000]  (20000 for steadier rates) [--image-size 480-640] [--work /tmp/batch_predict]
