@@ -124,8 +124,11 @@ def timed_build(images: Path, annotations: Path, output: Path, workers: int | No
            "--annotations", str(annotations), "--output", str(output), "--max-reject-fraction", "1"]
     if workers:
         cmd += ["--direct-num-workers", str(workers)]
+    # Its log goes to a file: a pipe read only after the exit fills up (64 KiB; ~60,000
+    # records' progress lines) and the build then blocks on its next log line.
+    log = tempfile.TemporaryFile()
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
     driver, peaks = psutil.Process(proc.pid), {}
     while proc.poll() is None:
         try:
@@ -138,7 +141,8 @@ def timed_build(images: Path, annotations: Path, output: Path, workers: int | No
         time.sleep(0.1)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise RuntimeError(f"data build failed ({proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
+        log.seek(0)
+        raise RuntimeError(f"data build failed ({proc.returncode}): {log.read().decode()[-2000:]}")
     workers_mib = [v / 2**20 for k, v in peaks.items() if k != proc.pid]
     job_s = json.loads((output / "manifest.json").read_text())["seconds"]  # build_dataset's own time
     return {"seconds": wall, "job_seconds": job_s, "driver_mib": peaks.get(proc.pid, 0) / 2**20,

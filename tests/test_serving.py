@@ -141,12 +141,15 @@ def _call(port: int, body: bytes, path: str = "/predict") -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def server(exported):
+def server(exported, tmp_path_factory):
     port = _free_port()
+    # The server's log goes to a file: a pipe nobody reads while the tests run fills up
+    # (64 KiB of request lines) and then blocks the server.
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w+")
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--model", str(exported), "--host",
                              "127.0.0.1", "--port", str(port), "--max-instances", str(MAX_INSTANCES)],
                             cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=log, text=True)
     deadline, status = time.monotonic() + 180, None
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -160,10 +163,12 @@ def server(exported):
         time.sleep(0.5)
     if status != 200:
         proc.kill()
-        pytest.fail(f"server did not become healthy (last status {status}): {proc.stderr.read()[-2000:]}")
+        log.seek(0)
+        pytest.fail(f"server did not become healthy (last status {status}): {log.read()[-2000:]}")
     yield port
     proc.terminate()
     proc.wait(timeout=30)
+    log.close()
 
 
 def _instances(*blobs: bytes, **parameters) -> bytes:
