@@ -7,7 +7,6 @@ Exit codes: 0 success, 1 a failed check (reason on stderr, one line a problem),
 import argparse
 import logging
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -250,8 +249,12 @@ def _quiet_libraries() -> None:
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
+    # The same for the processes this one starts (a local Beam job's workers print it once
+    # for each Google library they import).
+    os.environ.setdefault("PYTHONWARNINGS", f"ignore::FutureWarning:{PYTHON_VERSION_NOTICE}")
 
 
+PYTHON_VERSION_NOTICE = "google.api_core._python_version_support"  # the module that warns
 BEAM_WORKER_RELAY = "apache_beam.runners.portability.local_job_service"  # re-logs worker processes' lines
 
 
@@ -260,13 +263,30 @@ def not_beam_chatter(record: logging.LogRecord) -> bool:
     ("BatchElements statistics", "Resource module is not available") and those its worker
     processes send to the driver ("No semi_persistent_directory found"). The job's own
     lines (e.g. "checked N records on worker P", relayed from a worker) and errors pass."""
+    where = record.pathname
+    if record.name == BEAM_WORKER_RELAY:
+        where = _as_worker_line(record)
     if record.levelno >= logging.ERROR:
         return True
-    where = record.pathname
-    if record.name == BEAM_WORKER_RELAY:  # "Worker: %s" with the worker's LogEntry as text
-        found = re.search(r'log_location: "([^"]*)"', str(record.args[0]) if record.args else "")
-        where = found.group(1) if found else ""
     return f"{os.sep}apache_beam{os.sep}" not in where
+
+
+def _as_worker_line(record: logging.LogRecord) -> str:
+    """A worker's line as Beam relays it ("Worker: %s" with the whole LogEntry as text:
+    severity, timestamp, instruction and transform ids, ...) turned into "worker: MESSAGE"
+    (and its traceback), in place; returns where the worker logged it."""
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from google.protobuf import text_format
+
+    if not (record.msg == "Worker: %s" and len(record.args or ()) == 1):
+        return ""
+    entry = beam_fn_api_pb2.LogEntry()
+    try:
+        text_format.Parse(str(record.args[0]), entry)
+    except text_format.ParseError:
+        return ""  # not a LogEntry after all: left as Beam wrote it
+    record.msg, record.args = "worker: %s", (entry.message + (f"\n{entry.trace}" if entry.trace else ""),)
+    return entry.log_location
 
 
 def _quiet_beam() -> None:

@@ -1,8 +1,14 @@
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("argv", [[], ["train"], ["data", "build", "--format", "tiff"],
@@ -214,6 +220,20 @@ def test_every_command_takes_a_shared_setting_as_the_pipeline_declares_it():
     assert checked >= 14
 
 
+def test_processes_the_cli_starts_do_not_print_google_api_cores_python_notice():
+    """A local Beam job's worker processes import google-api-core's libraries, each printing
+    its Python 3.11 end-of-life notice (8 lines a job): the CLI's environment silences it
+    there as in its own process."""
+    code = ("from pipeline.cli import _quiet_libraries; _quiet_libraries(); import subprocess, sys; "
+            "sys.exit(subprocess.run([sys.executable, '-c', 'import google.api_core, google.cloud.storage']).returncode)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert "FutureWarning" not in run.stderr, run.stderr[-1000:]
+    shown = subprocess.run([sys.executable, "-c", "import google.api_core, google.cloud.storage"], cwd=REPO, env=env,
+                           capture_output=True, text=True, check=True)
+    assert "FutureWarning" in shown.stderr  # what it prints without: the check above can fail
+
+
 def test_beams_own_notes_are_dropped_and_the_jobs_worker_lines_kept():
     import logging
 
@@ -221,8 +241,8 @@ def test_beams_own_notes_are_dropped_and_the_jobs_worker_lines_kept():
 
     from pipeline.cli import BEAM_WORKER_RELAY, not_beam_chatter
 
-    def relayed(message, location, level=logging.INFO):  # as local_job_service re-logs a worker's line
-        entry = beam_fn_api_pb2.LogEntry(message=message, log_location=location)
+    def relayed(message, location, level=logging.INFO, trace=""):  # as local_job_service re-logs a worker's line
+        entry = beam_fn_api_pb2.LogEntry(message=message, log_location=location, trace=trace)
         return logging.LogRecord(BEAM_WORKER_RELAY, level, "local_job_service.py", 1, "Worker: %s",
                                  (str(entry).replace("\n", " "),), None)
 
@@ -231,6 +251,16 @@ def test_beams_own_notes_are_dropped_and_the_jobs_worker_lines_kept():
     assert not_beam_chatter(relayed("checked 500 records on worker 81 (2304 in the job)",
                                     "/work/repo/beam/job_transforms.py:82"))
     assert not_beam_chatter(relayed("a DoFn failed", beam_file, logging.ERROR))
+    # What passes reads as the worker's own line, not as Beam's LogEntry text (severity,
+    # timestamp, ids): quotes, non-ASCII and a traceback come back as the worker wrote them.
+    line = relayed('checked 7 records of "Füße.xml"\nsecond line', "/work/repo/beam/job_transforms.py:82")
+    assert not_beam_chatter(line) and line.getMessage() == 'worker: checked 7 records of "Füße.xml"\nsecond line'
+    failed = relayed("a DoFn failed", beam_file, logging.ERROR,
+                     trace="Traceback (most recent call last):\n  ValueError: bad")
+    assert not_beam_chatter(failed) and failed.getMessage() == (
+        "worker: a DoFn failed\nTraceback (most recent call last):\n  ValueError: bad")
+    odd = logging.LogRecord(BEAM_WORKER_RELAY, logging.INFO, "local_job_service.py", 1, "Worker: %s", ("{not",), None)
+    assert not_beam_chatter(odd) and odd.getMessage() == "Worker: {not"
     root = logging.LogRecord("root", logging.INFO, "/venv/site-packages/apache_beam/transforms/util.py", 1,
                              "BatchElements statistics: %s", ("...",), None)
     assert not not_beam_chatter(root)
