@@ -70,6 +70,26 @@ def test_the_local_runner_takes_workers_from_the_options():
     assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(12_000, 2) == 1 and default_workers(50_000, 1) == 1
 
 
+def test_the_worker_processes_get_the_malloc_settings_and_nothing_else_keeps_them(monkeypatch):
+    """Worker processes inherit the driver's environment when Beam starts them, inside the
+    job's run: WORKER_MALLOC_ENV is there then, unless set already, and gone afterwards
+    (training and other steps started later from the same process keep glibc's defaults)."""
+    import os
+
+    from beam.convert_job import WORKER_MALLOC_ENV, _worker_malloc_env
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # the user's own value wins
+    _, several = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
+    with _worker_malloc_env(several):
+        assert os.environ["MALLOC_ARENA_MAX"] == WORKER_MALLOC_ENV["MALLOC_ARENA_MAX"]
+        assert os.environ["MALLOC_MMAP_THRESHOLD_"] == "65536"
+    assert "MALLOC_ARENA_MAX" not in os.environ and os.environ["MALLOC_MMAP_THRESHOLD_"] == "65536"
+    _, one = job_options(ConvertOptions("i", "a", "o", num_workers=1), records=10)
+    with _worker_malloc_env(one):  # in-process: no worker process to start
+        assert "MALLOC_ARENA_MAX" not in os.environ
+
+
 def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_path, monkeypatch):
     def fail(record, image_bytes):
         raise RuntimeError("disk gone")
