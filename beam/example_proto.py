@@ -2,7 +2,7 @@
 
 The job's worker processes encode every record as an Example. TensorFlow's own class
 (`tensorflow/core/example/example.proto`) lives inside the TensorFlow package, whose import
-costs a worker ~5 CPU-seconds and ~500 MiB on a 2-core machine (~13 CPU-seconds where the
+costs a worker ~6 CPU-seconds and ~500 MiB on a 2-core machine (~13 CPU-seconds where the
 libraries' bytecode is not compiled) before it checks a record. The messages below declare
 the same fields, numbers and types as TensorFlow's example.proto and feature.proto
 (protobuf's wire format carries only those), and protobuf itself does the encoding: the

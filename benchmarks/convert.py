@@ -126,23 +126,23 @@ def timed_build(images: Path, annotations: Path, output: Path, workers: int | No
         cmd += ["--direct-num-workers", str(workers)]
     # Its log goes to a file: a pipe read only after the exit fills up (64 KiB; ~60,000
     # records' progress lines) and the build then blocks on its next log line.
-    log = tempfile.TemporaryFile()
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
-    driver, peaks = psutil.Process(proc.pid), {}
-    while proc.poll() is None:
-        try:
-            peaks[proc.pid] = max(peaks.get(proc.pid, 0), driver.memory_info().rss)
-            for child in driver.children(recursive=True):
-                if "sdk_worker_main" in " ".join(child.cmdline()) and child.name().startswith("python"):
-                    peaks[child.pid] = max(peaks.get(child.pid, 0), child.memory_info().rss)
-        except psutil.Error:
-            pass
-        time.sleep(0.1)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        log.seek(0)
-        raise RuntimeError(f"data build failed ({proc.returncode}): {log.read().decode()[-2000:]}")
+    with tempfile.TemporaryFile() as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+        driver, peaks = psutil.Process(proc.pid), {}
+        while proc.poll() is None:
+            try:
+                peaks[proc.pid] = max(peaks.get(proc.pid, 0), driver.memory_info().rss)
+                for child in driver.children(recursive=True):
+                    if "sdk_worker_main" in " ".join(child.cmdline()) and child.name().startswith("python"):
+                        peaks[child.pid] = max(peaks.get(child.pid, 0), child.memory_info().rss)
+            except psutil.Error:
+                pass
+            time.sleep(0.1)
+        wall = time.perf_counter() - started
+        if proc.returncode != 0:
+            log.seek(0)
+            raise RuntimeError(f"data build failed ({proc.returncode}): {log.read().decode()[-2000:]}")
     workers_mib = [v / 2**20 for k, v in peaks.items() if k != proc.pid]
     job_s = json.loads((output / "manifest.json").read_text())["seconds"]  # build_dataset's own time
     return {"seconds": wall, "job_seconds": job_s, "driver_mib": peaks.get(proc.pid, 0) / 2**20,

@@ -262,7 +262,8 @@ def not_beam_chatter(record: logging.LogRecord) -> bool:
     """False for Beam's own INFO/WARNING notes: those it logs straight on the root logger
     ("BatchElements statistics", "Resource module is not available") and those its worker
     processes send to the driver ("No semi_persistent_directory found"). The job's own
-    lines (e.g. "checked N records on worker P", relayed from a worker) and errors pass."""
+    lines (e.g. "checked N records on worker P", relayed from a worker) and errors pass;
+    a relayed line is rewritten to the worker's own message on the way (`_as_worker_line`)."""
     where = record.pathname
     if record.name == BEAM_WORKER_RELAY:
         where = _as_worker_line(record)
