@@ -12,10 +12,8 @@ Example (the CLI does the same)::
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import apache_beam as beam
@@ -145,7 +143,7 @@ def job_options(options: ConvertOptions, records: int) -> tuple[object, Pipeline
     """The runner and its options (`runner_and_options`), with `num_workers` worker
     processes locally (default: `default_workers` for `records`)."""
     return runner_and_options(options.runner, options.beam_args,
-                              options.num_workers or default_workers(records, usable_cpu_count()))
+                              options.num_workers or default_workers(records, usable_cpu_count()), WORKER_MALLOC_ENV)
 
 
 def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...]:
@@ -163,25 +161,43 @@ def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...
     return tuple(args)
 
 
-def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int) -> tuple[object, PipelineOptions]:
+def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int,
+                       worker_env: dict[str, str] | None = None) -> tuple[object, PipelineOptions]:
     """The runner and its options. Locally (DirectRunner) a job runs on Beam's FnApiRunner
     (DirectRunner would first try the Prism runner, which downloads a binary), in `workers`
     worker processes as Dataflow runs it: every function pickled, nothing shared with the
-    driver. One worker runs in-process. `--direct_num_workers` / `--direct_running_mode`
-    among the Beam arguments win. Any other runner is Beam's."""
+    driver. The worker processes run `beam.local_worker` (Beam's SDK harness, a faster exit),
+    with `worker_env` in their environment. One worker runs in-process.
+    `--direct_num_workers` / `--direct_running_mode` among the Beam arguments win (with the
+    latter, Beam starts its own workers). Any other runner is Beam's."""
     args = list(beam_args)
     if runner != "DirectRunner":
         return runner, PipelineOptions(args, runner=runner)
     from apache_beam.options.pipeline_options import DirectOptions
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+
+    from beam.local_worker import worker_command
 
     if any(a == "--direct_num_workers" or a.startswith("--direct_num_workers=") for a in args):
         workers = PipelineOptions(args).view_as(DirectOptions).direct_num_workers  # Beam's parser: either spelling
     else:
         args.append(f"--direct_num_workers={workers}")
-    if not any(a.startswith("--direct_running_mode") for a in args):
-        args.append(f"--direct_running_mode={'multi_processing' if workers > 1 else 'in_memory'}")
-    return FnApiRunner(), PipelineOptions(args)
+    if any(a.startswith("--direct_running_mode") for a in args) or workers <= 1:
+        return FnApiRunner(), PipelineOptions(args)
+    # Beam's "multi_processing" mode would start its own worker command; the runner's own
+    # environment argument starts ours, in its default running mode, which Beam then says
+    # gives no parallelism: that note is dropped, it is not so here.
+    logging.getLogger(_FN_RUNNER_LOGGER).addFilter(_not_the_running_mode_note)
+    environment = SubprocessSDKEnvironment.from_command_string(worker_command(worker_env))
+    return FnApiRunner(default_environment=environment), PipelineOptions(args)
+
+
+_FN_RUNNER_LOGGER = "apache_beam.runners.portability.fn_api_runner.fn_runner"
+
+
+def _not_the_running_mode_note(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("If direct_num_workers is not equal to 1, direct_running_mode")
 
 
 def usable_cpu_count() -> int:
@@ -210,31 +226,15 @@ def _list_sources(options: ConvertOptions) -> list:
     return records
 
 
-# glibc malloc settings for the job's local worker processes (read by glibc when a process
-# starts; other C libraries ignore them). Beam's local runner hands each worker one bundle per
-# stage, its share of the whole stage's input, which arrives and leaves as buffers of many
-# MiB: with glibc's defaults (an arena per thread, a large-allocation threshold that rises
-# to the largest buffer freed) those buffers' memory stayed in the process. With these, a
-# worker's peak (2 workers, 128 px) was 217 / 260 / 329-339 MiB at 2,000 / 20,000 / 60,000
+# glibc malloc settings for the data job's local worker processes (read by glibc when a
+# process starts; other C libraries ignore them). Beam's local runner hands each worker one
+# bundle per stage, its share of the whole stage's input, which arrives and leaves as buffers
+# of many MiB: with glibc's defaults (an arena per thread, a large-allocation threshold that
+# rises to the largest buffer freed) those buffers' memory stayed in the process. With these,
+# a worker's peak (2 workers, 128 px) was 217 / 260 / 329-339 MiB at 2,000 / 20,000 / 60,000
 # images, against 223 / 283-289 / 379-492 without, in the same time (benchmarks/convert.py).
+# Not for the predict job's workers, which run TensorFlow (its allocations not measured so).
 WORKER_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-
-
-@contextmanager
-def _worker_malloc_env(pipeline_options: PipelineOptions):
-    """WORKER_MALLOC_ENV in this process's environment while a local multi-process job runs
-    (its worker processes inherit it), as it was again afterwards; values already set are kept."""
-    from apache_beam.options.pipeline_options import DirectOptions
-
-    added = {}
-    if pipeline_options.view_as(DirectOptions).direct_running_mode == "multi_processing":
-        added = {name: value for name, value in WORKER_MALLOC_ENV.items() if name not in os.environ}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
 
 
 def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] | None) -> None:
@@ -243,7 +243,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
     check_options = rc.CheckOptions(keep_empty=options.keep_empty, label_map=options.label_map,
                                     max_pixels=options.max_pixels, exif=options.exif, bad_box=options.bad_box)
     runner, pipeline_options = job_options(options, len(sources))
-    with _worker_malloc_env(pipeline_options), beam.Pipeline(runner=runner, options=pipeline_options) as p:
+    with beam.Pipeline(runner=runner, options=pipeline_options) as p:
         # Create reshuffles its elements (lists of sources), so with several workers the
         # parsing is shared too.
         read = p | "Sources" >> beam.Create(jt.chunked(sources)) | "Read" >> jt.ReadRecords()

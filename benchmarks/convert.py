@@ -134,7 +134,9 @@ def timed_build(images: Path, annotations: Path, output: Path, workers: int | No
             try:
                 peaks[proc.pid] = max(peaks.get(proc.pid, 0), driver.memory_info().rss)
                 for child in driver.children(recursive=True):
-                    if "sdk_worker_main" in " ".join(child.cmdline()) and child.name().startswith("python"):
+                    command = " ".join(child.cmdline())  # ours (beam/local_worker.py) or Beam's own
+                    if ("beam.local_worker" in command or "sdk_worker_main" in command) and child.name().startswith(
+                            "python"):
                         peaks[child.pid] = max(peaks.get(child.pid, 0), child.memory_info().rss)
             except psutil.Error:
                 pass

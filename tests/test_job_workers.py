@@ -55,39 +55,59 @@ def test_two_worker_processes_write_what_one_writes(dirty, tmp_path, monkeypatch
     assert not (two / "_job").exists()
 
 
+def _worker_command(runner) -> str | None:
+    """The command the runner starts its worker processes with (None: in-process or Beam's own)."""
+    return getattr(runner._default_environment, "command_string", None)  # what the FnApiRunner hands the pipeline
+
+
 def test_the_local_runner_takes_workers_from_the_options():
     runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
-    flags = options.get_all_options()
-    assert flags["direct_num_workers"] == 2 and flags["direct_running_mode"] == "multi_processing"
-    _, options = job_options(ConvertOptions("i", "a", "o", num_workers=1), records=10)
-    assert options.get_all_options()["direct_running_mode"] == "in_memory"
+    assert options.get_all_options()["direct_num_workers"] == 2
+    assert _worker_command(runner).endswith("-m beam.local_worker")
+    runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=1), records=10)
+    assert options.get_all_options()["direct_num_workers"] == 1 and _worker_command(runner) is None
     _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers=3",)), records=10)
     assert options.get_all_options()["direct_num_workers"] == 3
     # Beam's own flag, either spelling, wins and runs worker processes (not threads in one)
-    _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers", "2")), records=10)
-    flags = options.get_all_options()
-    assert flags["direct_num_workers"] == 2 and flags["direct_running_mode"] == "multi_processing"
+    runner, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers", "2")), records=10)
+    assert options.get_all_options()["direct_num_workers"] == 2 and "beam.local_worker" in _worker_command(runner)
+    # A running mode of the user's: Beam's own workers
+    runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=2,
+                                                 beam_args=("--direct_running_mode=multi_threading",)), records=10)
+    assert options.get_all_options()["direct_running_mode"] == "multi_threading"
+    assert _worker_command(runner) is None
     assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(12_000, 2) == 1 and default_workers(50_000, 1) == 1
 
 
-def test_the_worker_processes_get_the_malloc_settings_and_nothing_else_keeps_them(monkeypatch):
-    """Worker processes inherit the driver's environment when Beam starts them, inside the
-    job's run: WORKER_MALLOC_ENV is there then, unless set already, and gone afterwards
-    (training and other steps started later from the same process keep glibc's defaults)."""
+def test_two_worker_processes_run_the_job_with_the_malloc_settings_a_users_own_winning(monkeypatch):
+    """A real two-worker run of the job's runner: its elements are processed outside this
+    process, in workers whose environment has WORKER_MALLOC_ENV (the user's own value wins),
+    which this process's environment does not get; the job's result comes back whole."""
     import os
 
-    from beam.convert_job import WORKER_MALLOC_ENV, _worker_malloc_env
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that
+
+    from beam.convert_job import WORKER_MALLOC_ENV
 
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # the user's own value wins
-    _, several = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
-    with _worker_malloc_env(several):
-        assert os.environ["MALLOC_ARENA_MAX"] == WORKER_MALLOC_ENV["MALLOC_ARENA_MAX"]
-        assert os.environ["MALLOC_MMAP_THRESHOLD_"] == "65536"
-    assert "MALLOC_ARENA_MAX" not in os.environ and os.environ["MALLOC_MMAP_THRESHOLD_"] == "65536"
-    _, one = job_options(ConvertOptions("i", "a", "o", num_workers=1), records=10)
-    with _worker_malloc_env(one):  # in-process: no worker process to start
-        assert "MALLOC_ARENA_MAX" not in os.environ
+    runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
+    driver = os.getpid()
+
+    def worker_facts(_):  # defined here: pickled by value (a worker cannot import the tests)
+        import os
+
+        return os.getpid(), os.environ.get("MALLOC_ARENA_MAX"), os.environ.get("MALLOC_MMAP_THRESHOLD_")
+
+    def check(facts):
+        assert len(facts) == 8 and driver not in {pid for pid, _, _ in facts}, facts
+        assert {(arena, threshold) for _, arena, threshold in facts} == {(WORKER_MALLOC_ENV["MALLOC_ARENA_MAX"],
+                                                                         "65536")}
+
+    with beam.Pipeline(runner=runner, options=options) as p:
+        assert_that(p | beam.Create(range(8), reshuffle=True) | beam.Map(worker_facts), check)
+    assert "MALLOC_ARENA_MAX" not in os.environ
 
 
 def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_path, monkeypatch):
