@@ -18,7 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam import record_checks as rc
 from beam.file_bytes import FileSystemOf, read_bytes
 from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_LIST_OUTPUT, SUMMARY_OUTPUT, CombineSummaries,
-                              JobSummary, features_file_name, job_path, write_one)
+                              JobSummary, features_file_name, job_path, write_parts)
 from beam.manifest import rejects_file_name
 from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
@@ -261,7 +261,7 @@ class LabelMap(beam.PTransform):
                      | "UniqueNames" >> beam.Distinct()
                      | "NamesToList" >> beam.combiners.ToList()
                      | "Derive" >> beam.Map(_label_map_of, self._given, self._base))
-        write_one(label_map | "ToJson" >> beam.Map(lambda m: json.dumps(m, sort_keys=True)),
+        write_parts(label_map | "ToJson" >> beam.Map(lambda m: json.dumps(m, sort_keys=True)),
                   self._output, LABEL_MAP_OUTPUT, "Write")
         return label_map
 
@@ -332,7 +332,7 @@ class WriteShards(beam.PTransform):
                    | "GroupByShard" >> beam.GroupByKey()
                    | "Write" >> beam.ParDo(_WriteShard(self._output, self._gzip), counts,
                                            beam.pvalue.AsSingleton(self._label_map)))
-        return write_one(written | "ToJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True)),
+        return write_parts(written | "ToJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True)),
                          self._output, SHARD_LIST_OUTPUT, "WriteList")
 
 
@@ -413,7 +413,7 @@ class Summarise(beam.PTransform):
 
     def expand(self, parts):
         summary = parts | "Combine" >> beam.CombineGlobally(CombineSummaries())
-        return write_one(summary | "ToJson" >> beam.Map(lambda s: s.to_json()), self._output, SUMMARY_OUTPUT, "Write")
+        return write_parts(summary | "ToJson" >> beam.Map(lambda s: s.to_json()), self._output, SUMMARY_OUTPUT, "Write")
 
 
 def _unknown_ids(item: tuple[int, dict]) -> list[JobSummary]:
