@@ -143,7 +143,8 @@ def job_options(options: ConvertOptions, records: int) -> tuple[object, Pipeline
     """The runner and its options (`runner_and_options`), with `num_workers` worker
     processes locally (default: `default_workers` for `records`)."""
     return runner_and_options(options.runner, options.beam_args,
-                              options.num_workers or default_workers(records, usable_cpu_count()), WORKER_MALLOC_ENV)
+                              options.num_workers or default_workers(records, usable_cpu_count()), WORKER_MALLOC_ENV,
+                              WORKER_SKIPPED_IMPORTS)
 
 
 def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...]:
@@ -161,13 +162,14 @@ def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...
     return tuple(args)
 
 
-def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int,
-                       worker_env: dict[str, str] | None = None) -> tuple[object, PipelineOptions]:
+def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int, worker_env: dict[str, str] | None = None,
+                       worker_skips: tuple[str, ...] = ()) -> tuple[object, PipelineOptions]:
     """The runner and its options. Locally (DirectRunner) a job runs on Beam's FnApiRunner
     (DirectRunner would first try the Prism runner, which downloads a binary), in `workers`
     worker processes as Dataflow runs it: every function pickled, nothing shared with the
     driver. The worker processes run `beam.local_worker` (Beam's SDK harness, a faster exit),
-    with `worker_env` in their environment. One worker runs in-process.
+    with `worker_env` in their environment and without the modules `worker_skips` names.
+    One worker runs in-process.
     `--direct_num_workers` / `--direct_running_mode` among the Beam arguments win (with the
     latter, Beam starts its own workers). Any other runner is Beam's."""
     args = list(beam_args)
@@ -189,7 +191,7 @@ def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int,
     # environment argument starts ours, in its default running mode, which Beam then says
     # gives no parallelism: that note is dropped, it is not so here.
     logging.getLogger(_FN_RUNNER_LOGGER).addFilter(_not_the_running_mode_note)
-    environment = SubprocessSDKEnvironment.from_command_string(worker_command(worker_env))
+    environment = SubprocessSDKEnvironment.from_command_string(worker_command(worker_env, worker_skips))
     return FnApiRunner(default_environment=environment), PipelineOptions(args)
 
 
@@ -235,6 +237,13 @@ def _list_sources(options: ConvertOptions) -> list:
 # images, against 223 / 283-289 / 379-492 without, in the same time (benchmarks/convert.py).
 # Not for the predict job's workers, which run TensorFlow (its allocations not measured so).
 WORKER_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+
+# What the data job's local workers do without (beam/local_worker.py): Beam's BigQuery and
+# Pub/Sub connectors and pandas, which it imports at start if installed; ~0.7 of a worker's
+# ~2.3 CPU-seconds of start here. No stage of the job uses them (tests/test_job_workers.py
+# runs it so). GCS stays: a local job may read gs:// images.
+WORKER_SKIPPED_IMPORTS = ("pandas", "google.cloud.bigquery", "google.cloud.bigquery_storage_v1",
+                          "google.cloud.pubsub", "google.cloud.pubsub_v1")
 
 
 def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] | None) -> None:

@@ -63,7 +63,7 @@ def _worker_command(runner) -> str | None:
 def test_the_local_runner_takes_workers_from_the_options():
     runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
     assert options.get_all_options()["direct_num_workers"] == 2
-    assert _worker_command(runner).endswith("-m beam.local_worker")
+    assert "-m beam.local_worker --skip-imports pandas," in _worker_command(runner)
     runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=1), records=10)
     assert options.get_all_options()["direct_num_workers"] == 1 and _worker_command(runner) is None
     _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers=3",)), records=10)
@@ -82,7 +82,8 @@ def test_the_local_runner_takes_workers_from_the_options():
 def test_two_worker_processes_run_the_job_with_the_malloc_settings_a_users_own_winning(monkeypatch):
     """A real two-worker run of the job's runner: its elements are processed outside this
     process, in workers whose environment has WORKER_MALLOC_ENV (the user's own value wins),
-    which this process's environment does not get; the job's result comes back whole."""
+    which this process's environment does not get, and which do without the skipped
+    modules; the job's result comes back whole."""
     import os
 
     import apache_beam as beam
@@ -98,12 +99,20 @@ def test_two_worker_processes_run_the_job_with_the_malloc_settings_a_users_own_w
     def worker_facts(_):  # defined here: pickled by value (a worker cannot import the tests)
         import os
 
-        return os.getpid(), os.environ.get("MALLOC_ARENA_MAX"), os.environ.get("MALLOC_MMAP_THRESHOLD_")
+        import importlib
+        import sys
+
+        try:
+            importlib.import_module("pandas")
+            pandas = "imported"
+        except ImportError:
+            pandas = "skipped"
+        return (os.getpid(), os.environ.get("MALLOC_ARENA_MAX"), os.environ.get("MALLOC_MMAP_THRESHOLD_"), pandas,
+                "google.cloud.bigquery" in sys.modules and sys.modules["google.cloud.bigquery"] is not None)
 
     def check(facts):
-        assert len(facts) == 8 and driver not in {pid for pid, _, _ in facts}, facts
-        assert {(arena, threshold) for _, arena, threshold in facts} == {(WORKER_MALLOC_ENV["MALLOC_ARENA_MAX"],
-                                                                         "65536")}
+        assert len(facts) == 8 and driver not in {pid for pid, *_ in facts}, facts
+        assert {tuple(f[1:]) for f in facts} == {(WORKER_MALLOC_ENV["MALLOC_ARENA_MAX"], "65536", "skipped", False)}
 
     with beam.Pipeline(runner=runner, options=options) as p:
         assert_that(p | beam.Create(range(8), reshuffle=True) | beam.Map(worker_facts), check)
