@@ -365,7 +365,9 @@ def _finish(options: ConvertOptions, sources: list, started: float,
     label map and, last, the manifest."""
     out = options.output
     job = read_job_outputs(out)
-    _publish_job_files(out, job.shards)
+    shards = sorted(job.shards + jt.write_empty_shards(out, job.shard_counts, job.shards, options.gzip),
+                    key=lambda s: s["name"])
+    _publish_job_files(out, shards)
     split_file, split_problems = _split_file_counts(options, split_of, job.summary)
     label_map = job.label_map
     if not label_map:
@@ -373,7 +375,7 @@ def _finish(options: ConvertOptions, sources: list, started: float,
                              f"(see {FileSystems.join(out, REJECTS_GLOB)})")
     facts = _facts_by_kind(job.summary.counts)
     written = Counter()
-    for shard in job.shards:
+    for shard in shards:
         written[shard["split"]] += shard["records"]
     rejects = read_rejects(out)
     images_rejected = Counter(r.reason for r in rejects if not r.is_box)
@@ -394,7 +396,7 @@ def _finish(options: ConvertOptions, sources: list, started: float,
         # Images with an EXIF orientation: written upright (applied) or as stored (ignored).
         exif_orientation={"mode": options.exif, **facts["exif_orientation"]},
         num_classes=len(label_map),
-        shards=job.shards,
+        shards=shards,
         anomalies=anomalies,
         anomalies_allowed=bool(anomalies) and options.allow_anomalies,
         # How many workers ran the job is not what it wrote: left out, so the manifest of

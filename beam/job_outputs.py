@@ -27,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 JOB_DIR = "_job"
 LABEL_MAP_OUTPUT = "label_map"
 SHARD_LIST_OUTPUT = "shards"
+SHARD_COUNTS_OUTPUT = "shard_counts"
 SUMMARY_OUTPUT = "summary"
 
 # How many examples the summary keeps of near-duplicate box pairs and of split-file ids
@@ -131,7 +132,8 @@ class JobOutputs:
     """The job's small outputs, read back by the driver."""
 
     label_map: dict[str, int]
-    shards: list[dict]  # ShardInfo.to_dict() of every shard, sorted by name
+    shards: list[dict]  # ShardInfo.to_dict() of every shard with records, sorted by name
+    shard_counts: dict[str, int]  # {split: number of shards}
     summary: JobSummary
 
 
@@ -145,13 +147,14 @@ def _lines(folder: str) -> list[str]:
 
 
 def read_job_outputs(output: str) -> JobOutputs:
-    """The label map, shard list and summary a finished job wrote (absent ones empty)."""
+    """The label map, shard list, shard counts and summary a finished job wrote (absent ones empty)."""
     label_map = _lines(job_path(output, LABEL_MAP_OUTPUT))
+    counts = _lines(job_path(output, SHARD_COUNTS_OUTPUT))
     summary = _lines(job_path(output, SUMMARY_OUTPUT))
     shards = sorted((json.loads(line) for line in _lines(job_path(output, SHARD_LIST_OUTPUT))),
                     key=lambda s: s["name"])
     return JobOutputs(label_map=json.loads(label_map[0]) if label_map else {}, shards=shards,
-                      summary=JobSummary.merge(JobSummary.from_json(line) for line in summary))
+                      shard_counts=json.loads(counts[0]) if counts else {}, summary=JobSummary.merge(JobSummary.from_json(line) for line in summary))
 
 
 def publish(output: str, names: list[str]) -> None:

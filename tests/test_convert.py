@@ -213,6 +213,41 @@ def test_empty_input_and_unbuilt_format_fail_clearly(tmp_path):
                                      output=str(tmp_path / "o"), format="csv"))
 
 
+def test_shards_no_record_goes_to_are_written_empty_and_listed(demo_dir, tmp_path):
+    """A hash bucket and a whole split (val, with --val-fraction 0) no record goes to: every
+    name -of-N exists, empty (gzip: a gzip stream of nothing), in the manifest with 0 records
+    and its real hash; TensorFlow reads every shard."""
+    import hashlib
+
+    from beam.shard_writer import shard_index
+    from beam.source_records import image_id_from_filename
+
+    by_id = {image_id_from_filename(ET.parse(x).getroot().findtext("filename")): x
+             for x in sorted((demo_dir / "annotations").glob("*.xml"))}
+    ids = sorted(by_id)
+    chosen = next(trio for trio in (ids[i:i + 3] for i in range(len(ids) - 2))
+                  if len({shard_index(i, 3) for i in trio}) < 3)  # three records, at most two of three buckets
+    images, annotations = tmp_path / "images", tmp_path / "annotations"
+    images.mkdir(), annotations.mkdir()
+    for image_id in chosen:
+        xml = by_id[image_id]
+        shutil.copy(xml, annotations / xml.name)
+        name = ET.parse(xml).getroot().findtext("filename")
+        shutil.copy(demo_dir / "images" / name, images / name)
+    out = tmp_path / "out"
+    result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
+                                          val_fraction=0.0, min_shards=3, gzip=True, allow_anomalies=True))
+    shards = result.manifest.shards
+    names = [f"train-{i:05d}-of-00003.tfrecord.gz" for i in range(3)] + ["val-00000-of-00001.tfrecord.gz"]
+    assert [s["name"] for s in shards] == names == sorted(p.name for p in out.glob("*.tfrecord.gz"))
+    assert sum(s["records"] for s in shards) == 3 and sum(s["records"] == 0 for s in shards) >= 2
+    for shard in shards:
+        data = (out / shard["name"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == shard["sha256"] and len(data) == shard["bytes"]
+        read = sum(1 for _ in tf.data.TFRecordDataset(str(out / shard["name"]), compression_type="GZIP"))
+        assert read == shard["records"], shard["name"]
+
+
 def test_shard_count_bounds():
     assert shard_count(1000, 10 * (128 << 20), 128 << 20, 4) == 10
     assert shard_count(3, 100, 128 << 20, 4) == 3
