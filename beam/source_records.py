@@ -142,4 +142,26 @@ class Records(list):
     the job. Beam's default coder takes a plain list apart and pickles each record on its
     own; a list of this type it pickles whole, once (measured on 256 checked records:
     6.3 us a record to encode and decode, 150 bytes, against 14.9 us and 560 bytes), at
-    every stage boundary a list crosses."""
+    every stage boundary a list crosses.
+
+    Pickled, its records are compressed (zlib, level 1): 3.6-5.5x fewer bytes (paths, ids
+    and digests repeat from record to record) for ~4 us a record, and Beam's local runner
+    keeps every stage's output in the driver and hands each worker its whole share of a
+    stage's input at once, so those bytes are memory in both.
+
+    >>> import pickle; r = Records(["a.jpg"] * 100); pickle.loads(pickle.dumps(r)) == r, len(pickle.dumps(r)) < 100
+    (True, True)
+    """
+
+    def __reduce__(self):
+        import pickle
+        import zlib
+
+        return _unpack_records, (zlib.compress(pickle.dumps(list(self), pickle.HIGHEST_PROTOCOL), 1),)
+
+
+def _unpack_records(packed: bytes) -> Records:
+    import pickle
+    import zlib
+
+    return Records(pickle.loads(zlib.decompress(packed)))
