@@ -367,6 +367,7 @@ def _finish(options: ConvertOptions, sources: list, started: float,
     job = read_job_outputs(out)
     shards = sorted(job.shards + jt.write_empty_shards(out, job.shard_counts, job.shards, options.gzip),
                     key=lambda s: s["name"])
+    jt.write_empty_rejects(out, rejects_file_count(len(sources)))
     _publish_job_files(out, shards)
     split_file, split_problems = _split_file_counts(options, split_of, job.summary)
     label_map = job.label_map

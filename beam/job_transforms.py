@@ -245,6 +245,23 @@ def _label_map_of(class_names: list[str], given: dict[str, int] | None,
     return extend_label_map(base, class_names) if base else derive_label_map(class_names)
 
 
+class _NameUnion(beam.CombineFn):
+    """Sets of class names → their union, sorted."""
+
+    def create_accumulator(self) -> set:
+        return set()
+
+    def add_input(self, names: set, more: set) -> set:
+        names |= more
+        return names
+
+    def merge_accumulators(self, accumulators) -> set:
+        return set().union(*accumulators)
+
+    def extract_output(self, names: set) -> list[str]:
+        return sorted(names)
+
+
 class LabelMap(beam.PTransform):
     """Lists of checked records → one label map (the given one, or derived from the classes
     of the records that passed the checks, keeping a base map's ids), also written as a job
@@ -258,9 +275,8 @@ class LabelMap(beam.PTransform):
         import json
 
         label_map = (records
-                     | "ClassNames" >> beam.FlatMap(lambda rs: {t for r in rs for t in r.class_texts})
-                     | "UniqueNames" >> beam.Distinct()
-                     | "NamesToList" >> beam.combiners.ToList()
+                     | "ClassNames" >> beam.Map(lambda rs: {t for r in rs for t in r.class_texts})
+                     | "AllNames" >> beam.CombineGlobally(_NameUnion())
                      | "Derive" >> beam.Map(_label_map_of, self._given, self._base))
         write_parts(label_map | "ToJson" >> beam.Map(lambda m: json.dumps(m, sort_keys=True)),
                   self._output, LABEL_MAP_OUTPUT, "Write")
@@ -360,7 +376,7 @@ def _write_rejects(item, output: str, count: int) -> str:
     from beam.output_files import write_text
 
     index, lists = item
-    rows = sorted((r.to_dict() for rejects in lists if rejects for r in rejects),
+    rows = sorted((r.to_dict() for rejects in lists for r in rejects),
                   key=lambda d: (d["source"], d["image_id"], d.get("box", -1)))
     name = rejects_file_name(index, count)
     write_text(job_path(output, name), "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
@@ -373,8 +389,9 @@ def _by_rejects_file(rejects: list[Reject], count: int):
 
 
 class WriteRejects(beam.PTransform):
-    """Lists of rejects → `count` files OUTPUT/_job/rejects-I-of-N.jsonl (by a hash of the
-    source), each sorted by source, so reruns match; every file exists, empty or not."""
+    """Lists of rejects → up to `count` files OUTPUT/_job/rejects-I-of-N.jsonl (by a hash of
+    the source), each sorted by source, so reruns match. Files no reject went to are written
+    (empty) by the driver afterwards (`write_empty_rejects`), as for the shards."""
 
     def __init__(self, output: str, count: int):
         super().__init__()
@@ -382,12 +399,21 @@ class WriteRejects(beam.PTransform):
 
     def expand(self, rejects):
         count = self._count
-        keyed = rejects | "KeyByFile" >> beam.FlatMap(_by_rejects_file, count)
-        every_file = rejects.pipeline | "EveryFile" >> beam.Create([(i, None) for i in range(count)])
-        return ((keyed, every_file)
-                | "WithEmpty" >> beam.Flatten()
+        return (rejects
+                | "KeyByFile" >> beam.FlatMap(_by_rejects_file, count)
                 | "GroupByFile" >> beam.GroupByKey()
                 | "Write" >> beam.Map(_write_rejects, self._output, count))
+
+
+def write_empty_rejects(output: str, count: int) -> None:
+    """Write into OUTPUT/_job/ each of the `count` rejects files the job did not (empty), so
+    every name `-of-N` exists."""
+    from beam.output_files import write_text
+
+    for index in range(count):
+        path = job_path(output, rejects_file_name(index, count))
+        if not FileSystems.exists(path):
+            write_text(path, "")
 
 
 def dropped_boxes(placed: list[tuple[str, CheckedRecord]]) -> list[list[Reject]]:
