@@ -30,6 +30,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -171,6 +172,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=(0, 1, 2),
                         help="worker counts to run the job with (0: its own choice; default 0 1 2)")
     parser.add_argument("--workdir", help="keep generated data here (default: a temporary folder)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the two-step and the builds this many times in turn and print each one's ratio and "
+                             "their median (this machine's speed moves between runs; default 1)")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     root = Path(args.workdir or tempfile.mkdtemp(prefix="detpipe-bench-"))
@@ -178,40 +182,51 @@ def main() -> None:
     from components.probe.machine_facts import usable_cpus
 
     cpus = usable_cpus()["usable"]
-    memory, own_seconds = {}, {}  # own_seconds[name][size]: seconds without the process start
+    memory, own_seconds = {}, {}  # own_seconds[name][size]: seconds without the process start, one per repeat
+    ratios: dict[str, list[float]] = {}  # "label, size": the job's own time against the two-step, each repeat
     for size in args.sizes:
         demo = make_demo(root, size, tuple(args.image_size))
         images, annotations = demo / "images", demo / "annotations"
         decoded, decode_s = decode_seconds(images)
-        count, convert_s, tfdv_s = two_step_seconds(images, annotations, root)
         ceiling = decoded / decode_s * cpus
-        two_step = count / (convert_s + tfdv_s)
-        own_seconds.setdefault("two-step", {})[count] = convert_s + tfdv_s
         print(f"\n== {size} demo images ({args.image_size[0]}-{args.image_size[1]} px JPEG), {cpus} usable CPUs ==")
         print(f"decode ceiling (read + full decode, one process x {cpus}): {ceiling:8.1f} images/s")
-        print(f"converter (TF OD API style, 1 process):             {count / convert_s:8.1f} images/s")
-        print(f"two-step (converter, then TFDV over its output):     {two_step:8.1f} images/s "
-              f"(TFDV {tfdv_s:.1f} s of {convert_s + tfdv_s:.1f} s)")
-        for workers in args.workers:
-            out = root / f"out-{size}-{workers}"
-            shutil.rmtree(out, ignore_errors=True)
-            run = timed_build(images, annotations, out, workers or None)
-            rate = count / run["seconds"]
-            label = f"{workers} worker(s)" if workers else "default workers"
-            per_worker = ", ".join(f"{m:.0f}" for m in sorted(run["worker_mib"])) or "in-process"
-            job_rate = count / run["job_seconds"]
-            print(f"detpipe data build, {label:16s}:             {rate:8.1f} images/s ({run['seconds']:.1f} s "
-                  "whole process) = {:.2f}x the two-step, {:.2f}x the converter, {:.0%} of the ceiling; "
-                  "peak MiB: driver {:.0f}, workers {}".format(rate / two_step, rate * convert_s / count,
-                                                              rate / ceiling, run["driver_mib"], per_worker))
-            print(f"  without the process start (build_dataset's own {run['job_seconds']:.1f} s, as the baselines "
-                  f"are timed): {job_rate:.1f} images/s = {job_rate / two_step:.2f}x the two-step, "
-                  f"{job_rate / ceiling:.0%} of the ceiling")
-            own_seconds.setdefault(f"data build, {label}", {})[count] = run["job_seconds"]
-            memory.setdefault(workers, {})[size] = (max([run["driver_mib"], *run["worker_mib"]]),
-                                                    max(run["worker_mib"], default=0))
+        for repeat in range(args.repeat):
+            if args.repeat > 1:
+                print(f"-- repeat {repeat + 1} of {args.repeat}")
+            count, convert_s, tfdv_s = two_step_seconds(images, annotations, root)
+            two_step = count / (convert_s + tfdv_s)
+            own_seconds.setdefault("two-step", {}).setdefault(count, []).append(convert_s + tfdv_s)
+            print(f"converter (TF OD API style, 1 process):             {count / convert_s:8.1f} images/s")
+            print(f"two-step (converter, then TFDV over its output):     {two_step:8.1f} images/s "
+                  f"(TFDV {tfdv_s:.1f} s of {convert_s + tfdv_s:.1f} s)")
+            for workers in args.workers:
+                out = root / f"out-{size}-{workers}"
+                shutil.rmtree(out, ignore_errors=True)
+                run = timed_build(images, annotations, out, workers or None)
+                rate = count / run["seconds"]
+                label = f"{workers} worker(s)" if workers else "default workers"
+                per_worker = ", ".join(f"{m:.0f}" for m in sorted(run["worker_mib"])) or "in-process"
+                job_rate = count / run["job_seconds"]
+                print(f"detpipe data build, {label:16s}:             {rate:8.1f} images/s ({run['seconds']:.1f} s "
+                      "whole process) = {:.2f}x the two-step, {:.2f}x the converter, {:.0%} of the ceiling; "
+                      "peak MiB: driver {:.0f}, workers {}".format(rate / two_step, rate * convert_s / count,
+                                                                  rate / ceiling, run["driver_mib"], per_worker))
+                print(f"  without the process start (build_dataset's own {run['job_seconds']:.1f} s, as the baselines "
+                      f"are timed): {job_rate:.1f} images/s = {job_rate / two_step:.2f}x the two-step, "
+                      f"{job_rate / ceiling:.0%} of the ceiling")
+                ratios.setdefault(f"{label}, {size} images", []).append(job_rate / two_step)
+                own_seconds.setdefault(f"data build, {label}", {}).setdefault(count, []).append(run["job_seconds"])
+                peak = memory.setdefault(workers, {}).get(size, (0, 0))
+                memory[workers][size] = (max([peak[0], run["driver_mib"], *run["worker_mib"]]),
+                                         max([peak[1], *run["worker_mib"]]))
+    if args.repeat > 1:
+        print(f"\nthe job's own time against the two-step's in each of {args.repeat} repeats (median):")
+        for name, values in ratios.items():
+            print(f"  {name:30s}: {', '.join(f'{v:.2f}x' for v in values)} (median {statistics.median(values):.2f}x)")
     if len(args.sizes) > 1:
-        _print_rates(own_seconds)
+        _print_rates({name: {count: statistics.median(values) for count, values in by_count.items()}
+                      for name, by_count in own_seconds.items()})
         small, large = min(args.sizes), max(args.sizes)
         for workers, peaks in memory.items():
             line = (f"peak memory of one process, {large} / {small} images, {workers or 'default'} worker(s): "

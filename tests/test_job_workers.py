@@ -64,6 +64,9 @@ def test_the_local_runner_takes_workers_from_the_options():
     runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
     assert options.get_all_options()["direct_num_workers"] == 2
     assert "-m beam.local_worker --skip-imports pandas," in _worker_command(runner)
+    assert _worker_command(runner).endswith(",google.cloud.storage")  # no gs:// path: no GCS client either
+    runner, _ = job_options(ConvertOptions("gs://b/i", "a", "o", num_workers=2), records=10)
+    assert "google.cloud.storage" not in _worker_command(runner)
     runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=1), records=10)
     assert options.get_all_options()["direct_num_workers"] == 1 and _worker_command(runner) is None
     _, options = job_options(ConvertOptions("i", "a", "o", beam_args=("--direct_num_workers=3",)), records=10)
