@@ -19,7 +19,7 @@ largest sizes it also prints each one's start and rate once running (benchmarks/
 what a dataset larger than those sees.
 
 Usage:
-    .venv/bin/python benchmarks/convert.py [--sizes 2000 20000] [--image-size 128 128] [--workdir DIR]
+    .venv/bin/python benchmarks/convert.py [--sizes 2000 20000] [--image-size 128 128] [--workdir DIR] [--repeat 3]
 """
 
 from __future__ import annotations
