@@ -121,19 +121,20 @@ class DataBuildError(RuntimeError):
     """The input cannot be converted at all (no annotations, bad options)."""
 
 
-# A worker process costs ~2.5 CPU-seconds to start (Beam's import; the workers do without
+# A worker process costs ~1.2-1.6 CPU-seconds to start (Beam's import; the workers do without
 # TensorFlow) before it checks a record, and Beam's portable runner moves each stage's
-# output through the driver: on the 2-core machine a second worker paid from ~10,500
-# photo-sized and ~17,000 small images (benchmarks/convert.py: each one's start and rate
-# from 2,000 and 20,000 images), so below this many records per worker the job runs in fewer.
-RECORDS_PER_WORKER = 8_000
+# output through the driver: on the 2-core machine a second worker paid from ~2,400
+# photo-sized (480-640 px) and ~12,000 small (128 px) images (each one's start and rate from
+# 2,000 and 20,000 images), so below this many records per worker the job runs in fewer.
+# Set for photos, what real datasets hold: 8,000 small images take ~10% longer with two.
+RECORDS_PER_WORKER = 4_000
 
 
 def default_workers(records: int, usable_cpus: int, per_worker: int = RECORDS_PER_WORKER) -> int:
     """Worker processes for a local job of `records` records: one per `per_worker`
     (RECORDS_PER_WORKER for the data job), at most one per usable CPU.
 
-    >>> default_workers(2_304, 8), default_workers(12_000, 2), default_workers(20_000, 2), default_workers(10**6, 16)
+    >>> default_workers(2_304, 8), default_workers(7_000, 2), default_workers(8_000, 2), default_workers(10**6, 16)
     (1, 1, 2, 16)
     """
     return max(1, min(usable_cpus, records // per_worker))

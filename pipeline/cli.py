@@ -210,8 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Beam runner (default DirectRunner)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
                    help="DirectRunner: check and write in N worker processes, every function pickled to them as "
-                        "Dataflow does; 1 runs in this process (default: one per 8,000 records, at most one per "
-                        "CPU this process may use, counted as `detpipe probe` counts them: a worker takes ~2.5 "
+                        "Dataflow does; 1 runs in this process (default: one per 4,000 records, at most one per "
+                        "CPU this process may use, counted as `detpipe probe` counts them: a worker takes ~1.5 "
                         "CPU-seconds to start, Beam's import). The shards are the same for any N")
     p.set_defaults(func=cmd_data_build, takes_beam_args=True)
 

@@ -79,7 +79,7 @@ def test_the_local_runner_takes_workers_from_the_options():
                                                  beam_args=("--direct_running_mode=multi_threading",)), records=10)
     assert options.get_all_options()["direct_running_mode"] == "multi_threading"
     assert _worker_command(runner) is None
-    assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(12_000, 2) == 1 and default_workers(50_000, 1) == 1
+    assert default_workers(500, 2) == 1 and default_workers(50_000, 2) == 2 and default_workers(7_000, 2) == 1 and default_workers(8_000, 2) == 2 and default_workers(50_000, 1) == 1
 
 
 def test_two_worker_processes_run_the_job_with_the_malloc_settings_a_users_own_winning(monkeypatch):
