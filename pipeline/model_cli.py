@@ -162,7 +162,7 @@ def add_model_commands(sub) -> None:
                    help="--images: Beam runner (default DirectRunner)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
                    help="--images, DirectRunner: predict in N worker processes, each loading the model (default: "
-                        "one per 6,000 images, at most one per usable CPU: a second worker pays only on larger sets); 1 "
+                        "one per 2,500 images, at most one per usable CPU: a second worker pays only on larger sets); 1 "
                         "runs in this process")
     p.set_defaults(func=cmd_predict, takes_beam_args=True)
 

@@ -42,8 +42,8 @@ DRAWN_DIR = "drawn"
 SUFFIX = ".jsonl"
 SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
 BATCH = 16  # images per model call (RunInference's largest batch)
-IMAGES_PER_WORKER = 6_000  # a second worker process costs ~13 s more to start (Beam, TensorFlow, the model) on 2
-# cores and pays from ~11,500 photos there (benchmarks/batch_predict.py --images 20000)
+IMAGES_PER_WORKER = 2_500  # a second worker process costs ~5 s more to start (Beam, TensorFlow, the model) on 2
+# cores and pays from ~4,000-5,500 photos there (benchmarks/batch_predict.py --images 4000 and 20000)
 
 
 @dataclass(frozen=True)
