@@ -51,7 +51,11 @@ def features_file_name(shard: str) -> str:
 
 def features_files(output: str, split: str) -> list[str]:
     """The paths of a split's features files the job wrote, in shard order."""
-    pattern = job_path(output, features_file_name(f"{split}-*"))
+    return _matching(job_path(output, features_file_name(f"{split}-*")))
+
+
+def _matching(pattern: str) -> list[str]:
+    """The paths matching a glob pattern (local or gs://), sorted."""
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
@@ -112,19 +116,25 @@ class CombineSummaries(beam.CombineFn):
         return JobSummary.merge([accumulator])  # counts in key order
 
 
-def _write_part(line: str, folder: str) -> None:
+def _json_line(value) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _write_part(value, folder: str, encode) -> None:
     import hashlib
 
     from beam.output_files import write_text
 
+    line = encode(value)
     write_text(FileSystems.join(folder, hashlib.sha256(line.encode()).hexdigest()[:20] + ".json"), line + "\n")
 
 
-def write_parts(pcoll: beam.PCollection, output: str, name: str, label: str):
-    """Write each string of a PCollection as a file of its own in OUTPUT/_job/NAME/, named by
-    its content. Fused into the stage that makes the strings: Beam's WriteToText of one
-    file took 4-5 stages of its own (each ~30 ms of a local multi-process job, ~12 in all)."""
-    return pcoll | label >> beam.Map(_write_part, job_path(output, name))
+def write_parts(pcoll: beam.PCollection, output: str, name: str, label: str, encode=_json_line):
+    """Write each element of a PCollection, as the line `encode` makes of it (JSON with
+    sorted keys unless told), as a file of its own in OUTPUT/_job/NAME/, named by its
+    content. Fused into the stage that makes the elements: Beam's WriteToText of one file
+    took 4-5 stages of its own (each ~30 ms of a local multi-process job, ~12 in all)."""
+    return pcoll | label >> beam.Map(_write_part, job_path(output, name), encode)
 
 
 @dataclass
@@ -140,8 +150,8 @@ class JobOutputs:
 def _lines(folder: str) -> list[str]:
     """The lines of the files `write_parts` wrote into this folder (none if it is absent)."""
     lines = []
-    for match in sorted(m.path for m in FileSystems.match([FileSystems.join(folder, "*.json")])[0].metadata_list):
-        with FileSystems.open(match) as handle:
+    for path in _matching(FileSystems.join(folder, "*.json")):
+        with FileSystems.open(path) as handle:
             lines += [line for line in handle.read().decode().splitlines() if line.strip()]
     return lines
 
@@ -154,7 +164,8 @@ def read_job_outputs(output: str) -> JobOutputs:
     shards = sorted((json.loads(line) for line in _lines(job_path(output, SHARD_LIST_OUTPUT))),
                     key=lambda s: s["name"])
     return JobOutputs(label_map=json.loads(label_map[0]) if label_map else {}, shards=shards,
-                      shard_counts=json.loads(counts[0]) if counts else {}, summary=JobSummary.merge(JobSummary.from_json(line) for line in summary))
+                      shard_counts=json.loads(counts[0]) if counts else {},
+                      summary=JobSummary.merge(JobSummary.from_json(line) for line in summary))
 
 
 def publish(output: str, names: list[str]) -> None:

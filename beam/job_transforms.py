@@ -17,8 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam import record_checks as rc
 from beam.file_bytes import FileSystemOf, read_bytes
 from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_COUNTS_OUTPUT, SHARD_LIST_OUTPUT, SUMMARY_OUTPUT,
-                              CombineSummaries,
-                              JobSummary, features_file_name, job_path, write_parts)
+                              CombineSummaries, JobSummary, features_file_name, job_path, write_parts)
 from beam.manifest import rejects_file_name
 from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
@@ -271,14 +270,11 @@ class LabelMap(beam.PTransform):
         self._output, self._given, self._base = output, given, base
 
     def expand(self, records):
-        import json
-
         label_map = (records
                      | "ClassNames" >> beam.Map(lambda rs: {t for r in rs for t in r.class_texts})
                      | "AllNames" >> beam.CombineGlobally(_NameUnion())
                      | "Derive" >> beam.Map(_label_map_of, self._given, self._base))
-        write_parts(label_map | "ToJson" >> beam.Map(lambda m: json.dumps(m, sort_keys=True)),
-                  self._output, LABEL_MAP_OUTPUT, "Write")
+        write_parts(label_map, self._output, LABEL_MAP_OUTPUT, "Write")
         return label_map
 
 
@@ -341,18 +337,14 @@ class WriteShards(beam.PTransform):
         self._output, self._gzip, self._counts, self._label_map = output, gzip, shard_counts, label_map
 
     def expand(self, placed):
-        import json
-
         counts = beam.pvalue.AsSingleton(self._counts)
         written = (placed
                    | "KeyByShard" >> beam.FlatMap(_by_shard, counts)
                    | "GroupByShard" >> beam.GroupByKey()
                    | "Write" >> beam.ParDo(_WriteShard(self._output, self._gzip), counts,
                                            beam.pvalue.AsSingleton(self._label_map)))
-        write_parts(self._counts | "CountsToJson" >> beam.Map(lambda c: json.dumps(c, sort_keys=True)),
-                    self._output, SHARD_COUNTS_OUTPUT, "WriteCounts")
-        return write_parts(written | "ToJson" >> beam.Map(lambda d: json.dumps(d, sort_keys=True)),
-                           self._output, SHARD_LIST_OUTPUT, "WriteList")
+        write_parts(self._counts, self._output, SHARD_COUNTS_OUTPUT, "WriteCounts")
+        return write_parts(written, self._output, SHARD_LIST_OUTPUT, "WriteList")
 
 
 def write_empty_shards(output: str, counts: dict[str, int], listed: list[dict], gzip: bool) -> list[dict]:
@@ -465,7 +457,7 @@ class Summarise(beam.PTransform):
         # Without a default: a job with no part writes no summary, which reads as an empty one
         # (`read_job_outputs`); the default would cost a stage of its own.
         summary = parts | "Combine" >> beam.CombineGlobally(CombineSummaries()).without_defaults()
-        return write_parts(summary | "ToJson" >> beam.Map(lambda s: s.to_json()), self._output, SUMMARY_OUTPUT, "Write")
+        return write_parts(summary, self._output, SUMMARY_OUTPUT, "Write", encode=JobSummary.to_json)
 
 
 def _unknown_ids(item: tuple[int, dict]) -> list[JobSummary]:

@@ -100,9 +100,8 @@ def test_two_worker_processes_run_the_job_with_the_malloc_settings_a_users_own_w
     driver = os.getpid()
 
     def worker_facts(_):  # defined here: pickled by value (a worker cannot import the tests)
-        import os
-
         import importlib
+        import os
         import sys
 
         try:
