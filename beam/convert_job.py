@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam import job_transforms as jt
 from beam import record_checks as rc
+from beam.data_workers import WORKER_MALLOC_ENV, default_workers, usable_cpu_count, worker_skips
 from beam.coco_reader import read_coco
 from beam.csv_reader import read_csv
 from beam.dataset_gates import GateOptions, dataset_problems
@@ -121,33 +122,13 @@ class DataBuildError(RuntimeError):
     """The input cannot be converted at all (no annotations, bad options)."""
 
 
-# A worker process costs ~1.2-1.6 CPU-seconds to start (Beam's import; the workers do without
-# TensorFlow) before it checks a record, and Beam's portable runner moves each stage's
-# output through the driver: on the 2-core machine a second worker paid from ~2,400
-# photo-sized (480-640 px) and ~12,000 small (128 px) images (each one's start and rate from
-# 2,000 and 20,000 images), so below this many records per worker the job runs in fewer.
-# Set for photos, what real datasets hold: 8,000 small images take ~10% longer with two.
-RECORDS_PER_WORKER = 4_000
-
-
-def default_workers(records: int, usable_cpus: int, per_worker: int = RECORDS_PER_WORKER) -> int:
-    """Worker processes for a local job of `records` records: one per `per_worker`
-    (RECORDS_PER_WORKER for the data job), at most one per usable CPU.
-
-    >>> default_workers(2_304, 8), default_workers(7_000, 2), default_workers(8_000, 2), default_workers(10**6, 16)
-    (1, 1, 2, 16)
-    """
-    return max(1, min(usable_cpus, records // per_worker))
-
-
 def job_options(options: ConvertOptions, records: int) -> tuple[object, PipelineOptions]:
     """The runner and its options (`runner_and_options`), with `num_workers` worker
     processes locally (default: `default_workers` for `records`), which start without
     WORKER_SKIPPED_IMPORTS, and without GCS's client too when no path of the job is on gs://."""
-    local = not any(path.startswith("gs://") for path in (options.images, options.annotations, options.output))
     return runner_and_options(options.runner, options.beam_args,
                               options.num_workers or default_workers(records, usable_cpu_count()), WORKER_MALLOC_ENV,
-                              WORKER_SKIPPED_IMPORTS + (("google.cloud.storage",) if local else ()))
+                              worker_skips((options.images, options.annotations, options.output)))
 
 
 def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...]:
@@ -205,13 +186,6 @@ def _not_the_running_mode_note(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("If direct_num_workers is not equal to 1, direct_running_mode")
 
 
-def usable_cpu_count() -> int:
-    """The CPUs this process may use, counted as the probe counts them (cgroup- and affinity-aware)."""
-    from components.probe.machine_facts import usable_cpus
-
-    return usable_cpus()["usable"]
-
-
 def _list_sources(options: ConvertOptions) -> list:
     """What the job starts from: VOC file paths (parsed in parallel by the job), or the
     records of a COCO/CSV file (one file, parsed here)."""
@@ -229,24 +203,6 @@ def _list_sources(options: ConvertOptions) -> list:
     if not records:
         raise DataBuildError(f"no records in {options.annotations}")
     return records
-
-
-# glibc malloc settings for the data job's local worker processes (read by glibc when a
-# process starts; other C libraries ignore them). Beam's local runner hands each worker one
-# bundle per stage, its share of the whole stage's input, which arrives and leaves as buffers
-# of many MiB: with glibc's defaults (an arena per thread, a large-allocation threshold that
-# rises to the largest buffer freed) those buffers' memory stayed in the process. With these,
-# a worker's peak (2 workers, 128 px) was 217 / 260 / 329-339 MiB at 2,000 / 20,000 / 60,000
-# images, against 223 / 283-289 / 379-492 without, in the same time (benchmarks/convert.py).
-# Not for the predict job's workers, which run TensorFlow (its allocations not measured so).
-WORKER_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-
-# What the data job's local workers do without (beam/local_worker.py): Beam's BigQuery and
-# Pub/Sub connectors and pandas, which it imports at start if installed; ~0.7 of a worker's
-# ~2.3 CPU-seconds of start here. No stage of the job uses them (tests/test_job_workers.py
-# runs it so). GCS's client (~0.2 more) only when no path is on gs:// (`job_options`).
-WORKER_SKIPPED_IMPORTS = ("pandas", "google.cloud.bigquery", "google.cloud.bigquery_storage_v1",
-                          "google.cloud.pubsub", "google.cloud.pubsub_v1")
 
 
 def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] | None) -> None:

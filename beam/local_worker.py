@@ -15,6 +15,17 @@ glibc settings) without touching the driver's environment, and name modules the 
 to do without (`skip_imports`): Beam imports its BigQuery and Pub/Sub connectors and pandas
 at start where they are installed, ~0.7 of a worker's ~2.3 CPU-seconds of start here, and
 skips them where they are not (its imports of them are guarded); the data job uses none.
+
+Workers can also be started before the job exists (`prestarted`): a command that knows the
+job's size starts them before its own heavy imports (TensorFlow's ~3.5 s on one core while
+the other idles), so their ~1.3 CPU-seconds each of Beam's import are paid there and not
+when the job's first stage waits for them. Each one imports, then waits at a socket in a
+folder of its own; Beam's runner then starts, as usual, one command per worker, but that
+command (`--attach`) only claims a waiting worker (an atomic rename), hands it Beam's
+environment (the runner's addresses, the pipeline's options) and waits for it to finish,
+passing on its exit status. A command that finds no worker waiting or starting runs the
+harness itself, as without. Unclaimed workers leave when the folder is closed, or when
+the process that started them is gone.
 """
 
 from __future__ import annotations
@@ -23,9 +34,20 @@ import logging
 import os
 import shlex
 import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
 
 
 SKIP_IMPORTS_FLAG = "--skip-imports"
+PRELOAD_FLAG = "--preload"  # a started-early worker: modules to import while it waits
+WAIT_FLAG = "--wait-at"  # a started-early worker: its socket's path
+ATTACH_FLAG = "--attach"  # Beam's worker command: the folder of started-early workers to claim one of
+# A started-early worker's files in its folder, by its index I: I.sock (its socket), and one
+# marker that names its state: I.starting (importing), I.ready (waiting), I.claimed / I.closed.
+STARTING, READY, CLAIMED, CLOSED = ".starting", ".ready", ".claimed", ".closed"
+ATTACH_WAIT_S = 60.0  # how long a command waits for a worker still importing (a busy machine)
+_pools: dict[tuple, str] = {}  # (env, skip_imports) -> the folder of this process's started-early workers
 
 
 def worker_command(env: dict[str, str] | None = None, skip_imports: tuple[str, ...] = ()) -> str:
@@ -39,7 +61,149 @@ def worker_command(env: dict[str, str] | None = None, skip_imports: tuple[str, .
     """
     assignments = [f"{name}={shlex.quote(value)}" for name, value in (env or {}).items() if name not in os.environ]
     skipped = [SKIP_IMPORTS_FLAG, ",".join(skip_imports)] if skip_imports else []
-    return " ".join([*assignments, shlex.quote(sys.executable), "-m", __name__, *map(shlex.quote, skipped)])
+    folder = _pools.get(_pool_key(env, skip_imports))
+    attach = [ATTACH_FLAG, folder] if folder else []
+    return " ".join([*assignments, shlex.quote(sys.executable), "-m", __name__, *map(shlex.quote, skipped + attach)])
+
+
+def _pool_key(env: dict[str, str] | None, skip_imports: tuple[str, ...]) -> tuple:
+    return tuple(sorted((env or {}).items())), tuple(skip_imports)
+
+
+@contextmanager
+def prestarted(count: int, env: dict[str, str] | None = None, skip_imports: tuple[str, ...] = (),
+               preload: tuple[str, ...] = ()):
+    """Start `count` worker processes now, each importing Beam's harness and `preload`,
+    for the jobs this process runs while in the block with workers of the same `env` and
+    `skip_imports` (`worker_command` then claims them); yields their process ids. At the
+    end of the block those no job claimed are stopped and the folder removed."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if count < 1:
+        yield []
+        return
+    folder = tempfile.mkdtemp(prefix="detpipe-workers-")
+    key = _pool_key(env, skip_imports)
+    environment = {**(env or {}), **os.environ}  # the user's own values win, as in worker_command
+    skipped = [SKIP_IMPORTS_FLAG, ",".join(skip_imports)] if skip_imports else []
+    processes = []
+    try:
+        for index in range(count):
+            Path(folder, f"{index}{STARTING}").touch()
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", __name__, *skipped, PRELOAD_FLAG, ",".join(preload),
+                 WAIT_FLAG, os.path.join(folder, str(index))], env=environment, stdin=subprocess.DEVNULL))
+        _pools[key] = folder
+        yield [process.pid for process in processes]
+    finally:
+        _pools.pop(key, None)
+        for index, process in enumerate(processes):
+            for state in (STARTING, READY):  # not claimed: take it, so no command can
+                try:
+                    os.rename(os.path.join(folder, f"{index}{state}"), os.path.join(folder, f"{index}{CLOSED}"))
+                    process.kill()
+                except OSError:
+                    pass
+        for process in processes:
+            try:
+                process.wait(timeout=30)  # a claimed one has finished with its job's end
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_for_job(path: str, parent: int):
+    """A started-early worker, imported: listen at PATH.sock, say so (PATH.starting ->
+    PATH.ready), and wait for a command to claim it. Returns the connection and the
+    environment it sends, or None once the process that started it is gone."""
+    import json
+    import socket
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path + ".sock")
+    server.listen(1)
+    server.settimeout(0.5)
+    os.rename(path + STARTING, path + READY)
+    while True:
+        try:
+            connection, _ = server.accept()
+            break
+        except socket.timeout:
+            if os.getppid() != parent:
+                return None
+    server.close()
+    connection.settimeout(None)
+    with connection.makefile("rb") as reader:
+        return connection, json.loads(reader.readline())
+
+
+def _attach(folder: str) -> int | None:
+    """Claim a started-early worker in `folder`, hand it this process's environment (Beam's
+    addresses and options for the worker) and wait for it: its exit status. None when no
+    worker is waiting or still starting: this process is to run the harness itself."""
+    import json
+    import socket
+
+    deadline = time.monotonic() + ATTACH_WAIT_S
+    while True:
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        for name in sorted(n for n in names if n.endswith(READY)):
+            index = name[:-len(READY)]
+            try:
+                os.rename(os.path.join(folder, name), os.path.join(folder, index + CLAIMED))
+            except OSError:
+                continue  # another command claimed it first
+            try:
+                connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                connection.connect(os.path.join(folder, index + ".sock"))
+                connection.sendall(json.dumps(dict(os.environ)).encode() + b"\n")
+                status = connection.makefile("rb").read()
+            except OSError:
+                continue  # it died in between: the next one
+            return int(status) if status.strip().isdigit() else 1  # no status: it died in the job
+        if not any(n.endswith(STARTING) for n in names) or time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+
+
+def _run_prestarted(path: str, preload: list[str]) -> None:
+    """A started-early worker: import, wait for a job, run its harness, send the status."""
+    parent = os.getppid()
+    try:
+        from apache_beam.runners.worker import sdk_worker_main
+
+        for name in preload:
+            __import__(name)
+    except BaseException:
+        os.unlink(path + STARTING)  # no command waits for it
+        raise
+    claimed = _wait_for_job(path, parent)
+    if claimed is None:
+        os._exit(0)
+    connection, environment = claimed
+    os.environ.update(environment)
+    status = 1
+    try:
+        _run_harness(sdk_worker_main)
+        status = 0
+    finally:
+        connection.sendall(str(status).encode())
+        connection.close()
+    _exit_now()
+
+
+def _run_harness(sdk_worker_main) -> None:
+    logging.getLogger().setLevel(logging.INFO)  # as sdk_worker_main does when run as a module
+    sdk_worker_main.main([])  # it reads its settings from the environment, not from argv
+
+
+def _exit_now() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the harness is done; skip the interpreter's teardown (see above)
 
 
 def skip_imports(names: list[str]) -> None:
@@ -51,16 +215,26 @@ def skip_imports(names: list[str]) -> None:
         sys.modules[name] = None
 
 
+def _flag(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
 def main(argv: list[str]) -> None:
-    if SKIP_IMPORTS_FLAG in argv:
-        skip_imports(argv[argv.index(SKIP_IMPORTS_FLAG) + 1].split(","))
+    folder = _flag(argv, ATTACH_FLAG)
+    if folder is not None:
+        status = _attach(folder)
+        if status is not None:
+            sys.exit(status)
+    skipped = _flag(argv, SKIP_IMPORTS_FLAG)
+    if skipped:
+        skip_imports(skipped.split(","))
+    path = _flag(argv, WAIT_FLAG)
+    if path is not None:
+        _run_prestarted(path, [n for n in (_flag(argv, PRELOAD_FLAG) or "").split(",") if n])
     from apache_beam.runners.worker import sdk_worker_main
 
-    logging.getLogger().setLevel(logging.INFO)  # as sdk_worker_main does when run as a module
-    sdk_worker_main.main(argv)  # it reads its settings from the environment, not from argv
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # the harness is done; skip the interpreter's teardown (see above)
+    _run_harness(sdk_worker_main)
+    _exit_now()
 
 
 if __name__ == "__main__":

@@ -75,6 +75,15 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
         if problem:
             raise UsageError(f"--output {args.output}: {problem}; choose another folder, or pass "
                              "--overwrite-unrecognised to build there anyway (other files are kept)")
+    from beam.data_workers import prestarted_data_workers
+
+    # The job's worker processes start now, while this process imports Beam and TensorFlow.
+    with prestarted_data_workers(args.format, args.images, args.annotations, args.output, args.runner, beam_args,
+                                 args.direct_num_workers):
+        return _data_build(args, beam_args)
+
+
+def _data_build(args, beam_args: list[str]) -> int:
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
     from beam.label_map import read_label_map
@@ -212,8 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DirectRunner: check and write in N worker processes, every function pickled to them as "
                         "Dataflow does; 1 runs in this process (default: one per 4,000 records, at most one per "
                         "CPU this process may use, counted as `detpipe probe` counts them: a worker takes ~1.5 "
-                        "CPU-seconds to start, Beam's import). The shards are the same for any N")
-    p.set_defaults(func=cmd_data_build, takes_beam_args=True)
+                        "CPU-seconds to start, Beam's import; for a local VOC folder they start while this "
+                        "command loads). The shards are the same for any N")
+    p.set_defaults(func=cmd_data_build, takes_beam_args=True, exits_at_once=True)
 
     p = sub.add_parser(
         "probe", help="check this machine before training (GPU, driver, CUDA, cuDNN, CPUs, RAM, disk, packages)",
@@ -301,7 +311,26 @@ def _quiet_beam() -> None:
             logger.addFilter(not_beam_chatter)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run() -> None:
+    """The `detpipe` command (the console script): `main`, leaving at once after a command
+    that allows it (`exits_at_once`)."""
+    sys.exit(main(exit_at_once=True))
+
+
+def _exit_at_once(code: int) -> None:
+    """Leave now, without Python's interpreter teardown: with TensorFlow and Beam loaded it
+    took ~1 s after a `data build` whose work was done (their modules' and C++ objects'
+    destruction). Only for commands whose every file is written and closed when they
+    return; the log handlers and the standard streams are flushed first."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None, exit_at_once: bool = False) -> int:
+    """Run one `detpipe` command; its exit status. `exit_at_once`: after a command that
+    allows it, leave the process at once (`_exit_at_once`), as the console script does."""
     _quiet_libraries()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -311,6 +340,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:
         _quiet_beam()
+    code = _run_command(args, extra)
+    if exit_at_once and getattr(args, "exits_at_once", False):
+        _exit_at_once(code)
+    return code
+
+
+def _run_command(args, extra: list[str]) -> int:
     try:
         return args.func(args, extra) if getattr(args, "takes_beam_args", False) else args.func(args)
     except UsageError as err:
@@ -332,4 +368,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

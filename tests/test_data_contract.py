@@ -142,20 +142,34 @@ def test_dataset_page_renders_every_reason_with_examples(dirty, built, tmp_path)
     assert re.search(r"<td>train</td><td class=\"num\">\d+</td>", html)  # the box counts per split
 
 
-def test_data_build_cli_names_the_dropped_boxes(dirty, tmp_path, capsys):
-    from pipeline.cli import main
+def test_data_build_cli_names_the_dropped_boxes(dirty, tmp_path):
+    """`detpipe data build` as a user runs it, a process of its own with two workers: they
+    start before its imports (`prestarted_data_workers`), it leaves at once when done (its
+    output flushed first), and leaves no worker folder behind."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
 
     label_map = tmp_path / "labels.json"
     label_map.write_text(json.dumps(dirty.label_map))
-    code = main(["data", "build", "--format", "voc", "--images", str(dirty.images), "--annotations",
-                 str(dirty.annotations), "--output", str(tmp_path / "out"), "--split-file", str(dirty.split_file),
-                 "--label-map", str(label_map), "--reject-empty", "--max-pixels", str(dirty.max_pixels),
-                 "--allow-anomalies"])
-    assert code == 0
-    out = capsys.readouterr().out
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "data", "build", "--format", "voc", "--images", str(dirty.images),
+         "--annotations", str(dirty.annotations), "--output", str(tmp_path / "out"), "--split-file",
+         str(dirty.split_file), "--label-map", str(label_map), "--reject-empty", "--max-pixels",
+         str(dirty.max_pixels), "--allow-anomalies", "--direct-num-workers", "2"],
+        cwd=REPO, capture_output=True, text=True,  # buffered output, as in a pipe: flushed before it leaves?
+        env={**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "TMPDIR": str(temp)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
     assert "box(es) dropped 4 of" in out and "invalid_box" in out and "box_outside_image" in out
     for reason in set(dirty.image_rejects.values()):
         assert f": {reason} (details in" in out
+    assert read_manifest(str(tmp_path / "out")).records_in == len(list(dirty.annotations.glob("*.xml")))
+    assert "on worker" in run.stderr and not list(temp.iterdir())
 
 
 def test_bad_box_reject_image_keeps_the_old_behaviour(dirty, tmp_path):
@@ -183,7 +197,9 @@ def test_an_image_whose_every_box_is_dropped_follows_reject_empty():
 def test_the_examples_in_the_definitions_run():
     import doctest
 
-    from beam import convert_job, job_outputs, job_transforms, local_worker, manifest, shard_writer, source_records
+    from beam import (convert_job, data_workers, job_outputs, job_transforms, local_worker, manifest, shard_writer,
+                      source_records)
 
-    for module in (manifest, source_records, rc, job_transforms, job_outputs, convert_job, shard_writer, local_worker):
+    for module in (manifest, source_records, rc, job_transforms, job_outputs, convert_job, shard_writer, local_worker,
+                   data_workers):
         assert doctest.testmod(module).failed == 0, module.__name__

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from beam.convert_job import ConvertOptions, build_dataset, default_workers, job_options
+from beam.convert_job import ConvertOptions, build_dataset, job_options
+from beam.data_workers import default_workers
 from beam.manifest import MANIFEST_FILE, REJECTS_GLOB
 from beam.output_files import read_rejects
 from dirty_data import make_dirty_copy
@@ -86,17 +87,35 @@ def test_two_worker_processes_run_the_job_with_the_malloc_settings_a_users_own_w
     """A real two-worker run of the job's runner: its elements are processed outside this
     process, in workers whose environment has WORKER_MALLOC_ENV (the user's own value wins),
     which this process's environment does not get, and which do without the skipped
-    modules; the job's result comes back whole."""
+    modules; the job's result comes back whole. One worker was started before the job
+    (`prestarted`) and runs it; the other command finds none left and runs the harness
+    itself; at the end nothing is left running."""
+    import os
+
+    from beam.data_workers import JOB_MODULES, WORKER_MALLOC_ENV, worker_skips
+    from beam.local_worker import _pools, prestarted
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # the user's own value wins
+    with prestarted(1, WORKER_MALLOC_ENV, worker_skips(("i", "a", "o")), JOB_MODULES) as early:
+        runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
+        assert "--attach" in _worker_command(runner)
+        _run_on_workers(runner, options, early)
+        folder = next(iter(_pools.values()))
+    assert not _pools and not os.path.exists(folder)
+    with pytest.raises(ProcessLookupError):
+        os.kill(early[0], 0)
+    assert "MALLOC_ARENA_MAX" not in os.environ
+
+
+def _run_on_workers(runner, options, early: list[int]) -> None:
     import os
 
     import apache_beam as beam
     from apache_beam.testing.util import assert_that
 
-    from beam.convert_job import WORKER_MALLOC_ENV
+    from beam.data_workers import WORKER_MALLOC_ENV
 
-    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # the user's own value wins
-    runner, options = job_options(ConvertOptions("i", "a", "o", num_workers=2), records=10)
     driver = os.getpid()
 
     def worker_facts(_):  # defined here: pickled by value (a worker cannot import the tests)
@@ -115,10 +134,28 @@ def test_two_worker_processes_run_the_job_with_the_malloc_settings_a_users_own_w
     def check(facts):
         assert len(facts) == 8 and driver not in {pid for pid, *_ in facts}, facts
         assert {tuple(f[1:]) for f in facts} == {(WORKER_MALLOC_ENV["MALLOC_ARENA_MAX"], "65536", "skipped", False)}
+        assert set(early) <= {pid for pid, *_ in facts}, (early, facts)
 
     with beam.Pipeline(runner=runner, options=options) as p:
         assert_that(p | beam.Create(range(8), reshuffle=True) | beam.Map(worker_facts), check)
-    assert "MALLOC_ARENA_MAX" not in os.environ
+
+
+def test_workers_started_early_that_no_job_claims_are_stopped_and_a_failed_one_is_not_waited_for(tmp_path):
+    """A worker whose import fails takes itself off the folder (a command then runs the
+    harness itself rather than wait for it); one that no job claimed is stopped at the
+    end of the block."""
+    import os
+
+    from beam.local_worker import _attach, _pools, prestarted
+
+    with prestarted(1, preload=("a_module_nobody_has",)) as failed:
+        assert _attach(next(iter(_pools.values()))) is None  # waited while it imported, then not
+    with prestarted(2) as unclaimed:
+        folder = next(iter(_pools.values()))
+    assert not os.path.exists(folder)
+    for pid in failed + unclaimed:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_path, monkeypatch):
@@ -137,9 +174,12 @@ def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_
 def test_the_job_workers_do_without_tensorflow(tmp_path):
     """A worker process unpickles the job's stages and imports what they import; TensorFlow
     (and TFDV, which imports it) must not be among them: its import alone costs a worker
-    ~6 CPU-seconds and ~500 MiB. The stages' own lazy imports are imported too."""
+    ~6 CPU-seconds and ~500 MiB. The stages' own lazy imports are imported too, as a worker
+    started early imports them (JOB_MODULES)."""
     import subprocess
     import sys
+
+    from beam.data_workers import JOB_MODULES
 
     from apache_beam.internal import pickler
 
@@ -153,7 +193,7 @@ def test_the_job_workers_do_without_tensorflow(tmp_path):
     (tmp_path / "stages.pickle").write_bytes(pickler.dumps(stages))
     code = ("import sys\nfrom apache_beam.internal import pickler\n"
             f"pickler.loads(open({str(tmp_path / 'stages.pickle')!r}, 'rb').read())\n"
-            "import beam.example_codec, beam.feature_batches, beam.output_files, beam.split\n"
+            f"for name in {JOB_MODULES!r}: __import__(name)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorflow_data_validation')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout[:500]

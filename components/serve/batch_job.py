@@ -31,7 +31,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import DirectOptions
 
-from beam.convert_job import default_workers, runner_and_options, usable_cpu_count
+from beam.convert_job import runner_and_options
+from beam.data_workers import default_workers, usable_cpu_count
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,89 @@
+"""The data job's local worker processes: how many, with what settings, and starting them
+early. This module imports neither Beam nor TensorFlow, so that a command can start the
+workers (`prestarted_data_workers`) before its own imports of them (~4.5 s on one core, with
+the job's other cores idle), and the job's first stage does not wait ~1 s for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+
+# A worker process costs ~1.2-1.6 CPU-seconds to start (Beam's import; the workers do without
+# TensorFlow) before it checks a record, and Beam's portable runner moves each stage's
+# output through the driver: on the 2-core machine a second worker paid from ~2,400
+# photo-sized (480-640 px) and ~12,000 small (128 px) images (each one's start and rate from
+# 2,000 and 20,000 images), so below this many records per worker the job runs in fewer.
+# Set for photos, what real datasets hold: 8,000 small images take ~10% longer with two.
+RECORDS_PER_WORKER = 4_000
+
+# glibc malloc settings for the data job's local worker processes (read by glibc when a
+# process starts; other C libraries ignore them). Beam's local runner hands each worker one
+# bundle per stage, its share of the whole stage's input, which arrives and leaves as buffers
+# of many MiB: with glibc's defaults (an arena per thread, a large-allocation threshold that
+# rises to the largest buffer freed) those buffers' memory stayed in the process. With these,
+# a worker's peak (2 workers, 128 px) was 217 / 260 / 329-339 MiB at 2,000 / 20,000 / 60,000
+# images, against 223 / 283-289 / 379-492 without, in the same time (benchmarks/convert.py).
+# Not for the predict job's workers, which run TensorFlow (its allocations not measured so).
+WORKER_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+
+# What the data job's local workers do without (beam/local_worker.py): Beam's BigQuery and
+# Pub/Sub connectors and pandas, which it imports at start if installed; ~0.7 of a worker's
+# ~2.3 CPU-seconds of start here. No stage of the job uses them (tests/test_job_workers.py
+# runs it so). GCS's client (~0.2 more) only when no path is on gs:// (`worker_skips`).
+WORKER_SKIPPED_IMPORTS = ("pandas", "google.cloud.bigquery", "google.cloud.bigquery_storage_v1",
+                          "google.cloud.pubsub", "google.cloud.pubsub_v1")
+
+# What the job's stages import in a worker (unpickled, and their own lazy imports): a worker
+# started early imports them while it waits. None of them imports TensorFlow.
+JOB_MODULES = ("beam.job_transforms", "beam.example_codec", "beam.feature_batches", "beam.output_files",
+               "beam.split", "PIL.JpegImagePlugin", "PIL.PngImagePlugin")
+
+
+def default_workers(records: int, usable_cpus: int, per_worker: int = RECORDS_PER_WORKER) -> int:
+    """Worker processes for a local job of `records` records: one per `per_worker`
+    (RECORDS_PER_WORKER for the data job), at most one per usable CPU.
+
+    >>> default_workers(2_304, 8), default_workers(7_000, 2), default_workers(8_000, 2), default_workers(10**6, 16)
+    (1, 1, 2, 16)
+    """
+    return max(1, min(usable_cpus, records // per_worker))
+
+
+def usable_cpu_count() -> int:
+    """The CPUs this process may use, counted as the probe counts them (cgroup- and affinity-aware)."""
+    from components.probe.machine_facts import usable_cpus
+
+    return usable_cpus()["usable"]
+
+
+def worker_skips(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The modules the data job's workers do without: WORKER_SKIPPED_IMPORTS, and GCS's
+    client when none of the job's `paths` is on gs://.
+
+    >>> worker_skips(("imgs", "gs://b/out"))[-1], worker_skips(("imgs", "out"))[-1]
+    ('google.cloud.pubsub_v1', 'google.cloud.storage')
+    """
+    local = not any(path.startswith("gs://") for path in paths)
+    return WORKER_SKIPPED_IMPORTS + (("google.cloud.storage",) if local else ())
+
+
+def prestarted_data_workers(data_format: str, images: str, annotations: str, output: str, runner: str,
+                            beam_args: tuple[str, ...] | list[str], num_workers: int | None):
+    """A context in which the data job over a local VOC folder finds its worker processes
+    started (`beam.local_worker.prestarted`): as many as it will run (`num_workers`, else
+    `default_workers` of the folder's *.xml files). Nothing is started for other runners,
+    for one worker (in-process), for Beam's own --direct_* options (Beam's workers), or for
+    a COCO/CSV file or a gs:// folder, whose records are only counted by reading them."""
+    if (runner != "DirectRunner" or data_format != "voc" or "://" in annotations
+            or any(arg.startswith("--direct_") for arg in beam_args)):
+        return contextlib.nullcontext()
+    from beam.local_worker import prestarted
+
+    # The job's own listing (beam/voc_reader.py) globs the same pattern.
+    workers = num_workers or default_workers(len(glob.glob(os.path.join(annotations.rstrip("/"), "*.xml"))),
+                                             usable_cpu_count())
+    if workers <= 1:
+        return contextlib.nullcontext()
+    return prestarted(workers, WORKER_MALLOC_ENV, worker_skips((images, annotations, output)), JOB_MODULES)
