@@ -35,10 +35,11 @@ import os
 import shlex
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
+MODULE = "beam.local_worker"  # what a worker process runs (`python -m`); __name__ there is "__main__"
 SKIP_IMPORTS_FLAG = "--skip-imports"
 PRELOAD_FLAG = "--preload"  # a started-early worker: modules to import while it waits
 WAIT_FLAG = "--wait-at"  # a started-early worker: its socket's path
@@ -63,7 +64,7 @@ def worker_command(env: dict[str, str] | None = None, skip_imports: tuple[str, .
     skipped = [SKIP_IMPORTS_FLAG, ",".join(skip_imports)] if skip_imports else []
     folder = _pools.get(_pool_key(env, skip_imports))
     attach = [ATTACH_FLAG, folder] if folder else []
-    return " ".join([*assignments, shlex.quote(sys.executable), "-m", __name__, *map(shlex.quote, skipped + attach)])
+    return " ".join([*assignments, shlex.quote(sys.executable), "-m", MODULE, *map(shlex.quote, skipped + attach)])
 
 
 def _pool_key(env: dict[str, str] | None, skip_imports: tuple[str, ...]) -> tuple:
@@ -93,7 +94,7 @@ def prestarted(count: int, env: dict[str, str] | None = None, skip_imports: tupl
         for index in range(count):
             Path(folder, f"{index}{STARTING}").touch()
             processes.append(subprocess.Popen(
-                [sys.executable, "-m", __name__, *skipped, PRELOAD_FLAG, ",".join(preload),
+                [sys.executable, "-m", MODULE, *skipped, PRELOAD_FLAG, ",".join(preload),
                  WAIT_FLAG, os.path.join(folder, str(index))], env=environment, stdin=subprocess.DEVNULL))
         _pools[key] = folder
         yield [process.pid for process in processes]
@@ -126,7 +127,10 @@ def _wait_for_job(path: str, parent: int):
     server.bind(path + ".sock")
     server.listen(1)
     server.settimeout(0.5)
-    os.rename(path + STARTING, path + READY)
+    try:
+        os.rename(path + STARTING, path + READY)
+    except FileNotFoundError:
+        return None  # closed while it imported: it is being stopped
     while True:
         try:
             connection, _ = server.accept()
@@ -178,7 +182,8 @@ def _run_prestarted(path: str, preload: list[str]) -> None:
         for name in preload:
             __import__(name)
     except BaseException:
-        os.unlink(path + STARTING)  # no command waits for it
+        with suppress(FileNotFoundError):
+            os.unlink(path + STARTING)  # no command waits for it
         raise
     claimed = _wait_for_job(path, parent)
     if claimed is None:
@@ -225,6 +230,9 @@ def main(argv: list[str]) -> None:
         status = _attach(folder)
         if status is not None:
             sys.exit(status)
+        # None waiting: become a plain worker (the same command without --attach)
+        at = argv.index(ATTACH_FLAG)
+        os.execv(sys.executable, [sys.executable, "-m", MODULE, *argv[1:at], *argv[at + 2:]])
     skipped = _flag(argv, SKIP_IMPORTS_FLAG)
     if skipped:
         skip_imports(skipped.split(","))

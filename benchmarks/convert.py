@@ -135,9 +135,11 @@ def timed_build(images: Path, annotations: Path, output: Path, workers: int | No
             try:
                 peaks[proc.pid] = max(peaks.get(proc.pid, 0), driver.memory_info().rss)
                 for child in driver.children(recursive=True):
-                    command = " ".join(child.cmdline())  # ours (beam/local_worker.py) or Beam's own
-                    if ("beam.local_worker" in command or "sdk_worker_main" in command) and child.name().startswith(
-                            "python"):
+                    # ours (beam/local_worker.py) or Beam's own; not the commands that only hand
+                    # their job to a worker started early (--attach)
+                    command = " ".join(child.cmdline())
+                    if (("beam.local_worker" in command and "--attach" not in command) or "sdk_worker_main" in command
+                            ) and child.name().startswith("python"):
                         peaks[child.pid] = max(peaks.get(child.pid, 0), child.memory_info().rss)
             except psutil.Error:
                 pass
