@@ -83,8 +83,9 @@ def cmd_predict(args, beam_args: list[str]) -> int:
 
 
 def _predict_batch(args, beam_args: list[str]) -> int:
-    """`detpipe predict --images ...`: the Beam job (components/serve/batch_job.py)."""
-    from components.serve.batch_job import BatchOptions, predict_images
+    """`detpipe predict --images ...`: the Beam job (components/serve/batch_job.py), its
+    worker processes started while this process imports Beam and TensorFlow."""
+    from components.serve.batch_workers import prestarted_predict_workers
     from pipeline.beam_options import check_beam_args
 
     if args.images:  # with Beam options, IMAGE may hold an option's value written after a space
@@ -96,10 +97,13 @@ def _predict_batch(args, beam_args: list[str]) -> int:
     check_beam_args(beam_args, "detpipe predict")
     if args.draw and "://" in args.output:
         raise UsageError("--draw writes local files: give a local --output")
-    summary = predict_images(BatchOptions(
-        model_dir=args.model, images=args.images_source, output=args.output, model_version=args.model_version,
-        score_threshold=args.score_threshold, draw=args.draw, runner=args.runner, beam_args=tuple(beam_args),
-        num_workers=args.direct_num_workers))
+    with prestarted_predict_workers(args.images_source, args.runner, beam_args, args.direct_num_workers):
+        from components.serve.batch_job import BatchOptions, predict_images
+
+        summary = predict_images(BatchOptions(
+            model_dir=args.model, images=args.images_source, output=args.output, model_version=args.model_version,
+            score_threshold=args.score_threshold, draw=args.draw, runner=args.runner, beam_args=tuple(beam_args),
+            num_workers=args.direct_num_workers))
     reasons = ", ".join(f"{n} {r}" for r, n in summary.rejects_by_reason.items())
     print(f"{summary.images_in} files: {summary.predicted} predicted, {summary.rejected} rejected"
           + (f" ({reasons})" if reasons else "") + f" in {summary.seconds:g} s with {summary.workers} worker(s) -> "
@@ -164,7 +168,7 @@ def add_model_commands(sub) -> None:
                    help="--images, DirectRunner: predict in N worker processes, each loading the model (default: "
                         "one per 2,500 images, at most one per usable CPU: a second worker pays only on larger sets); 1 "
                         "runs in this process")
-    p.set_defaults(func=cmd_predict, takes_beam_args=True)
+    p.set_defaults(func=cmd_predict, takes_beam_args=True, exits_at_once=True)
 
     p = sub.add_parser("serve", help="HTTP predictions on Vertex AI's custom-container contract")
     # Not checked by argparse: --model or $AIP_STORAGE_URI, a missing model exits 1 in one line either way.

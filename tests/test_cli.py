@@ -45,7 +45,7 @@ def test_help_gives_the_default_worker_counts_the_jobs_use():
     """The default worker counts are written out in --help (the CLI does not import Beam to
     print it); this keeps them the jobs' own."""
     from beam.data_workers import RECORDS_PER_WORKER
-    from components.serve.batch_job import IMAGES_PER_WORKER
+    from components.serve.batch_workers import IMAGES_PER_WORKER
 
     parsers = dict(_subparsers(build_parser()))
     helps = {name: " ".join(parsers[name].format_help().split()) for name in ("data build", "predict")}

@@ -212,7 +212,7 @@ def test_the_examples_in_the_serving_modules_run():
     import doctest
 
     from components.registry import rollback, vertex_endpoint, vertex_model
-    from components.serve import batch_job
+    from components.serve import batch_job, batch_workers
 
-    for module in (rollback, vertex_endpoint, vertex_model, batch_job):
+    for module in (rollback, vertex_endpoint, vertex_model, batch_job, batch_workers):
         assert doctest.testmod(module).failed == 0, module.__name__

@@ -33,6 +33,7 @@ from apache_beam.options.pipeline_options import DirectOptions
 
 from beam.convert_job import runner_and_options
 from beam.data_workers import default_workers, usable_cpu_count
+from components.serve.batch_workers import IMAGES_PER_WORKER, image_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +44,6 @@ DRAWN_DIR = "drawn"
 SUFFIX = ".jsonl"
 SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
 BATCH = 16  # images per model call (RunInference's largest batch)
-IMAGES_PER_WORKER = 2_500  # a second worker process costs ~5 s more to start (Beam, TensorFlow, the model) on 2
-# cores and pays from ~4,000-5,500 photos there (benchmarks/batch_predict.py --images 4000 and 20000)
 
 
 @dataclass(frozen=True)
@@ -81,15 +80,6 @@ class BatchSummary:
     def read(cls, output: str) -> "BatchSummary":
         with FileSystems.open(f"{output.rstrip('/')}/{SUMMARY_FILE}") as handle:
             return cls(**json.loads(handle.read()))
-
-
-def image_pattern(images: str) -> str:
-    """The file pattern of `images`: a glob as it is, else every file in the folder or under the prefix.
-
-    >>> image_pattern("photos/"), image_pattern("gs://b/cam/*.jpg")
-    ('photos/*', 'gs://b/cam/*.jpg')
-    """
-    return images if any(c in images for c in "*?[") else images.rstrip("/") + "/*"
 
 
 def list_images(images: str) -> list[str]:
