@@ -23,13 +23,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam import job_transforms as jt
 from beam import record_checks as rc
-from beam.data_workers import WORKER_MALLOC_ENV, default_workers, usable_cpu_count, worker_skips
 from beam.coco_reader import read_coco
 from beam.csv_reader import read_csv
+from beam.data_workers import WORKER_MALLOC_ENV, default_workers, usable_cpu_count, worker_skips
 from beam.dataset_gates import GateOptions, dataset_problems
 from beam.feature_batches import read_batches
 from beam.job_outputs import (EXAMPLES_KEPT, JOB_DIR, JobSummary, features_files, job_path, publish,
                               read_job_outputs)
+from beam.local_worker import failing_when_a_worker_dies
 from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCounts, Manifest, earlier_build_problem,
                            is_rejects_file, near_duplicate_line, rejects_file_count, stats_file_name,
                            written_by_build)
@@ -211,7 +212,7 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
     check_options = rc.CheckOptions(keep_empty=options.keep_empty, label_map=options.label_map,
                                     max_pixels=options.max_pixels, exif=options.exif, bad_box=options.bad_box)
     runner, pipeline_options = job_options(options, len(sources))
-    with beam.Pipeline(runner=runner, options=pipeline_options) as p:
+    with failing_when_a_worker_dies(), beam.Pipeline(runner=runner, options=pipeline_options) as p:
         # Create reshuffles its elements (lists of sources), so with several workers the
         # parsing is shared too.
         read = p | "Sources" >> beam.Create(jt.chunked(sources)) | "Read" >> jt.ReadRecords()

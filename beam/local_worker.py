@@ -116,6 +116,53 @@ def prestarted(count: int, env: dict[str, str] | None = None, skip_imports: tupl
         shutil.rmtree(folder, ignore_errors=True)
 
 
+class WorkerDied(RuntimeError):
+    """A local worker process ended in the middle of the job (killed: out of memory?)."""
+
+
+# The thread Beam's runner watches each worker process from (fn_api_runner/worker_handlers.py),
+# and what it raises there when the process ends with a non-zero status.
+_BEAM_WORKER_THREAD, _BEAM_WORKER_EXIT = "run_worker", "Worker subprocess exited with return code"
+
+
+@contextmanager
+def failing_when_a_worker_dies():
+    """Within the block, a local job whose worker process dies (the system's out-of-memory
+    killer, a crash in a C library) raises `WorkerDied` in this thread at once. Beam's local
+    runner only raises in the thread that watches the process, and its driver then waits for
+    that worker's bundle for ever (measured: a job with one worker's `os._exit` never ended).
+    A no-op outside the main thread, where no signal handler can be set."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    died: list[str] = []
+    previous_hook = threading.excepthook
+
+    def hook(args) -> None:
+        if (args.thread is not None and args.thread.name == _BEAM_WORKER_THREAD
+                and _BEAM_WORKER_EXIT in str(args.exc_value)):
+            died.append(str(args.exc_value))
+            os.kill(os.getpid(), signal.SIGUSR1)  # a real signal: it wakes the main thread's wait
+            return
+        previous_hook(args)
+
+    def stop(signum, frame) -> None:
+        if died:
+            raise WorkerDied(f"a worker process of the job ended in the middle of it ({died[0]}): killed by the "
+                             "system for memory? (see `dmesg`; fewer --direct-num-workers use less)")
+
+    previous_handler = signal.signal(signal.SIGUSR1, stop)
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous_hook
+        signal.signal(signal.SIGUSR1, previous_handler)
+
+
 def _wait_for_job(path: str, parent: int):
     """A started-early worker, imported: listen at PATH.sock, say so (PATH.starting ->
     PATH.ready), and wait for a command to claim it. Returns the connection and the

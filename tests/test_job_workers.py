@@ -197,3 +197,40 @@ def test_the_job_workers_do_without_tensorflow(tmp_path):
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorflow_data_validation')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout[:500]
+
+
+def test_a_worker_that_dies_mid_job_fails_it_at_once_instead_of_hanging(tmp_path):
+    """A worker process killed in the middle of a local job (here its own `os._exit`, as the
+    out-of-memory killer would) makes the job raise `WorkerDied`, for a worker started with
+    the job and for one started early. Beam's runner alone waits for that worker's bundle for
+    ever: run in a process of its own with a time limit, so a regression fails here."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = """
+import sys
+import apache_beam as beam
+from beam.convert_job import runner_and_options
+from beam.local_worker import WorkerDied, failing_when_a_worker_dies, prestarted
+
+def die_on_5(x):
+    import os
+    if x == 5:
+        os._exit(3)
+    return x
+
+for early in (0, 2):
+    with prestarted(early):
+        runner, options = runner_and_options("DirectRunner", (), 2)
+        try:
+            with failing_when_a_worker_dies(), beam.Pipeline(runner=runner, options=options) as p:
+                _ = p | beam.Create(range(20), reshuffle=True) | beam.Map(die_on_5)
+        except WorkerDied as err:
+            print("WorkerDied:", err)
+"""
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [line for line in run.stdout.splitlines() if line.startswith("WorkerDied:")]
+    assert len(lines) == 2 and "return code 3" in lines[0] and "killed by the system for memory?" in lines[1], run.stdout

@@ -33,6 +33,7 @@ from apache_beam.options.pipeline_options import DirectOptions
 
 from beam.convert_job import runner_and_options
 from beam.data_workers import default_workers, usable_cpu_count
+from beam.local_worker import failing_when_a_worker_dies
 from components.serve.batch_workers import IMAGES_PER_WORKER, image_pattern
 
 logger = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ def predict_images(options: BatchOptions) -> BatchSummary:
     started = time.monotonic()
     logger.info("predict: %d files from %s with %s, %d worker process(es)", len(paths), options.images,
                 options.model_dir, workers)
-    with beam.Pipeline(runner=runner, options=pipeline_options) as p:
+    with failing_when_a_worker_dies(), beam.Pipeline(runner=runner, options=pipeline_options) as p:
         checked = (p | "Images" >> beam.Create(paths, reshuffle=True)
                    | "ReadAndCheck" >> beam.ParDo(_ReadAndCheck()).with_outputs(REJECTS, main="ok"))
         predicted = checked.ok | "Detect" >> RunInference(
