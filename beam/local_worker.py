@@ -234,6 +234,7 @@ def _run_prestarted(path: str, preload: list[str]) -> None:
         raise
     claimed = _wait_for_job(path, parent)
     if claimed is None:
+        _leave_folder(path, parent)
         os._exit(0)
     connection, environment = claimed
     os.environ.update(environment)
@@ -242,9 +243,24 @@ def _run_prestarted(path: str, preload: list[str]) -> None:
         _run_harness(sdk_worker_main)
         status = 0
     finally:
-        connection.sendall(str(status).encode())
+        with suppress(OSError):  # the command that waits for it may be gone (its job stopped)
+            connection.sendall(str(status).encode())
         connection.close()
+        _leave_folder(path, parent)
     _exit_now()
+
+
+def _leave_folder(path: str, parent: int) -> None:
+    """Once the process that started this worker is gone (killed: its own clean-up did not
+    run), take this worker's files out of the folder, and the folder once empty."""
+    if os.getppid() == parent:
+        return
+    for name in os.listdir(os.path.dirname(path)):
+        if name.split(".")[0] == os.path.basename(path):
+            with suppress(OSError):
+                os.unlink(os.path.join(os.path.dirname(path), name))
+    with suppress(OSError):
+        os.rmdir(os.path.dirname(path))  # the last worker to leave
 
 
 def _run_harness(sdk_worker_main) -> None:
