@@ -72,18 +72,16 @@ def worker_skips(paths: tuple[str, ...]) -> tuple[str, ...]:
 def prestarted_data_workers(data_format: str, images: str, annotations: str, output: str, runner: str,
                             beam_args: tuple[str, ...] | list[str], num_workers: int | None):
     """A context in which the data job over a local VOC folder finds its worker processes
-    started (`beam.local_worker.prestarted`): as many as it will run (`num_workers`, else
-    `default_workers` of the folder's *.xml files). Nothing is started for other runners,
-    for one worker (in-process), for Beam's own --direct_* options (Beam's workers), or for
-    a COCO/CSV file or a gs:// folder, whose records are only counted by reading them."""
-    if (runner != "DirectRunner" or data_format != "voc" or "://" in annotations
-            or any(arg.startswith("--direct_") for arg in beam_args)):
+    started (`beam.local_worker.prestarted_for_job`): as many as it will run (`num_workers`,
+    else `default_workers` of the folder's *.xml files). Nothing is started for a COCO/CSV
+    file, whose records are only counted by reading it, nor where `prestarted_for_job` says."""
+    if data_format != "voc":
         return contextlib.nullcontext()
-    from beam.local_worker import prestarted
+    from beam.local_worker import prestarted_for_job
 
-    # The job's own listing (beam/voc_reader.py) globs the same pattern.
-    workers = num_workers or default_workers(len(glob.glob(os.path.join(annotations.rstrip("/"), "*.xml"))),
-                                             usable_cpu_count())
-    if workers <= 1:
-        return contextlib.nullcontext()
-    return prestarted(workers, WORKER_MALLOC_ENV, worker_skips((images, annotations, output)), JOB_MODULES)
+    def workers() -> int:  # the job's own listing (beam/voc_reader.py) globs the same pattern
+        xml_files = glob.glob(os.path.join(annotations.rstrip("/"), "*.xml"))
+        return num_workers or default_workers(len(xml_files), usable_cpu_count())
+
+    return prestarted_for_job(runner, beam_args, annotations, workers, WORKER_MALLOC_ENV,
+                              worker_skips((images, annotations, output)), JOB_MODULES)

@@ -23,8 +23,8 @@ when the job's first stage waits for them. Each one imports, then waits at a soc
 folder of its own; Beam's runner then starts, as usual, one command per worker, but that
 command (`--attach`) only claims a waiting worker (an atomic rename), hands it Beam's
 environment (the runner's addresses, the pipeline's options) and waits for it to finish,
-passing on its exit status. A command that finds no worker waiting or starting runs the
-harness itself, as without. Unclaimed workers leave when the folder is closed, or when
+passing on its exit status. A command that finds no worker waiting or starting becomes a
+plain worker (the same command without `--attach`). Unclaimed workers leave when the folder is closed, or when
 the process that started them is gone.
 """
 
@@ -61,14 +61,32 @@ def worker_command(env: dict[str, str] | None = None, skip_imports: tuple[str, .
     ('A_NAME_NOBODY_SETS=2', ['-m', 'beam.local_worker', '--skip-imports', 'pandas,google.cloud.pubsub'])
     """
     assignments = [f"{name}={shlex.quote(value)}" for name, value in (env or {}).items() if name not in os.environ]
-    skipped = [SKIP_IMPORTS_FLAG, ",".join(skip_imports)] if skip_imports else []
     folder = _pools.get(_pool_key(env, skip_imports))
     attach = [ATTACH_FLAG, folder] if folder else []
-    return " ".join([*assignments, shlex.quote(sys.executable), "-m", MODULE, *map(shlex.quote, skipped + attach)])
+    return " ".join([*assignments, shlex.quote(sys.executable), "-m", MODULE,
+                     *map(shlex.quote, _skip_args(skip_imports) + attach)])
+
+
+def _skip_args(skip_imports: tuple[str, ...]) -> list[str]:
+    return [SKIP_IMPORTS_FLAG, ",".join(skip_imports)] if skip_imports else []
 
 
 def _pool_key(env: dict[str, str] | None, skip_imports: tuple[str, ...]) -> tuple:
     return tuple(sorted((env or {}).items())), tuple(skip_imports)
+
+
+def prestarted_for_job(runner: str, beam_args, listed: str, workers, env: dict[str, str] | None = None,
+                       skip_imports: tuple[str, ...] = (), preload: tuple[str, ...] = ()):
+    """`prestarted` for a local job whose inputs are listed from `listed`: with `workers()`
+    processes (a callable: it lists that folder), or, a context that starts nothing, for
+    another runner, for Beam's own --direct_* options (Beam then starts its workers), for a
+    `listed` with a scheme (gs://: its listing is the job's), or for one worker (in-process)."""
+    import contextlib
+
+    if runner != "DirectRunner" or "://" in listed or any(arg.startswith("--direct_") for arg in beam_args):
+        return contextlib.nullcontext()
+    count = workers()
+    return prestarted(count, env, skip_imports, preload) if count > 1 else contextlib.nullcontext()
 
 
 @contextmanager
@@ -88,13 +106,12 @@ def prestarted(count: int, env: dict[str, str] | None = None, skip_imports: tupl
     folder = tempfile.mkdtemp(prefix="detpipe-workers-")
     key = _pool_key(env, skip_imports)
     environment = {**(env or {}), **os.environ}  # the user's own values win, as in worker_command
-    skipped = [SKIP_IMPORTS_FLAG, ",".join(skip_imports)] if skip_imports else []
     processes = []
     try:
         for index in range(count):
             Path(folder, f"{index}{STARTING}").touch()
             processes.append(subprocess.Popen(
-                [sys.executable, "-m", MODULE, *skipped, PRELOAD_FLAG, ",".join(preload),
+                [sys.executable, "-m", MODULE, *_skip_args(skip_imports), PRELOAD_FLAG, ",".join(preload),
                  WAIT_FLAG, os.path.join(folder, str(index))], env=environment, stdin=subprocess.DEVNULL))
         _pools[key] = folder
         yield [process.pid for process in processes]

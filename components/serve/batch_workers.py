@@ -6,7 +6,6 @@ other idle): each worker's own start (Beam, TensorFlow: ~5 CPU-seconds) then ove
 
 from __future__ import annotations
 
-import contextlib
 import glob
 
 # A second worker process costs ~5 s more to start (Beam, TensorFlow, the model) on 2 cores
@@ -30,15 +29,13 @@ def image_pattern(images: str) -> str:
 def prestarted_predict_workers(images: str, runner: str, beam_args: tuple[str, ...] | list[str],
                                num_workers: int | None):
     """A context in which the predict job over local images finds its worker processes
-    started (`beam.local_worker.prestarted`): as many as it will run (`num_workers`, else
-    one per IMAGES_PER_WORKER files, at most the usable CPUs). Nothing for other runners,
-    one worker (in-process), Beam's own --direct_* options, or gs:// (listed by the job)."""
-    if runner != "DirectRunner" or "://" in images or any(arg.startswith("--direct_") for arg in beam_args):
-        return contextlib.nullcontext()
+    started (`beam.local_worker.prestarted_for_job`): as many as it will run (`num_workers`,
+    else one per IMAGES_PER_WORKER files, at most the usable CPUs)."""
     from beam.data_workers import default_workers, usable_cpu_count
-    from beam.local_worker import prestarted
+    from beam.local_worker import prestarted_for_job
 
-    # The job lists the same pattern (batch_job.list_images).
-    workers = num_workers or default_workers(len(glob.glob(image_pattern(images))), usable_cpu_count(),
-                                             IMAGES_PER_WORKER)
-    return prestarted(workers, preload=JOB_MODULES) if workers > 1 else contextlib.nullcontext()
+    def workers() -> int:  # the job lists the same pattern (batch_job.list_images)
+        return num_workers or default_workers(len(glob.glob(image_pattern(images))), usable_cpu_count(),
+                                              IMAGES_PER_WORKER)
+
+    return prestarted_for_job(runner, beam_args, images, workers, preload=JOB_MODULES)
