@@ -98,12 +98,14 @@ def prestarted(count: int, env: dict[str, str] | None = None, skip_imports: tupl
     end of the block those no job claimed are stopped and the folder removed."""
     import shutil
     import subprocess
-    import tempfile
 
     if count < 1:
         yield []
         return
-    folder = tempfile.mkdtemp(prefix="detpipe-workers-")
+    folder = _workers_folder(count)
+    if folder is None:
+        yield []
+        return
     key = _pool_key(env, skip_imports)
     environment = {**(env or {}), **os.environ}  # the user's own values win, as in worker_command
     processes = []
@@ -131,6 +133,28 @@ def prestarted(count: int, env: dict[str, str] | None = None, skip_imports: tupl
                 process.kill()
                 process.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# A Unix socket's path is at most 107 bytes on Linux (103 on macOS): a folder in a long TMPDIR
+# (a test runner's, a CI's) cannot hold them.
+SOCKET_PATH_MAX = 100
+
+
+def _workers_folder(count: int) -> str | None:
+    """A new private folder for `count` started-early workers' sockets: in the temporary
+    folder (TMPDIR), or in /tmp where TMPDIR's path is too long for a socket; None when
+    neither will do (the job then starts its workers itself)."""
+    import tempfile
+
+    for where in (None, "/tmp"):
+        try:
+            folder = tempfile.mkdtemp(prefix="detpipe-workers-", dir=where)
+        except OSError:
+            continue
+        if len(os.path.join(folder, f"{count}.sock")) <= SOCKET_PATH_MAX:
+            return folder
+        os.rmdir(folder)
+    return None
 
 
 class WorkerDied(RuntimeError):
@@ -176,8 +200,19 @@ def failing_when_a_worker_dies():
     try:
         yield
     finally:
-        threading.excepthook = previous_hook
+        if threading.excepthook is hook:  # not if something has put its own in since
+            threading.excepthook = previous_hook
         signal.signal(signal.SIGUSR1, previous_handler)
+
+
+def _listen(path: str):
+    import socket
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path + ".sock")
+    server.listen(1)
+    server.settimeout(0.5)
+    return server
 
 
 def _wait_for_job(path: str, parent: int):
@@ -187,10 +222,7 @@ def _wait_for_job(path: str, parent: int):
     import json
     import socket
 
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path + ".sock")
-    server.listen(1)
-    server.settimeout(0.5)
+    server = _listen(path)
     try:
         os.rename(path + STARTING, path + READY)
     except FileNotFoundError:
@@ -249,7 +281,12 @@ def _run_prestarted(path: str, preload: list[str]) -> None:
         with suppress(FileNotFoundError):
             os.unlink(path + STARTING)  # no command waits for it
         raise
-    claimed = _wait_for_job(path, parent)
+    try:
+        claimed = _wait_for_job(path, parent)
+    except OSError:
+        with suppress(FileNotFoundError):
+            os.unlink(path + STARTING)  # its socket failed: no command is to wait for it
+        raise
     if claimed is None:
         _leave_folder(path, parent)
         os._exit(0)
@@ -305,6 +342,11 @@ def _flag(argv: list[str], flag: str) -> str | None:
 
 
 def main(argv: list[str]) -> None:
+    import signal
+
+    # A Ctrl-C at the terminal reaches the workers too: a worker's life is its job's, which
+    # the command decides (pipeline/interrupt.py stops its workers), not a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     folder = _flag(argv, ATTACH_FLAG)
     if folder is not None:
         status = _attach(folder)

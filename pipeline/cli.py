@@ -12,6 +12,7 @@ from pathlib import Path
 
 from beam.record_checks import BAD_BOX_MODES
 from pipeline.cli_types import add_exif_option as _add_exif_option
+from pipeline.interrupt import EXIT_INTERRUPTED, handle_interrupts
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import count_range, pixel_range
 from pipeline.cli_types import (
@@ -313,8 +314,14 @@ def _quiet_beam() -> None:
 
 def run() -> None:
     """The `detpipe` command (the console script): `main`, leaving at once after a command
-    that allows it (`exits_at_once`)."""
-    sys.exit(main(exit_at_once=True))
+    that allows it (`exits_at_once`); a Ctrl-C stops it and every process it started, with
+    one line and exit status 130 (pipeline/interrupt.py)."""
+    handle_interrupts()
+    try:
+        code = main(exit_at_once=True)
+    except KeyboardInterrupt:
+        _exit_at_once(EXIT_INTERRUPTED)  # its own clean-up has run; the libraries' teardown need not
+    sys.exit(code)
 
 
 def _exit_at_once(code: int) -> None:

@@ -158,6 +158,40 @@ def test_workers_started_early_that_no_job_claims_are_stopped_and_a_failed_one_i
             os.kill(pid, 0)
 
 
+def test_workers_started_early_in_a_long_tmpdir_listen_in_a_short_folder(tmp_path, monkeypatch):
+    """A Unix socket's path has at most ~107 bytes: under a TMPDIR too long for one, the
+    workers' folder goes to /tmp, and they come up (before, each failed with "AF_UNIX path
+    too long" and the job waited a minute for them). A worker whose socket fails all the
+    same takes itself off the folder, so no command waits for it."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from beam.local_worker import MODULE, READY, SOCKET_PATH_MAX, STARTING, WAIT_FLAG, _pools, prestarted
+    from conftest import REPO
+
+    long = tmp_path / ("x" * 60) / ("y" * 60)
+    long.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with prestarted(2):
+        folder = next(iter(_pools.values()))
+        assert len(os.path.join(folder, "0.sock")) <= SOCKET_PATH_MAX and not folder.startswith(str(long))
+        deadline = time.monotonic() + 120
+        while sorted(os.listdir(folder)) != [f"0{READY}", "0.sock", f"1{READY}", "1.sock"]:
+            assert time.monotonic() < deadline, os.listdir(folder)
+            time.sleep(0.1)
+    assert not os.path.exists(folder)
+
+    (long / f"0{STARTING}").touch()
+    run = subprocess.run([sys.executable, "-m", MODULE, WAIT_FLAG, str(long / "0")], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "AF_UNIX path too long" in run.stderr
+    assert not list(long.iterdir())
+
+
 def test_a_failed_job_leaves_nothing_a_reader_takes_for_a_dataset(demo_dir, tmp_path, monkeypatch):
     def fail(record, image_bytes):
         raise RuntimeError("disk gone")
@@ -234,3 +268,70 @@ for early in (0, 2):
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [line for line in run.stdout.splitlines() if line.startswith("WorkerDied:")]
     assert len(lines) == 2 and "return code 3" in lines[0] and "killed by the system for memory?" in lines[1], run.stdout
+
+
+def test_a_ctrl_c_stops_the_command_and_its_workers_with_one_line(demo_dir, tmp_path):
+    """`detpipe data build` with two workers, interrupted as a terminal's Ctrl-C does (a
+    SIGINT to its whole process group) while a worker is stuck reading an image (a named
+    pipe nobody writes to, as a stalled network mount): exit status 130, one line and no
+    traceback, no process of the group left, no `_job` folder, no worker folder. Before,
+    every process printed its own traceback (~340 lines) and the stuck worker was waited for."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from conftest import REPO
+    from pipeline.interrupt import EXIT_INTERRUPTED
+
+    images = tmp_path / "images"
+    images.mkdir()
+    stuck = sorted((demo_dir / "images").iterdir())[3].name
+    for image in (demo_dir / "images").iterdir():
+        if image.name != stuck:
+            (images / image.name).symlink_to(image)
+    os.mkfifo(images / stuck)
+    temp, out, log = tmp_path / "temp", tmp_path / "out", tmp_path / "stderr.txt"
+    temp.mkdir()
+    # SIGINT as a terminal leaves it (this test may run where it is ignored, as in `make test &`).
+    code = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+            "sys.argv = ['detpipe', *sys.argv[1:]]; runpy.run_module('pipeline.cli', run_name='__main__')")
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, "data", "build", "--format", "voc", "--images", str(images),
+             "--annotations", str(demo_dir / "annotations"), "--output", str(out), "--direct-num-workers", "2"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+            env={**os.environ, "TMPDIR": str(temp)})
+    group = process.pid
+    try:
+        deadline = time.monotonic() + 120
+        while "validate-and-convert:" not in log.read_text() and time.monotonic() < deadline:
+            assert process.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        time.sleep(2)  # the job under way: a worker waits on the pipe
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert len(psutil.Process(group).children(recursive=True)) >= 2
+        os.killpg(group, signal.SIGINT)
+        assert process.wait(timeout=60) == EXIT_INTERRUPTED
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    text = log.read_text()
+    after = text[text.index("detpipe: interrupted"):].strip().splitlines()
+    assert after == ["detpipe: interrupted: stopping (Ctrl-C again to quit at once)"], text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    left = [p for p in psutil.process_iter(["status"]) if _group_of(p) == group and p.info["status"] != "zombie"]
+    assert left == []
+    assert not (out / "_job").exists() and not list(temp.iterdir())
+
+
+def _group_of(process) -> int | None:
+    import os
+
+    try:
+        return os.getpgid(process.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
