@@ -403,6 +403,41 @@ def test_the_batch_job_answers_what_serve_answers_and_rejects_bad_files(server, 
 
 
 @pytest.mark.slow
+def test_a_failed_batch_job_leaves_no_temporary_folders_in_the_output(exported, photo_folder, tmp_path, monkeypatch):
+    """A job that fails after its sinks started (at the second line of each: the first one
+    written into the sink's temporary folder) takes Beam's beam-temp-* folders out of
+    OUTPUT; the error is the job's."""
+    from components.serve import batch_job
+
+    calls = []
+    json_line = batch_job._json
+
+    def fail(row):
+        calls.append(row)
+        if len(calls) > 1:
+            raise RuntimeError("disk gone")
+        return json_line(row)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(batch_job, "_json", fail)
+    monkeypatch.setattr(batch_job, "remove_sink_temporaries", _spy(batch_job.remove_sink_temporaries, found := []))
+    with pytest.raises(Exception, match="disk gone"):
+        batch_job.predict_images(batch_job.BatchOptions(str(exported), str(photo_folder), str(out)))
+    removed = [os.path.basename(p.rstrip("/")).rsplit("-", 1)[0] for p in found[0]]
+    assert removed == ["beam-temp-predictions", "beam-temp-rejects"]
+    assert list(out.iterdir()) == []
+
+
+def _spy(function, calls: list):
+    def spied(*args):
+        calls.append(function(*args))
+        return calls[-1]
+
+    return spied
+
+
+@pytest.mark.slow
 def test_the_batch_predict_pipeline_predicts_with_the_champion_in_the_local_runner(exported, photo_folder, tmp_path):
     """The second template (`detpipe compile --pipeline batch-predict`) with the KFP local
     runner: it looks the champion up in the registry when it runs and predicts with it."""

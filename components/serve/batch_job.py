@@ -202,6 +202,33 @@ def predict_images(options: BatchOptions) -> BatchSummary:
     started = time.monotonic()
     logger.info("predict: %d files from %s with %s, %d worker process(es)", len(paths), options.images,
                 options.model_dir, workers)
+    try:
+        _run_job(options, paths, out, workers, cpus, runner, pipeline_options)
+    except BaseException:  # a failed or interrupted job: its sinks' temporary folders out of OUTPUT
+        try:
+            remove_sink_temporaries(out)
+        except Exception as err:  # the job's own error is the one to see
+            logger.warning("predict: could not remove the job's temporary folders in %s: %s", out, err)
+        raise
+    predicted_count = sum(1 for _ in read_lines(out, PREDICTIONS))
+    rejects = [json.loads(line) for line in read_lines(out, REJECTS)]
+    by_reason: dict[str, int] = {}
+    for row in rejects:
+        by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
+    summary = BatchSummary(images_in=len(paths), predicted=predicted_count, rejected=len(rejects),
+                           rejects_by_reason=dict(sorted(by_reason.items())), images=options.images,
+                           model=options.model_dir, model_version=options.model_version, workers=workers,
+                           seconds=round(time.monotonic() - started, 1))
+    if summary.predicted + summary.rejected != summary.images_in:
+        raise RuntimeError(f"counts do not reconcile: {summary.images_in} in, {summary.predicted} predicted, "
+                           f"{summary.rejected} rejected")
+    with FileSystems.create(f"{out}/{SUMMARY_FILE}") as handle:
+        handle.write((json.dumps(summary.to_dict(), indent=2) + "\n").encode())
+    return summary
+
+
+def _run_job(options: BatchOptions, paths: list[str], out: str, workers: int, cpus: int, runner,
+             pipeline_options) -> None:
     with failing_when_a_worker_dies(), beam.Pipeline(runner=runner, options=pipeline_options) as p:
         checked = (p | "Images" >> beam.Create(paths, reshuffle=True)
                    | "ReadAndCheck" >> beam.ParDo(_ReadAndCheck()).with_outputs(REJECTS, main="ok"))
@@ -218,21 +245,25 @@ def predict_images(options: BatchOptions) -> BatchSummary:
         (checked[REJECTS] | "RejectJson" >> beam.Map(_json)
          | "WriteRejects" >> beam.io.WriteToText(f"{out}/{REJECTS}", file_name_suffix=SUFFIX,
                                                  shard_name_template=SHARD_TEMPLATE))
-    predicted_count = sum(1 for _ in read_lines(out, PREDICTIONS))
-    rejects = [json.loads(line) for line in read_lines(out, REJECTS)]
-    by_reason: dict[str, int] = {}
-    for row in rejects:
-        by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
-    summary = BatchSummary(images_in=len(paths), predicted=predicted_count, rejected=len(rejects),
-                           rejects_by_reason=dict(sorted(by_reason.items())), images=options.images,
-                           model=options.model_dir, model_version=options.model_version, workers=workers,
-                           seconds=round(time.monotonic() - started, 1))
-    if summary.predicted + summary.rejected != summary.images_in:
-        raise RuntimeError(f"counts do not reconcile: {summary.images_in} in, {summary.predicted} predicted, "
-                           f"{summary.rejected} rejected")
-    with FileSystems.create(f"{out}/{SUMMARY_FILE}") as handle:
-        handle.write((json.dumps(summary.to_dict(), indent=2) + "\n").encode())
-    return summary
+
+
+def remove_sink_temporaries(out: str) -> list[str]:
+    """Remove OUTPUT/beam-temp-{predictions,rejects}-*: the folders where Beam's text sinks
+    write before moving their files into place, left behind by a job that did not finish.
+    Returns what it removed."""
+    import glob
+
+    patterns = [f"{out}/beam-temp-{prefix}-*" for prefix in (PREDICTIONS, REJECTS)]
+    # Beam's match lists files (on GCS there are no folders): the folders of their files,
+    # and locally also a folder that is empty yet.
+    found = {m.path.rsplit("/", 1)[0]
+             for pattern in patterns for m in FileSystems.match([pattern + "/*"])[0].metadata_list}
+    if "://" not in out:
+        found |= {path for pattern in patterns for path in glob.glob(pattern)}
+    found = sorted(path + "/" if "://" in out else path for path in found)  # GCS: everything under the prefix
+    if found:
+        FileSystems.delete(found)
+    return found
 
 
 def read_lines(output: str, prefix: str) -> Iterable[str]:
