@@ -4,6 +4,8 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,8 +95,6 @@ def summarise(run_dir: Path) -> RunSummary:
 
 def _top_level_report(run_dir: Path) -> Path | None:
     """The report step's page, copied to RUN/run_report.html where people look first."""
-    import shutil
-
     from components.report.run_report import REPORT_FILE
 
     source = run_dir / "report" / "run_report"
@@ -134,7 +134,7 @@ def run_local(params: dict, pipeline_root: Path, quiet: bool = False, console=No
         return new[0] if len(new) == 1 else None
 
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root))
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), steps_temporary_folder():
         # kfp warns for any image without "python" in its name; the local venv is the image's env.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*")
         _run_routed(params, logs, run_dir, console, quiet)
@@ -142,6 +142,24 @@ def run_local(params: dict, pipeline_root: Path, quiet: bool = False, console=No
     if found is None:
         raise RuntimeError(f"expected one new run folder under {pipeline_root}")
     return summarise(found)
+
+
+@contextlib.contextmanager
+def steps_temporary_folder():
+    """The steps' processes' TMPDIR: a folder of this run's, removed after it. KFP's command
+    for a lightweight component writes the step's program into a `mktemp -d` folder that it
+    never removes: ~10 folders left in /tmp by every local run."""
+    folder = tempfile.mkdtemp(prefix="detpipe-run-")
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = folder
+    try:
+        yield folder
+    finally:
+        if previous is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = previous
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_routed(params: dict, logs: Path, run_dir, console, quiet: bool) -> None:

@@ -15,12 +15,19 @@ from pipeline.cli import main
 
 
 @pytest.mark.slow
-def test_run_local_end_to_end(demo_dir, tmp_path, capsys):
+def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    temporary = tmp_path / "tmp"  # the run's TMPDIR: the steps' temporary folders are removed with the run
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     summary_file = tmp_path / "summary.json"
     code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
                  str(demo_dir / "annotations"), "--epochs", "1", "--batch-size", "8", "--image-size", "96",
                  "--pipeline-root", str(tmp_path / "root"), "--summary-json", str(summary_file)])
     assert code == 0
+    assert list(temporary.iterdir()) == []
     out = capsys.readouterr().out
     assert "detpipe run summary" in out and "mAP@[.5:.95]" in out
     assert "per class (AP@[.5:.95] / AP50): " in out and "circle" in out.split("per class", 1)[1]
