@@ -127,7 +127,15 @@ def cmd_serve(args) -> int:
     app = create_app(model_dir, routes, max_instances=args.max_instances)
     print(f"serving {model_dir} on http://{args.host}:{port}{routes.predict} (health: {routes.health})",
           file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=port, log_level="info")
+    import signal
+
+    # The server takes a Ctrl-C itself (a graceful shutdown, logged), then raises it again for
+    # the handler it found: none here, the command is done (not pipeline/interrupt.py's).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        uvicorn.run(app, host=args.host, port=port, log_level="info")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return EXIT_OK
 
 

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import socket
+import signal
 import subprocess
 import sys
 import time
@@ -168,9 +169,12 @@ def server(exported, tmp_path_factory):
         log.seek(0)
         pytest.fail(f"server did not become healthy (last status {status}): {log.read()[-2000:]}")
     yield port
-    proc.terminate()
-    proc.wait(timeout=30)
+    proc.send_signal(signal.SIGINT)  # a Ctrl-C: the server shuts down, the command ends quietly
+    assert proc.wait(timeout=30) == 0
+    log.seek(0)
+    ending = log.read().split("Shutting down")[-1]
     log.close()
+    assert "Application shutdown complete" in ending and "Traceback" not in ending and "interrupted" not in ending
 
 
 def _instances(*blobs: bytes, **parameters) -> bytes:
