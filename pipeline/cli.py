@@ -12,7 +12,7 @@ from pathlib import Path
 
 from beam.record_checks import BAD_BOX_MODES
 from pipeline.cli_types import add_exif_option as _add_exif_option
-from pipeline.interrupt import EXIT_INTERRUPTED, handle_interrupts
+from pipeline.interrupt import EXIT_INTERRUPTED, handle_interrupts, was_interrupted
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import count_range, pixel_range
 from pipeline.cli_types import (
@@ -356,22 +356,29 @@ def main(argv: list[str] | None = None, exit_at_once: bool = False) -> int:
 def _run_command(args, extra: list[str]) -> int:
     try:
         return args.func(args, extra) if getattr(args, "takes_beam_args", False) else args.func(args)
-    except UsageError as err:
+    except Exception as err:
+        if was_interrupted():  # a library's own error around the Ctrl-C's KeyboardInterrupt (Beam's)
+            return EXIT_INTERRUPTED
+        return _reported(err)
+
+
+def _reported(err: Exception) -> int:
+    """One line (or the check's lines) for a command's error; its exit status."""
+    if isinstance(err, UsageError):
         print(f"detpipe: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except CheckFailed as err:
+    if isinstance(err, CheckFailed):
         for line in str(err).splitlines():
             print(f"detpipe: {line}", file=sys.stderr)
         return EXIT_FAILED
-    except (OSError, ValueError, RuntimeError, NotImplementedError) as err:
+    if isinstance(err, (OSError, ValueError, RuntimeError, NotImplementedError)):
         print(f"detpipe: error: {error_line(err)}", file=sys.stderr)
         return EXIT_FAILED
-    except Exception as err:  # TensorFlow's and Google Cloud's errors: one line, not a traceback
-        line = cloud_error_line(err) or tensorflow_error_line(err)
-        if line is None:
-            raise
-        print(f"detpipe: error: {line}", file=sys.stderr)
-        return EXIT_FAILED
+    line = cloud_error_line(err) or tensorflow_error_line(err)  # TensorFlow's and Google Cloud's: a line
+    if line is None:
+        raise err
+    print(f"detpipe: error: {line}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -56,7 +56,18 @@ def _quiet(args) -> None:
     workers (Beam's gRPC readers) are not news."""
 
 
+_interrupted = False
+
+
+def was_interrupted() -> bool:
+    """Whether a Ctrl-C has been handled here: an error raised since may be a library's own
+    around its KeyboardInterrupt (Beam's in-process runner raises one of its own)."""
+    return _interrupted
+
+
 def _on_interrupt(signum, frame) -> None:
+    global _interrupted
+    _interrupted = True
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C: at once
     print("detpipe: interrupted: stopping (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
     logging.disable(logging.CRITICAL)
