@@ -160,7 +160,8 @@ def add_model_commands(sub) -> None:
     p.add_argument("--model", required=True, type=saved_model_dir, help="output folder of `detpipe export`")
     p.add_argument("images", nargs="*", metavar="IMAGE", help="JPEG or PNG files")
     p.add_argument("--images", dest="images_source", metavar="DIR|gs://PREFIX|GLOB",
-                   help="every file in this folder or under this prefix (or matching this glob): a Beam job")
+                   help="every file in this folder or under this prefix, not its subfolders' (DIR/** takes "
+                        "those too), or matching this glob: a Beam job")
     p.add_argument("--output", type=output_dir,
                    help="with IMAGE files: copies with the boxes drawn and predictions.json; with --images: the "
                         "folder (local or gs://) for predictions, rejects and summary.json")

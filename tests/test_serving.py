@@ -404,6 +404,26 @@ def test_the_batch_job_answers_what_serve_answers_and_rejects_bad_files(server, 
         from components.serve.batch_job import BatchOptions, predict_images
 
         predict_images(BatchOptions(str(exported), str(photo_folder), str(tmp_path / "workers-1")))
+    (tmp_path / "by-day" / "2026-11-24").mkdir(parents=True)  # photos only in subfolders: said how to read them
+    (tmp_path / "by-day" / "2026-11-24" / "a.jpg").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"by-day/\*; its subfolders hold 1: --images '.*by-day/\*\*' reads them"):
+        predict_images(BatchOptions(str(exported), str(tmp_path / "by-day"), str(tmp_path / "y")))
+
+
+def test_a_folder_lists_its_own_files_and_counts_those_in_its_subfolders(tmp_path):
+    """`--images DIR` (or a gs:// prefix) takes the folder's own files, as Beam's `*` does on
+    GCS and locally; the files of its subfolders are counted from the same listing, for the
+    warning; `DIR/**` takes them all."""
+    from components.serve.batch_job import listed_images
+
+    for name in ("a.jpg", "b.png", "day-1/c.jpg", "day-1/deeper/d.jpg", "day-2/e.jpg"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    assert listed_images(str(tmp_path)) == ([str(tmp_path / "a.jpg"), str(tmp_path / "b.png")], 3)
+    assert listed_images(str(tmp_path) + "/") == listed_images(str(tmp_path))
+    everything, nested = listed_images(str(tmp_path / "**"))
+    assert len(everything) == 5 and nested == 0
+    assert listed_images(str(tmp_path / "day-1" / "*.jpg")) == ([str(tmp_path / "day-1" / "c.jpg")], 0)
 
 
 @pytest.mark.slow

@@ -84,9 +84,21 @@ class BatchSummary:
 
 
 def list_images(images: str) -> list[str]:
-    """Every file `images` names, sorted (FileSystems: local paths and gs://)."""
-    found = FileSystems.match([image_pattern(images)])[0].metadata_list
-    return sorted(m.path for m in found if not m.path.endswith("/"))
+    """Every file `images` names, sorted (`listed_images`)."""
+    return listed_images(images)[0]
+
+
+def listed_images(images: str) -> tuple[list[str], int]:
+    """Every file `images` names, sorted (FileSystems: local paths and gs://): a glob's
+    matches, else the folder's (the prefix's) own files; and how many files its subfolders
+    hold, which are left out (`--images 'DIR/**'` takes them), from the same one listing."""
+    pattern = image_pattern(images)
+    if pattern == images:
+        return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")), 0
+    folder = images.rstrip("/") + "/"
+    everything = [m.path for m in FileSystems.match([folder + "**"])[0].metadata_list if not m.path.endswith("/")]
+    own = sorted(path for path in everything if "/" not in path[len(folder):])
+    return own, len(everything) - len(own)
 
 
 class _ReadAndCheck(beam.DoFn):
@@ -184,9 +196,13 @@ def predict_images(options: BatchOptions) -> BatchSummary:
     from components.serve.model_files import check_model_dir
 
     check_model_dir(options.model_dir)
-    paths = list_images(options.images)
+    paths, nested = listed_images(options.images)
     if not paths:
-        raise ValueError(f"no files match {image_pattern(options.images)}")
+        raise ValueError(f"no files match {image_pattern(options.images)}" + (
+            f"; its subfolders hold {nested}: --images '{options.images.rstrip('/')}/**' reads them" if nested else ""))
+    if nested:
+        logger.warning("predict: %d file(s) in subfolders of %s are not read (--images '%s/**' reads them too)",
+                       nested, options.images, options.images.rstrip("/"))
     out = options.output.rstrip("/")
     earlier = [m.path for prefix in (PREDICTIONS, REJECTS)
                for m in FileSystems.match([f"{out}/{prefix}-*"])[0].metadata_list]
