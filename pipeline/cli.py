@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None, exit_at_once: bool = False) -> int:
     if not args.verbose:
         _quiet_beam()
     code = _run_command(args, extra)
+    if was_interrupted():  # a library that swallowed the Ctrl-C's KeyboardInterrupt and went on
+        code = EXIT_INTERRUPTED
     if exit_at_once and getattr(args, "exits_at_once", False):
         _exit_at_once(code)
     return code
