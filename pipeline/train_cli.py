@@ -4,6 +4,7 @@ Thin adapters over components/train (the trainer and the tuner) and components/e
 """
 
 import argparse
+import contextlib
 import re
 import sys
 import tempfile
@@ -60,6 +61,12 @@ def _init_from(args, fetched: str) -> dict:
     return {"init_from": request, "init_name": request}
 
 
+def _fetch_folder(args):
+    """A temporary folder for `--init-from` to fetch a registry version into; none without
+    `--init-from` (a run that is killed, out of memory, leaves its folder behind)."""
+    return tempfile.TemporaryDirectory(prefix="detpipe-init-") if args.init_from else contextlib.nullcontext("")
+
+
 def cmd_train(args) -> int:
     from components.detector.fitted_shape import PoorAnchors
     from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
@@ -69,7 +76,7 @@ def cmd_train(args) -> int:
     config = {**_common_train_config(args), "augment": not args.no_flip or hparams["augment_strength"] > 0}
     # (with --no-flip and strength 0 there is nothing left to augment)
     try:
-        with tempfile.TemporaryDirectory(prefix="detpipe-init-") as fetched:
+        with _fetch_folder(args) as fetched:
             result = train_detector(TrainConfig(
                 data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
                 deterministic=args.deterministic, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
