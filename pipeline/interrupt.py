@@ -8,9 +8,11 @@ through Beam's log), and a worker blocked in a read (a stalled network mount) ke
 command waiting for it. So the workers ignore SIGINT (`beam/local_worker.py`: their life is
 their job's), and the command, on the first Ctrl-C, says so in one line, kills the processes
 it started (SIGKILL: a worker's own clean-up is its job's, which is being abandoned), quiets
-the libraries' log and their threads' errors about the killed workers, and raises KeyboardInterrupt in its main thread, so its
-own clean-up still runs (a data build's `OUTPUT/_job` removed, started workers' folder
-removed). A second Ctrl-C stops it at once, as Python's default would.
+the libraries' log and their threads' errors about the killed workers, and raises
+KeyboardInterrupt in its main thread, so its own clean-up still runs (a data build's
+`OUTPUT/_job` removed, started workers' folder removed). A second Ctrl-C stops it at once,
+as Python's default would. After a Ctrl-C any error is the interrupt's (`was_interrupted`):
+Beam's in-process runner raises one of its own around the KeyboardInterrupt.
 """
 
 from __future__ import annotations
