@@ -96,7 +96,10 @@ def prepare_output(output: str, overwrite: bool, unrecognised_ok: bool = False) 
     keeps every other file; a folder that is not an earlier build is refused even then,
     unless `unrecognised_ok`. Returns the names kept."""
     if not (tf.io.gfile.isdir(output) and tf.io.gfile.listdir(output)):
-        tf.io.gfile.makedirs(output)
+        try:
+            tf.io.gfile.makedirs(output)
+        except tf.errors.OpError as err:
+            raise DataBuildError(f"--output {output} cannot be created ({err.message})") from None
         return []
     names = [n.rstrip("/") for n in tf.io.gfile.listdir(output)]
     if not overwrite:

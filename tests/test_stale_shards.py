@@ -79,3 +79,12 @@ def test_overwrite_removes_only_what_a_build_writes_and_refuses_other_folders(tm
     assert (photos / "holiday.jpg").read_bytes() == b"precious"
     # Every file a real build wrote is one `--overwrite` knows it may remove.
     assert all(written_by_build(p.name) for p in photos.iterdir() if p.name != "holiday.jpg")
+
+
+def test_an_output_folder_that_cannot_be_made_is_said_in_one_line():
+    """Where the folder cannot be made (here under /proc), the build stops before its job with
+    the folder named, not TensorFlow's bare `NotFoundError: PATH; ...`."""
+    from beam.convert_job import DataBuildError, prepare_output
+
+    with pytest.raises(DataBuildError, match=r"^--output /proc/detpipe-test/out cannot be created \(.+\)$"):
+        prepare_output("/proc/detpipe-test/out", overwrite=False)
