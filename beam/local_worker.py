@@ -99,10 +99,7 @@ def prestarted(count: int, env: dict[str, str] | None = None, skip_imports: tupl
     import shutil
     import subprocess
 
-    if count < 1:
-        yield []
-        return
-    folder = _workers_folder(count)
+    folder = _workers_folder(count) if count >= 1 else None
     if folder is None:
         yield []
         return

@@ -27,9 +27,9 @@ from contextlib import suppress
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
-def stop_child_processes() -> list[int]:
+def stop_child_processes() -> None:
     """Kill every process this one started, and theirs (each worker of a local job and the
-    command Beam's runner started it with); their process ids."""
+    command Beam's runner started it with), and wait until they are dead."""
     import psutil
 
     children = psutil.Process().children(recursive=True)
@@ -41,7 +41,6 @@ def stop_child_processes() -> list[int]:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(_alive(child) for child in children):
         time.sleep(0.01)
-    return [child.pid for child in children]
 
 
 def _alive(process) -> bool:

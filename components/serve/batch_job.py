@@ -94,11 +94,15 @@ def listed_images(images: str) -> tuple[list[str], int]:
     hold, which are left out (`--images 'DIR/**'` takes them), from the same one listing."""
     pattern = image_pattern(images)
     if pattern == images:
-        return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")), 0
+        return sorted(_matched_files(pattern)), 0
     folder = images.rstrip("/") + "/"
-    everything = [m.path for m in FileSystems.match([folder + "**"])[0].metadata_list if not m.path.endswith("/")]
+    everything = _matched_files(folder + "**")
     own = sorted(path for path in everything if "/" not in path[len(folder):])
     return own, len(everything) - len(own)
+
+
+def _matched_files(pattern: str) -> list[str]:
+    return [m.path for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")]
 
 
 class _ReadAndCheck(beam.DoFn):
@@ -197,12 +201,13 @@ def predict_images(options: BatchOptions) -> BatchSummary:
 
     check_model_dir(options.model_dir)
     paths, nested = listed_images(options.images)
+    recursive = f"--images '{options.images.rstrip('/')}/**'"
     if not paths:
-        raise ValueError(f"no files match {image_pattern(options.images)}" + (
-            f"; its subfolders hold {nested}: --images '{options.images.rstrip('/')}/**' reads them" if nested else ""))
+        raise ValueError(f"no files match {image_pattern(options.images)}"
+                         + (f"; its subfolders hold {nested}: {recursive} reads them" if nested else ""))
     if nested:
-        logger.warning("predict: %d file(s) in subfolders of %s are not read (--images '%s/**' reads them too)",
-                       nested, options.images, options.images.rstrip("/"))
+        logger.warning("predict: %d file(s) in subfolders of %s are not read (%s reads them too)",
+                       nested, options.images, recursive)
     out = options.output.rstrip("/")
     earlier = [m.path for prefix in (PREDICTIONS, REJECTS)
                for m in FileSystems.match([f"{out}/{prefix}-*"])[0].metadata_list]
