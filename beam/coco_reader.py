@@ -2,14 +2,15 @@
 
 The image id is the file name without extension (as for VOC and CSV), so the same
 dataset in any format gives identical records. `iscrowd` boxes are kept as
-`difficult`. Annotations that point at no image become rejects.
+`difficult`. Annotations that point at no image become rejects; so do images whose id two
+entries of `images` share, or with an annotation of a category_id not in `categories`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -27,8 +28,10 @@ def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
     if not isinstance(doc, dict) or not isinstance(doc.get("images"), list):
         raise AnnotationError(f"{source}: not a COCO instances file (no 'images' list)")
     categories = {c.get("id"): str(c.get("name", "")) for c in doc.get("categories", []) if isinstance(c, dict)}
-    image_ids = {img.get("id") for img in doc["images"] if isinstance(img, dict)}
+    entries = Counter(img.get("id") for img in doc["images"] if isinstance(img, dict))
+    image_ids = set(entries)
     boxes_by_image: dict = defaultdict(list)
+    problems: dict = {}  # image id -> the first annotation of it that cannot be used
     out: list[SourceRecord | Reject] = []
     annotations = [a for a in doc.get("annotations", []) if isinstance(a, dict)]
     for ann in sorted(annotations, key=lambda a: (str(type(a.get("id"))), a.get("id") or 0)):
@@ -42,6 +45,9 @@ def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
         if not isinstance(bbox, list) or len(bbox) != 4:
             bbox = [math.nan] * 4
         x, y, w, h = (number_or_nan(v) for v in bbox)
+        if ann.get("category_id") not in categories:
+            problems.setdefault(ann["image_id"], f"annotation {ann.get('id')}: category_id {ann.get('category_id')!r} "
+                                                 "is not in 'categories'")
         boxes_by_image[ann["image_id"]].append(SourceBox(
             class_text=categories.get(ann.get("category_id"), ""),
             xmin=x, ymin=y, xmax=x + w, ymax=y + h, difficult=bool(ann.get("iscrowd", 0)),
@@ -51,11 +57,19 @@ def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
             out.append(Reject(str(img.get("id") if isinstance(img, dict) else img), BAD_ANNOTATION,
                               "image entry has no file_name", f"{source}#images"))
             continue
+        ref = f"{source}#image={img.get('id')}"
+        if entries[img.get("id")] > 1:  # whose annotations are whose cannot be told
+            out.append(Reject(image_id_from_filename(img["file_name"]), BAD_ANNOTATION,
+                              f"image id {img.get('id')!r} is given to {entries[img.get('id')]} entries of 'images'", ref))
+            continue
+        if img.get("id") in problems:  # an object of no known class: dropping it would teach "background"
+            out.append(Reject(image_id_from_filename(img["file_name"]), BAD_ANNOTATION, problems[img.get("id")], ref))
+            continue
         width, height = number_or_nan(img.get("width")), number_or_nan(img.get("height"))
         out.append(SourceRecord(
             image_id=image_id_from_filename(img["file_name"]), filename=img["file_name"],
             width=optional_size(width), height=optional_size(height),
-            boxes=tuple(boxes_by_image.get(img.get("id"), ())), source_ref=f"{source}#image={img.get('id')}",
+            boxes=tuple(boxes_by_image.get(img.get("id"), ())), source_ref=ref,
         ))
     return out
 

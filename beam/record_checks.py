@@ -29,6 +29,8 @@ BAD_ANNOTATION = "bad_annotation"
 NOT_IN_SPLIT_FILE = "not_in_split_file"
 
 _FORMATS = {"JPEG": "jpeg", "PNG": "png"}
+# What `inspect_image` says of bytes in no image format Pillow knows (a text file named .jpg).
+NOT_AN_IMAGE = "not an image file (no image format Pillow knows)"
 
 # What a box that cannot be trusted on its own (empty, inverted, NaN, zero area after
 # clipping, outside the image) costs: itself (the image is written with its other boxes, as
@@ -74,7 +76,9 @@ def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
             if fmt == "JPEG":
                 image.draft(mode, (max(1, width // 8), max(1, height // 8)))
             image.load()  # decodes the whole stream: catches truncated files
-    except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as err:
+    except UnidentifiedImageError:  # Pillow's message names the BytesIO object and its address
+        raise ValueError(NOT_AN_IMAGE) from None
+    except (OSError, SyntaxError, Image.DecompressionBombError) as err:
         raise ValueError(str(err) or type(err).__name__) from err
     return fmt or "unknown", width, height, mode, orientation
 

@@ -1,6 +1,7 @@
 """VOC, COCO and CSV readers: the same dataset in any format gives the same shards."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -140,6 +141,41 @@ def test_gzip_shards_are_deterministic_and_readable(demo_dir, tmp_path):
     a = sorted((tmp_path / "a").glob("*.tfrecord.gz"))
     assert a and [p.read_bytes() for p in a] == [(tmp_path / "b" / p.name).read_bytes() for p in a]
     assert count_records(str(tmp_path / "a"), "train") + count_records(str(tmp_path / "a"), "val") == 64
+
+
+def test_coco_faults_each_reject_their_image_with_a_reason_that_says_which(demo_dir, tmp_path, capsys):
+    """Two entries of 'images' sharing an id (whose annotations are whose cannot be told), an
+    annotation of a category_id not in 'categories', and a text file named .jpg: each is a
+    reject of the real build, one line naming what is wrong; everything else is written."""
+    import shutil
+
+    from beam.output_files import read_manifest, read_rejects
+    from pipeline.cli import main
+
+    doc = json.loads((demo_dir / "coco.json").read_text())
+    images = tmp_path / "images"
+    shutil.copytree(demo_dir / "images", images)
+    first, second, third = doc["images"][:3]
+    doc["images"].append({**second, "file_name": "copy.jpg"})  # second's id again
+    shutil.copy(images / second["file_name"], images / "copy.jpg")
+    doc["annotations"].append({"id": 10_000, "image_id": first["id"], "category_id": 999, "bbox": [1, 1, 5, 5]})
+    (images / third["file_name"]).write_text("not a photo")
+    (tmp_path / "coco.json").write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    assert main(["data", "build", "--format", "coco", "--images", str(images), "--annotations",
+                 str(tmp_path / "coco.json"), "--output", str(out), "--max-reject-fraction", "0.5"]) == 0
+    messages = {r.image_id: (r.reason, r.message) for r in read_rejects(str(out))}
+    stem = lambda entry: Path(entry["file_name"]).stem  # noqa: E731
+    assert messages == {
+        stem(first): ("bad_annotation", "annotation 10000: category_id 999 is not in 'categories'"),
+        stem(second): ("bad_annotation", f"image id {second['id']!r} is given to 2 entries of 'images'"),
+        "copy": ("bad_annotation", f"image id {second['id']!r} is given to 2 entries of 'images'"),
+        stem(third): ("unreadable_image",
+                      f"image {third['file_name']!r} cannot be decoded: not an image file (no image format Pillow knows)"),
+    }
+    m = read_manifest(str(out))
+    assert (m.records_in, m.rejected, m.written_total) == (len(doc["images"]), 4, len(doc["images"]) - 4)
+    assert "0x" not in capsys.readouterr().err  # no object address in any line
 
 
 def test_near_duplicate_boxes_are_kept_counted_and_shown(demo_dir, tmp_path, capsys):

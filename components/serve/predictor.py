@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from beam.exif import upright_image_bytes
-from beam.record_checks import inspect_image
+from beam.record_checks import NOT_AN_IMAGE, inspect_image
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
 from components.serve.model_files import check_model_dir
 
@@ -35,7 +35,7 @@ def model_image_bytes(data: bytes) -> bytes:
         fmt, _, _, _, orientation = inspect_image(data)
     except ValueError as err:
         reason = str(err).splitlines()[0] if str(err) else "unreadable"
-        if "cannot identify image file" in reason:
+        if reason == NOT_AN_IMAGE:
             raise BadImage("not a JPEG or PNG image") from None
         raise BadImage(f"the image cannot be decoded (truncated or corrupt: {reason})") from None
     if fmt not in ("JPEG", "PNG"):
