@@ -1,5 +1,7 @@
 """CSV reader in the TF OD API style: `filename,width,height,class,xmin,ymin,xmax,ymax`,
-one row a box. Rows of the same file name form one record, in order of first appearance.
+one row a box. Rows of the same file name form one record, in order of first appearance. A
+row whose class and coordinates are all empty (`neg.jpg,640,480,,,,,`) names an image with
+no boxes (a negative), as tools that export every image write it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from beam.source_records import (
 )
 
 COLUMNS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax")
+BOX_COLUMNS = COLUMNS[3:]
+
+
 def parse_csv(data: bytes, source: str) -> list[SourceRecord | Reject]:
     """Records grouped by file name; a file whose rows disagree on its size is rejected."""
     text = data.decode("utf-8-sig")
@@ -30,9 +35,12 @@ def parse_csv(data: bytes, source: str) -> list[SourceRecord | Reject]:
             continue
         group = groups.setdefault(name, {"lines": [], "sizes": set(), "boxes": [], "error": None})
         group["lines"].append(line)
-        group["sizes"].add((number_or_nan(row["width"]), number_or_nan(row["height"])))
+        # NaN != NaN: sizes given as "nan" (or not at all) are compared as "not given"
+        group["sizes"].add((optional_size(number_or_nan(row["width"])), optional_size(number_or_nan(row["height"]))))
         if None in row.values() or None in row:
             group["error"] = f"line {line} has the wrong number of columns"
+        if not any((row[c] or "").strip() for c in BOX_COLUMNS):
+            continue  # the image has no boxes
         group["boxes"].append(SourceBox(
             class_text=(row.get("class") or "").strip(),
             xmin=number_or_nan(row["xmin"]), ymin=number_or_nan(row["ymin"]), xmax=number_or_nan(row["xmax"]), ymax=number_or_nan(row["ymax"]),
@@ -47,12 +55,11 @@ def parse_csv(data: bytes, source: str) -> list[SourceRecord | Reject]:
             continue
         if len(group["sizes"]) > 1:
             out.append(Reject(image_id, BAD_ANNOTATION,
-                              f"rows disagree on the image size: {sorted(group['sizes'])}", ref))
+                              f"rows disagree on the image size: {sorted(group['sizes'], key=str)}", ref))
             continue
         width, height = next(iter(group["sizes"]))
         out.append(SourceRecord(
-            image_id=image_id, filename=name,
-            width=optional_size(width), height=optional_size(height),
+            image_id=image_id, filename=name, width=width, height=height,
             boxes=tuple(group["boxes"]), source_ref=ref,
         ))
     return out

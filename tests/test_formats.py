@@ -79,6 +79,42 @@ def test_csv_groups_rows_and_rejects_inconsistent_or_short_rows():
     assert isinstance(out["d"], Reject) and "disagree on the image size" in out["d"].message
 
 
+def test_csv_negatives_and_sizes_not_given_are_built(demo_dir, tmp_path):
+    """A row with the class and coordinates empty is an image with no boxes; sizes written
+    as "nan" (or left empty) on several rows of one image are "not given", not a
+    disagreement (NaN != NaN); rows giving a size and rows not giving one do disagree."""
+    import csv
+
+    from beam.output_files import read_manifest, read_rejects
+    from beam.record_checks import BAD_ANNOTATION
+
+    rows = list(csv.DictReader((demo_dir / "labels.csv").open()))
+    names = sorted({r["filename"] for r in rows})
+    negative, unsized, mixed = names[:3]
+    edited = [r for r in rows if r["filename"] != negative]
+    edited.append({**rows[0], "filename": negative, "class": "", "xmin": "", "ymin": "", "xmax": "", "ymax": ""})
+    for r in edited:
+        if r["filename"] == unsized:
+            r["width"] = r["height"] = "nan"
+    mixed_rows = [r for r in edited if r["filename"] == mixed]
+    edited.append({**mixed_rows[0], "width": "", "height": ""})
+    labels = tmp_path / "labels.csv"
+    with labels.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(edited)
+    assert sum(r["filename"] == unsized for r in edited) > 1  # a disagreement needs two rows
+    result = _build(demo_dir / "images", labels, "csv", tmp_path / "out")
+    (reject,) = read_rejects(str(tmp_path / "out"))
+    assert reject.image_id == Path(mixed).stem and reject.reason == BAD_ANNOTATION
+    assert "rows disagree on the image size" in reject.message and "None" in reject.message
+    m = read_manifest(str(tmp_path / "out"))
+    assert (m.records_in, m.rejected, m.written_total) == (len(names), 1, len(names) - 1)
+    boxes_in = sum(c.boxes_in for c in m.boxes.values())
+    assert boxes_in == len([r for r in edited if r["class"] and r["filename"] != mixed])
+    assert result.manifest == m
+
+
 def test_voc_reader_reads_difficult_and_missing_numbers(tmp_path):
     xml = tmp_path / "x.xml"
     xml.write_text("<annotation><filename>sub/x.png</filename><size><width>4</width></size>"
