@@ -30,8 +30,14 @@ def number_or_nan(value) -> float:
 
 
 def optional_size(value: float) -> int | None:
-    """An annotated width/height in pixels, or None when the annotation gives none."""
-    return int(value) if math.isfinite(value) else None
+    """An annotated width/height in pixels, or None when the annotation gives none: also for
+    0 (or less), which some labelling tools write when they did not read the image (no real
+    image is 0 pixels wide, so it says nothing about the frame the boxes were drawn in).
+
+    >>> optional_size(640.0), optional_size(float("nan")), optional_size(0.0), optional_size(-1.0)
+    (640, None, None, None)
+    """
+    return int(value) if math.isfinite(value) and int(value) > 0 else None
 
 
 @dataclass(frozen=True)

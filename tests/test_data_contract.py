@@ -21,7 +21,7 @@ from components.report.run_report import write_dataset_page
 from dirty_data import make_dirty_copy, split_of
 
 EVERY_REASON = {value for name, value in vars(rc).items() if name.isupper() and isinstance(value, str)
-                and name not in ("DROP_BOX", "REJECT_IMAGE")}
+                and name not in ("DROP_BOX", "REJECT_IMAGE", "NOT_AN_IMAGE")}  # modes, a message
 
 
 def _build(dirty, out: Path, **options):

@@ -123,6 +123,9 @@ def test_voc_reader_reads_difficult_and_missing_numbers(tmp_path):
     record = read_voc_file(str(xml))
     assert record.image_id == "x" and record.width == 4 and record.height is None
     assert record.boxes[0].difficult and record.boxes[0].ymax != record.boxes[0].ymax  # NaN
+    xml.write_text("<annotation><filename>y.jpg</filename><size><width>0</width><height>0</height></size>"
+                   "</annotation>")  # as some labelling tools write it: not given
+    assert (read_voc_file(str(xml)).width, read_voc_file(str(xml)).height) == (None, None)
 
 
 @pytest.mark.parametrize("fmt,name", [("coco", "coco.json"), ("csv", "labels.csv")])
