@@ -113,6 +113,19 @@ class ReadRecords(beam.PTransform):
 REJECTS, RECORDS = "rejects", "records"
 
 
+def image_file_names(filename: str) -> list[str]:
+    r"""Where under --images an annotation's file name is looked for: as it is, then (when it
+    has folders) by its base name. Exporters write the folder of the labelling machine or of
+    the export (`images/a.jpg`, `C:\data\a.jpg`, LabelImg's absolute path) where the
+    images now sit in --images itself.
+
+    >>> image_file_names("a.jpg"), image_file_names("images/a.jpg"), image_file_names("C:\\data\\a.jpg")
+    (['a.jpg'], ['images/a.jpg', 'a.jpg'], ['C:\\data\\a.jpg', 'a.jpg'])
+    """
+    base = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return [filename] if base == filename else [filename, base]
+
+
 class _CheckChunk(beam.DoFn):
     """Check each record of a chunk against its image (read once, decoded once); emits the
     chunk's CheckedRecords under `records` and its Rejects under `rejects`, as lists. Logs
@@ -135,12 +148,15 @@ class _CheckChunk(beam.DoFn):
         self._logged = self._seen
 
     def _check(self, record: SourceRecord) -> CheckedRecord | Reject:
-        path = self._filesystem_of(self._images_dir).join(self._images_dir, record.filename)
-        try:
-            data = read_bytes(path, self._filesystem_of)
-        except (OSError, IOError, FileNotFoundError):
-            data = None
-        return rc.check_record(record, data, self._options, image_path=path)
+        join = self._filesystem_of(self._images_dir).join
+        paths = [join(self._images_dir, name) for name in image_file_names(record.filename)]
+        for path in paths:
+            try:
+                data = read_bytes(path, self._filesystem_of)
+                break
+            except (OSError, IOError, FileNotFoundError):
+                data = None
+        return rc.check_record(record, data, self._options, image_path=path if data is not None else paths[0])
 
     def process(self, chunk, duplicates):
         index, records = chunk

@@ -11,13 +11,13 @@ class AnnotationError(ValueError):
 
 
 def image_id_from_filename(filename: str) -> str:
-    """The image id in every format: the file name without folders or extension, so the same
-    dataset as VOC, COCO or CSV gives the same records.
+    r"""The image id in every format: the file name without folders (/ or \) or extension, so
+    the same dataset as VOC, COCO or CSV gives the same records.
 
-    >>> image_id_from_filename("sub/dir/raccoon-1.jpg")
-    'raccoon-1'
+    >>> image_id_from_filename("sub/dir/raccoon-1.jpg"), image_id_from_filename("C:\\data\\raccoon-2.jpg")
+    ('raccoon-1', 'raccoon-2')
     """
-    return filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return filename.replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
 
 def number_or_nan(value) -> float:

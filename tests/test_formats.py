@@ -217,6 +217,36 @@ def test_coco_faults_each_reject_their_image_with_a_reason_that_says_which(demo_
     assert "0x" not in capsys.readouterr().err  # no object address in any line
 
 
+def _images_by_shard(out):
+    """{shard: [(source id, image bytes)]}: what was written, whatever the file names said."""
+    import tensorflow as tf
+
+    examples = {p.name: [tf.train.Example.FromString(raw.numpy()).features.feature
+                         for raw in tf.data.TFRecordDataset(str(p))] for p in sorted(out.glob("*.tfrecord"))}
+    return {name: [(f["image/source_id"].bytes_list.value[0], f["image/encoded"].bytes_list.value[0]) for f in shard]
+            for name, shard in examples.items()}
+
+
+def test_file_names_with_the_exporters_folders_are_found_by_their_base_name(demo_dir, tmp_path):
+    """COCO file names as exporters write them (`images/x.jpg`, a Windows path of the labelling
+    machine) find the images in --images by their base name: the same shards as the plain
+    names. A name found neither way is a missing_image reject naming the name as written."""
+    from beam.output_files import read_rejects
+
+    doc = json.loads((demo_dir / "coco.json").read_text())
+    for i, entry in enumerate(doc["images"]):
+        entry["file_name"] = (f"images/{entry['file_name']}" if i % 2 else f"C:\\labels\\{entry['file_name']}")
+    doc["images"].append({"id": 10_000, "file_name": "images/nowhere.jpg", "width": 10, "height": 10})
+    (tmp_path / "coco.json").write_text(json.dumps(doc))
+    plain = _build(demo_dir / "images", demo_dir / "coco.json", "coco", tmp_path / "plain")
+    exported = _build(demo_dir / "images", tmp_path / "coco.json", "coco", tmp_path / "exported")
+    assert _images_by_shard(tmp_path / "exported") == _images_by_shard(tmp_path / "plain")
+    assert exported.manifest.written_total == plain.manifest.written_total == len(doc["images"]) - 1
+    (missing,) = read_rejects(str(tmp_path / "exported"))
+    assert (missing.image_id, missing.reason) == ("nowhere", "missing_image")
+    assert "'images/nowhere.jpg' not found" in missing.message
+
+
 def test_near_duplicate_boxes_are_kept_counted_and_shown(demo_dir, tmp_path, capsys):
     """The same object labelled twice (same class, IoU > 0.8) is a warning with examples, not a reject."""
     import re
