@@ -1,10 +1,12 @@
 """Dataset-level gates after the Beam job: TFDV schema validation per split, the reject
-fraction, and drift against a previous run's statistics. One line per problem.
+fraction, look-alike class names, and drift against a previous run's statistics. One line
+per problem.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 
 import tensorflow_data_validation as tfdv
@@ -70,12 +72,31 @@ def _new_class_problems(new: list[str], options: GateOptions) -> list[str]:
             "pass allow_new_classes (--allow-new-classes) to train on them"]
 
 
+def look_alike_class_problems(class_names) -> list[str]:
+    """One problem for each set of class names that differ only in case, spaces, "-" or "_"
+    ("Car", "car", "car_"): most often one class labelled two ways, which trains as two
+    classes that compete for the same objects.
+
+    >>> look_alike_class_problems(["Car", "car", "traffic-light", "traffic light", "person"])[0].split(" | ")[:2]
+    ['(classes)', 'look-alike class names']
+    >>> look_alike_class_problems(["car", "cart"])
+    []
+    """
+    groups: dict[str, list[str]] = {}
+    for name in sorted(class_names):
+        groups.setdefault(re.sub(r"[\s_-]+", " ", name).strip().casefold(), []).append(name)
+    return [f"(classes) | look-alike class names | {' and '.join(repr(n) for n in names)} differ only in case, "
+            "spaces, - or _: one class labelled two ways? Give them one name (or --allow-anomalies keeps them apart)"
+            for names in groups.values() if len(names) > 1]
+
+
 def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int], rejected: int,
                      records_in: int, options: GateOptions, found: list[str] = ()) -> list[str]:
     """Write `schema.pbtxt`, `anomalies.txt`, `stats.html`; return every dataset-level problem
     (`found`: those the caller found already, in the same "scope | problem | detail" form)."""
     problems = list(found) + [f"(split {split}) | no examples | every split needs at least one example"
                               for split in (TRAIN, VAL) if not written.get(split)]
+    problems += look_alike_class_problems(label_map)
     fraction = rejected / records_in if records_in else 0.0
     if fraction > options.max_reject_fraction:
         problems.append(f"(records) | too many rejects | {rejected} of {records_in} records rejected "

@@ -197,9 +197,9 @@ def test_an_image_whose_every_box_is_dropped_follows_reject_empty():
 def test_the_examples_in_the_definitions_run():
     import doctest
 
-    from beam import (convert_job, data_workers, job_outputs, job_transforms, local_worker, manifest, shard_writer,
-                      source_records)
+    from beam import (convert_job, data_workers, dataset_gates, job_outputs, job_transforms, local_worker, manifest,
+                      shard_writer, source_records)
 
     for module in (manifest, source_records, rc, job_transforms, job_outputs, convert_job, shard_writer, local_worker,
-                   data_workers):
+                   data_workers, dataset_gates):
         assert doctest.testmod(module).failed == 0, module.__name__

@@ -56,6 +56,23 @@ def test_label_drift_beyond_threshold_fails_and_allow_passes(demo_dir, reference
     assert "warning" in capsys.readouterr().err
 
 
+def test_look_alike_class_names_fail_the_build_and_allow_keeps_them_apart(demo_dir, tmp_path, capsys):
+    """'Square' beside 'square' (one class labelled two ways) is an anomaly naming both; with
+    --allow-anomalies they are two classes."""
+    from beam.output_files import read_manifest
+
+    rows = iter(range(10**6))
+    renamed = _csv_variant(demo_dir, tmp_path, lambda row: row.replace(",square,", ",Square,")
+                           if ",square," in row and next(rows) % 3 == 0 else row)
+    argv = ["data", "build", "--format", "csv", "--images", str(demo_dir / "images"), "--annotations", renamed,
+            "--val-fraction", "0.25"]
+    assert main([*argv, "--output", str(tmp_path / "a")]) == 1
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "look-alike" in line]
+    assert "'Square' and 'square' differ only in case" in line
+    assert main([*argv, "--output", str(tmp_path / "b"), "--allow-anomalies"]) == 0
+    assert set(read_manifest(str(tmp_path / "b")).class_boxes["train"]) == {"circle", "square", "Square", "triangle"}
+
+
 def test_no_drift_against_itself(demo_dir, reference, tmp_path):
     result = _build(demo_dir, str(demo_dir / "labels.csv"), tmp_path / "same",
                     gates=GateOptions(previous_stats=str(reference / "stats-train.pb")))
