@@ -31,8 +31,8 @@ from beam.feature_batches import read_batches
 from beam.job_outputs import (EXAMPLES_KEPT, JOB_DIR, JobSummary, features_files, job_path, publish,
                               read_job_outputs)
 from beam.local_worker import failing_when_a_worker_dies
-from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCounts, Manifest, earlier_build_problem,
-                           is_rejects_file, near_duplicate_line, rejects_file_count, stats_file_name,
+from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCounts, Manifest, is_rejects_file,
+                           near_duplicate_line, output_folder_problem, rejects_file_count, stats_file_name,
                            written_by_build)
 from beam.output_files import read_rejects, write_json
 from beam.shard_writer import DEFAULT_MIN_SHARDS, DEFAULT_TARGET_SHARD_BYTES
@@ -102,13 +102,11 @@ def prepare_output(output: str, overwrite: bool, unrecognised_ok: bool = False) 
             raise DataBuildError(f"--output {output} cannot be created ({err.message})") from None
         return []
     names = [n.rstrip("/") for n in tf.io.gfile.listdir(output)]
-    if not overwrite:
-        raise OutputNotEmpty(f"--output {output} is not empty (an earlier build?): choose an empty folder, "
-                             "or pass --overwrite to replace what a build wrote there")
-    problem = earlier_build_problem(names)
-    if problem and not unrecognised_ok:
-        raise OutputNotEmpty(f"--output {output}: {problem}; choose another folder, or pass "
-                             "--overwrite-unrecognised to build there anyway (other files are kept)")
+    problem = output_folder_problem(output, names, overwrite, unrecognised_ok)
+    if problem:
+        raise OutputNotEmpty(f"--output {problem}")
+    if names == [JOB_DIR]:  # only a build that did not finish (killed, out of memory): nothing any reader takes
+        logger.warning("--output %s: removing %s/, left by a build that did not finish", output, JOB_DIR)
     for name in names:
         if written_by_build(name):
             path = FileSystems.join(output, name)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-JOB_DIR = "_job"
+from beam.manifest import JOB_DIR
 LABEL_MAP_OUTPUT = "label_map"
 SHARD_LIST_OUTPUT = "shards"
 SHARD_COUNTS_OUTPUT = "shard_counts"

@@ -29,10 +29,13 @@ OLD_REJECTS_FILE = "rejects.jsonl"
 # 2: box-level rejects and the `boxes` counts. A version-1 manifest has no box counts.
 MANIFEST_VERSION = 2
 
+# The job's scratch folder in OUTPUT (beam/job_outputs.py): removed when the build ends; a
+# build that was killed leaves it, and nothing else a reader takes.
+JOB_DIR = "_job"
 # Every name a build writes at the top of its output folder besides the shards (the job's
 # scratch folder included); `--overwrite` removes these and the shards, nothing else.
 BUILD_FILES = (MANIFEST_FILE, OLD_REJECTS_FILE, LABEL_MAP_FILE, "schema.pbtxt", "anomalies.txt", "stats.html",
-               "stats-train.pb", "stats-val.pb", "_job")
+               "stats-train.pb", "stats-val.pb", JOB_DIR)
 _SHARD = re.compile(r"^(train|val)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
 
 
@@ -85,6 +88,27 @@ def earlier_build_problem(names: list[str]) -> str | None:
     foreign = sorted(n for n in names if not written_by_build(n))
     return (f"it is not an earlier build (no {MANIFEST_FILE}; {len(foreign)} other file(s): "
             f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''})")
+
+
+def output_folder_problem(output: str, names: list[str], overwrite: bool, unrecognised_ok: bool) -> str | None:
+    """Why a build may not go into `output`, which holds `names` (None: it may). An empty
+    folder, or one holding only JOB_DIR (a build that did not finish), is built into; a
+    non-empty one only with `overwrite`, and then only if it is an earlier build or
+    `unrecognised_ok`.
+
+    >>> output_folder_problem("out", ["_job"], False, False) is None
+    True
+    >>> output_folder_problem("out", ["notes.txt"], True, False)[:48]
+    'out: it is not an earlier build (no manifest.json'
+    """
+    if not names or names == [JOB_DIR]:
+        return None
+    if not overwrite:
+        return f"{output} is not empty (an earlier build?): choose an empty folder, or pass --overwrite to replace " \
+               "what a build wrote there"
+    problem = None if unrecognised_ok else earlier_build_problem(names)
+    return problem and (f"{output}: {problem}; choose another folder, or pass --overwrite-unrecognised to build "
+                        "there anyway (other files are kept)")
 
 
 class ManifestError(ValueError):

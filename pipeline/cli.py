@@ -29,7 +29,7 @@ from pipeline.cli_types import (
     output_file,
     shards_dir,
 )
-from beam.manifest import earlier_build_problem
+from beam.manifest import output_folder_problem
 from pipeline.params import declared
 from pipeline.preflight import annotations_problem
 from pipeline.model_cli import add_model_commands
@@ -68,14 +68,11 @@ def _check_data_build_usage(args, beam_args: list[str]) -> None:
 
 def cmd_data_build(args, beam_args: list[str]) -> int:
     _check_data_build_usage(args, beam_args)
-    if "://" not in args.output and os.path.isdir(args.output) and os.listdir(args.output):
-        if not args.overwrite:
-            raise UsageError(f"--output {args.output} is not empty (an earlier build?): choose an empty folder, "
-                             "or pass --overwrite to replace what a build wrote there")
-        problem = None if args.overwrite_unrecognised else earlier_build_problem(os.listdir(args.output))
+    if "://" not in args.output and os.path.isdir(args.output):
+        problem = output_folder_problem(args.output, os.listdir(args.output), args.overwrite,
+                                        args.overwrite_unrecognised)
         if problem:
-            raise UsageError(f"--output {args.output}: {problem}; choose another folder, or pass "
-                             "--overwrite-unrecognised to build there anyway (other files are kept)")
+            raise UsageError(f"--output {problem}")
     from beam.data_workers import prestarted_data_workers
 
     # The job's worker processes start now, while this process imports Beam and TensorFlow.

@@ -88,3 +88,16 @@ def test_an_output_folder_that_cannot_be_made_is_said_in_one_line():
 
     with pytest.raises(DataBuildError, match=r"^--output /proc/detpipe-test/out cannot be created \(.+\)$"):
         prepare_output("/proc/detpipe-test/out", overwrite=False)
+
+
+def test_a_folder_holding_only_an_unfinished_builds_job_folder_is_built_into(demo_dir, tmp_path, caplog):
+    """A build killed mid-job (SIGKILL, out of memory) leaves OUTPUT/_job/ and nothing a reader
+    takes: the next build into that folder removes it, says so, and builds (no --overwrite)."""
+    out = tmp_path / "out"
+    (out / "_job" / "shards").mkdir(parents=True)
+    (out / "_job" / "shards" / "train-00000-of-00004.tfrecord").write_bytes(b"half a shard")
+    assert main(["data", "build", "--format", "voc", "--images", str(demo_dir / "images"), "--annotations",
+                 str(demo_dir / "annotations"), "--output", str(out)]) == 0
+    assert "removing _job/, left by a build that did not finish" in caplog.text
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert not (out / "_job").exists() and manifest["written_total"] == manifest["records_in"]
