@@ -177,8 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--images", required=True, type=images_dir, help="folder of images (local or gs://)")
     p.add_argument("--annotations", required=True, type=existing_path,
                    help="VOC: folder of *.xml; COCO: instances JSON file; CSV: file with columns "
-                        "filename,width,height,class,xmin,ymin,xmax,ymax")
-    p.add_argument("--output", required=True, type=output_dir, help="output folder for shards, manifest, stats (empty or new)")
+                        "filename,width,height,class,xmin,ymin,xmax,ymax, one row a box (class and coordinates "
+                        "empty: an image with no boxes). File names are looked for under --images as written, "
+                        "then by their base name")
+    p.add_argument("--output", required=True, type=output_dir, help="output folder for shards, manifest, stats (empty or new; a _job/ folder "
+                        "left by a build that was killed is removed)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an earlier build in --output: remove the files a build writes (shards, manifest, "
                         "stats, rejects, ...) and keep any other file (default: refuse a non-empty --output, so no "
