@@ -387,7 +387,13 @@ def test_the_batch_job_answers_what_serve_answers_and_rejects_bad_files(server, 
             "truncated.jpg"]["message"]
         assert rejects["notes.txt"]["reason"] == "not_an_image"
         runs[workers] = sorted(read_lines(str(out), PREDICTIONS))
-    assert runs[1] == runs[2]  # the same lines from two worker processes
+    # The same detections from two worker processes: equal up to the last digits, which depend
+    # on how many threads each worker's TensorFlow sums with (2 in one process, 1 in each of
+    # two here; seen on an AMD EPYC: 0.140707 against 0.140708)
+    by_image = [{line["image"]: line for line in map(json.loads, runs[workers])} for workers in (1, 2)]
+    assert sorted(by_image[0]) == sorted(by_image[1])
+    for image, line in by_image[0].items():
+        assert _assert_same(line, by_image[1][image]) > 0
     lines = [json.loads(line) for line in runs[1]]
     assert sorted(os.path.basename(line["image"]) for line in lines) == sorted([*PHOTOS[:3], "turned.jpg"])
     for line in lines:
