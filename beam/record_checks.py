@@ -61,13 +61,18 @@ def _reject(record: SourceRecord, reason: str, message: str) -> Reject:
     return Reject(record.image_id, reason, message, record.source_ref)
 
 
+class ImageTooLarge(ValueError):
+    """An image over Pillow's decompression-bomb limit (about 179 M pixels), refused unread."""
+
+
 def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
     """(PIL format, stored width, stored height, mode, EXIF orientation) after decoding the
     whole image, a JPEG at 1/8 scale: libjpeg's DCT-domain scaling still entropy-decodes
     every coefficient (so a truncated or corrupt stream fails as in a full decode) but
     skips most of the inverse DCT and colour conversion, which nothing here needs.
 
-    Raises `ValueError` for data Pillow cannot decode (corrupt or truncated).
+    Raises `ValueError` for data Pillow cannot decode (corrupt or truncated), `ImageTooLarge`
+    for an image too large to decode at all.
     """
     try:
         with Image.open(io.BytesIO(data)) as image:
@@ -78,7 +83,9 @@ def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
             image.load()  # decodes the whole stream: catches truncated files
     except UnidentifiedImageError:  # Pillow's message names the BytesIO object and its address
         raise ValueError(NOT_AN_IMAGE) from None
-    except (OSError, SyntaxError, Image.DecompressionBombError) as err:
+    except Image.DecompressionBombError as err:  # said before any pixel is decoded
+        raise ImageTooLarge(str(err).split(", could be")[0]) from None
+    except (OSError, SyntaxError) as err:
         raise ValueError(str(err) or type(err).__name__) from err
     return fmt or "unknown", width, height, mode, orientation
 
@@ -93,6 +100,8 @@ def check_record(
         return _reject(record, MISSING_IMAGE, f"image file {record.filename!r} not found")
     try:
         fmt, width, height, mode, orientation = inspect_image(image_bytes)
+    except ImageTooLarge as err:
+        return _reject(record, IMAGE_TOO_LARGE, f"image {record.filename!r}: {err}")
     except ValueError as err:
         return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} cannot be decoded: {err}")
     if fmt not in _FORMATS:

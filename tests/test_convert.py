@@ -137,6 +137,11 @@ def _bad_corpus(demo_dir: Path, root: Path) -> tuple[Path, Path, dict[str, str],
     variant("huge", "image_too_large",
             lambda r: (set_text("size/width", "400")(r), set_text("size/height", "400")(r)),
             _image_bytes("RGB", "JPEG", (400, 400)))
+    bomb = io.BytesIO()  # 200 M pixels in 24 kB: over Pillow's decompression-bomb limit, refused unread
+    Image.new("1", (20_000, 10_000)).save(bomb, "PNG")
+    variant("bomb", "image_too_large",
+            lambda r: (set_text("size/width", "20000")(r), set_text("size/height", "10000")(r)),
+            bomb.getvalue(), ext="png")
     # A second annotation file for an image id that is already annotated.
     variant("zz-duplicate", None, lambda r: None, filename=ET.parse(good).getroot().findtext("filename"))
     expected[good.stem + "#dup"] = "duplicate_image_id"
@@ -164,6 +169,8 @@ def test_bad_records_rejected_with_reasons_and_counts_reconcile(demo_dir, tmp_pa
         got[key] = row["reason"]
     assert got == expected
     assert all(r["message"] and "\n" not in r["message"] and r["source"] for r in rows)
+    bomb = next(r for r in rows if r["image_id"] == "bomb")
+    assert bomb["message"] == "image 'bomb.png': Image size (200000000 pixels) exceeds limit of 178956970 pixels"
     dup = next(r for r in rows if r["reason"] == "duplicate_image_id")
     assert dup["source"].endswith("zz-duplicate.xml")
     m = result.manifest

@@ -215,6 +215,17 @@ def _jpeg(raccoon) -> bytes:
     return (raccoon / "images" / PHOTOS[0]).read_bytes()
 
 
+def _bomb() -> bytes:
+    """A 20,000 x 10,000 PNG of 24 kB: over Pillow's decompression-bomb limit."""
+    import io
+
+    from PIL import Image
+
+    data = io.BytesIO()
+    Image.new("1", (20_000, 10_000)).save(data, "PNG")
+    return data.getvalue()
+
+
 BAD_REQUESTS = {
     "invalid JSON": (lambda r: b"{not json", 400, "not valid JSON"),
     "no instances": (lambda r: b'{"images": []}', 400, '"instances"'),
@@ -224,6 +235,7 @@ BAD_REQUESTS = {
     "not an image": (lambda r: _instances(_jpeg(r), b"hello, world"), 400, "instances[1]: not a JPEG or PNG image"),
     "truncated JPEG": (lambda r: _instances(_jpeg(r)[:1500]), 400, "instances[0]: the image cannot be decoded"),
     "empty image": (lambda r: _instances(b""), 400, "instances[0]: empty image"),
+    "image over 179 M pixels": (lambda r: _instances(_bomb()), 400, "instances[0]: the image is too large to decode"),
     "too many instances": (lambda r: _instances(*[_jpeg(r)] * (MAX_INSTANCES + 1)), 400, "over the limit of 4"),
     "body over 1.5 MB": (lambda r: _instances(b"\xff" * 1_200_000), 413, "1,500,000-byte limit"),
     "threshold above 1": (lambda r: _instances(_jpeg(r), score_threshold=1.5), 400,

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from beam.exif import upright_image_bytes
-from beam.record_checks import NOT_AN_IMAGE, inspect_image
+from beam.record_checks import NOT_AN_IMAGE, ImageTooLarge, inspect_image
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
 from components.serve.model_files import check_model_dir
 
@@ -33,6 +33,8 @@ def model_image_bytes(data: bytes) -> bytes:
         raise BadImage("empty image")
     try:
         fmt, _, _, _, orientation = inspect_image(data)
+    except ImageTooLarge as err:
+        raise BadImage(f"the image is too large to decode ({err})") from None
     except ValueError as err:
         reason = str(err).splitlines()[0] if str(err) else "unreadable"
         if reason == NOT_AN_IMAGE:
