@@ -115,15 +115,22 @@ REJECTS, RECORDS = "rejects", "records"
 
 def image_file_names(filename: str) -> list[str]:
     r"""Where under --images an annotation's file name is looked for: as it is, then (when it
-    has folders) by its base name. Exporters write the folder of the labelling machine or of
-    the export (`images/a.jpg`, `C:\data\a.jpg`, LabelImg's absolute path) where the
-    images now sit in --images itself.
+    has folders) by its base name, then each with its extension in the other case. Exporters
+    write the folder of the labelling machine or of the export (`images/a.jpg`,
+    `C:\data\a.jpg`, LabelImg's absolute path) where the images now sit in --images itself,
+    and a file `a.JPG` labelled on a case-blind disk (Windows, macOS) is `a.jpg` in its XML.
+    Only a name that is not found costs the next look.
 
-    >>> image_file_names("a.jpg"), image_file_names("images/a.jpg"), image_file_names("C:\\data\\a.jpg")
-    (['a.jpg'], ['images/a.jpg', 'a.jpg'], ['C:\\data\\a.jpg', 'a.jpg'])
+    >>> image_file_names("a.jpg"), image_file_names("C:\\data\\a.PNG")
+    (['a.jpg', 'a.JPG'], ['C:\\data\\a.PNG', 'a.PNG', 'C:\\data\\a.png', 'a.png'])
     """
     base = filename.replace("\\", "/").rsplit("/", 1)[-1]
-    return [filename] if base == filename else [filename, base]
+    names = [filename, base]
+    for name in (filename, base):
+        stem, dot, ext = name.rpartition(".")
+        if dot and "/" not in ext and "\\" not in ext:
+            names.append(f"{stem}.{ext.upper() if ext.islower() else ext.lower()}")
+    return list(dict.fromkeys(names))
 
 
 class _CheckChunk(beam.DoFn):

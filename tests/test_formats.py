@@ -227,19 +227,27 @@ def _images_by_shard(out):
             for name, shard in examples.items()}
 
 
-def test_file_names_with_the_exporters_folders_are_found_by_their_base_name(demo_dir, tmp_path):
+def test_file_names_with_the_exporters_folders_or_another_case_are_found(demo_dir, tmp_path):
     """COCO file names as exporters write them (`images/x.jpg`, a Windows path of the labelling
-    machine) find the images in --images by their base name: the same shards as the plain
-    names. A name found neither way is a missing_image reject naming the name as written."""
+    machine) find the images in --images by their base name, and `x.jpg` finds `x.JPG` (labelled
+    on a case-blind disk): the same shards as the plain names. A name found no way is a
+    missing_image reject naming the name as written."""
+    import shutil
+
     from beam.output_files import read_rejects
 
+    images = tmp_path / "images"
+    shutil.copytree(demo_dir / "images", images)
     doc = json.loads((demo_dir / "coco.json").read_text())
+    upper = [entry["file_name"] for entry in doc["images"][:5]]
+    for name in upper:  # the files say .JPG, the annotations .jpg
+        (images / name).rename(images / name.replace(".jpg", ".JPG"))
     for i, entry in enumerate(doc["images"]):
         entry["file_name"] = (f"images/{entry['file_name']}" if i % 2 else f"C:\\labels\\{entry['file_name']}")
     doc["images"].append({"id": 10_000, "file_name": "images/nowhere.jpg", "width": 10, "height": 10})
     (tmp_path / "coco.json").write_text(json.dumps(doc))
     plain = _build(demo_dir / "images", demo_dir / "coco.json", "coco", tmp_path / "plain")
-    exported = _build(demo_dir / "images", tmp_path / "coco.json", "coco", tmp_path / "exported")
+    exported = _build(images, tmp_path / "coco.json", "coco", tmp_path / "exported")
     assert _images_by_shard(tmp_path / "exported") == _images_by_shard(tmp_path / "plain")
     assert exported.manifest.written_total == plain.manifest.written_total == len(doc["images"]) - 1
     (missing,) = read_rejects(str(tmp_path / "exported"))
