@@ -57,19 +57,20 @@ def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
             out.append(Reject(str(img.get("id") if isinstance(img, dict) else img), BAD_ANNOTATION,
                               "image entry has no file_name", f"{source}#images"))
             continue
-        ref = f"{source}#image={img.get('id')}"
-        if entries[img.get("id")] > 1:  # whose annotations are whose cannot be told
+        coco_id = img.get("id")
+        ref = f"{source}#image={coco_id}"
+        if entries[coco_id] > 1:  # whose annotations are whose cannot be told
             out.append(Reject(image_id_from_filename(img["file_name"]), BAD_ANNOTATION,
-                              f"image id {img.get('id')!r} is given to {entries[img.get('id')]} entries of 'images'", ref))
+                              f"image id {coco_id!r} is given to {entries[coco_id]} entries of 'images'", ref))
             continue
-        if img.get("id") in problems:  # an object of no known class: dropping it would teach "background"
-            out.append(Reject(image_id_from_filename(img["file_name"]), BAD_ANNOTATION, problems[img.get("id")], ref))
+        if coco_id in problems:  # an object of no known class: dropping it would teach "background"
+            out.append(Reject(image_id_from_filename(img["file_name"]), BAD_ANNOTATION, problems[coco_id], ref))
             continue
         width, height = number_or_nan(img.get("width")), number_or_nan(img.get("height"))
         out.append(SourceRecord(
             image_id=image_id_from_filename(img["file_name"]), filename=img["file_name"],
             width=optional_size(width), height=optional_size(height),
-            boxes=tuple(boxes_by_image.get(img.get("id"), ())), source_ref=ref,
+            boxes=tuple(boxes_by_image.get(coco_id, ())), source_ref=ref,
         ))
     return out
 

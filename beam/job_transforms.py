@@ -21,7 +21,8 @@ from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_COUNTS_OUTP
 from beam.manifest import rejects_file_name
 from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
-from beam.source_records import AnnotationError, CheckedRecord, Records, Reject, SourceRecord, image_id_from_filename
+from beam.source_records import (AnnotationError, CheckedRecord, Records, Reject, SourceRecord, base_name,
+                                 image_id_from_filename)
 from beam.split import TRAIN, VAL, assign_split, stable_fraction
 from beam.voc_reader import read_voc_file
 
@@ -124,7 +125,7 @@ def image_file_names(filename: str) -> list[str]:
     >>> image_file_names("a.jpg"), image_file_names("C:\\data\\a.PNG")
     (['a.jpg', 'a.JPG'], ['C:\\data\\a.PNG', 'a.PNG', 'C:\\data\\a.png', 'a.png'])
     """
-    base = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    base = base_name(filename)
     names = [filename, base]
     for name in (filename, base):
         stem, dot, ext = name.rpartition(".")

@@ -10,14 +10,23 @@ class AnnotationError(ValueError):
     """An annotation file that cannot be parsed into records at all."""
 
 
-def image_id_from_filename(filename: str) -> str:
-    r"""The image id in every format: the file name without folders (/ or \) or extension, so
-    the same dataset as VOC, COCO or CSV gives the same records.
+def base_name(filename: str) -> str:
+    r"""The file name without its folders, / or \ (a Windows path of the labelling machine).
 
-    >>> image_id_from_filename("sub/dir/raccoon-1.jpg"), image_id_from_filename("C:\\data\\raccoon-2.jpg")
-    ('raccoon-1', 'raccoon-2')
+    >>> base_name("sub/dir/raccoon-1.jpg"), base_name("C:\\data\\raccoon-2.jpg"), base_name("a.jpg")
+    ('raccoon-1.jpg', 'raccoon-2.jpg', 'a.jpg')
     """
-    return filename.replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return filename.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def image_id_from_filename(filename: str) -> str:
+    """The image id in every format: the file name without folders (`base_name`) or
+    extension, so the same dataset as VOC, COCO or CSV gives the same records.
+
+    >>> image_id_from_filename("sub/dir/raccoon-1.jpg")
+    'raccoon-1'
+    """
+    return base_name(filename).rsplit(".", 1)[0]
 
 
 def number_or_nan(value) -> float:

@@ -180,8 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "filename,width,height,class,xmin,ymin,xmax,ymax, one row a box (class and coordinates "
                         "empty: an image with no boxes). File names are looked for under --images as written, "
                         "then by their base name, then with the extension in the other case (a.jpg finds a.JPG)")
-    p.add_argument("--output", required=True, type=output_dir, help="output folder for shards, manifest, stats (empty or new; a _job/ folder "
-                        "left by a build that was killed is removed)")
+    p.add_argument("--output", required=True, type=output_dir,
+                   help="output folder for shards, manifest, stats (empty or new; a _job/ folder left by a build "
+                        "that was killed is removed)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an earlier build in --output: remove the files a build writes (shards, manifest, "
                         "stats, rejects, ...) and keep any other file (default: refuse a non-empty --output, so no "
