@@ -30,6 +30,10 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # TensorFlow is imported where it runs, after the options are read
+    import tensorflow as tf
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

@@ -20,6 +20,7 @@ Output, in OUTPUT:
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -233,9 +234,7 @@ def predict_images(options: BatchOptions) -> BatchSummary:
         raise
     predicted_count = sum(1 for _ in read_lines(out, PREDICTIONS))
     rejects = [json.loads(line) for line in read_lines(out, REJECTS)]
-    by_reason: dict[str, int] = {}
-    for row in rejects:
-        by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
+    by_reason = collections.Counter(row["reason"] for row in rejects)
     summary = BatchSummary(images_in=len(paths), predicted=predicted_count, rejected=len(rejects),
                            rejects_by_reason=dict(sorted(by_reason.items())), images=options.images,
                            model=options.model_dir, model_version=options.model_version, workers=workers,
