@@ -7,18 +7,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-
-# `make test` runs one pytest worker per core (xdist), and each worker's TensorFlow (and every
-# training process a test starts, which inherits this environment) would otherwise size its
-# intra-op thread pool to every core: on 2 cores, 4 spinning threads or more. Measured here on
-# six training-heavy test files with 2 workers: 347 s with TensorFlow's default, 270 s with
-# one thread a worker. Set before any test module imports TensorFlow; a value the caller
-# gives wins. detpipe's own commands keep TensorFlow's default.
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    from components.probe.machine_facts import usable_cpus
-
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(max(
-        1, usable_cpus()["usable"] // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO.parent / "shared" / "datasets" / "raccoon"))
 
 
