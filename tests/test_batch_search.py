@@ -69,3 +69,31 @@ def test_cpu_bound_grows_with_ram_and_auto_is_capped_by_the_data():
     assert 0 < small < large
     size, reason = choose_batch_size("auto", 10, auto=(16, "auto: test"))
     assert size == 10 and "capped at the dataset size 10" in reason
+
+
+def test_the_cpu_bound_counts_the_anchor_matching_of_the_densest_image(monkeypatch):
+    """Dense images (shelves, crowds): the loss's anchor matching holds anchors x boxes
+    IoU tensors for every image of a batch; a bound from the layer outputs alone lets a
+    batch of 1,000-box images at 512 px with P2 anchors run out of RAM."""
+    from dataclasses import replace
+
+    import psutil
+
+    from components.detector.memory_estimate import MATCH_BYTES_PER_PAIR, anchor_count, bytes_per_image
+    from components.detector.model import model_config_for
+    from components.train import batch_search
+    from components.train.config import TrainConfig
+
+    config = replace(model_config_for("tiny", 512, 3), min_level=2, max_level=7)  # the fit's shape for tiny objects
+    assert anchor_count(config) == 196_560
+    added = bytes_per_image(config, False, boxes_per_image=1000) - bytes_per_image(config, False)
+    assert added == anchor_count(config) * 999 * MATCH_BYTES_PER_PAIR  # 2.6 GiB an image
+    ram = 24 * 2**30
+    sparse, dense = cpu_ram_bound(config, ram), cpu_ram_bound(config, ram, boxes_per_image=1000)
+    assert sparse >= 16 and 0 < dense < 8
+
+    # `--batch-size auto` on a CPU takes the densest image's count and says so
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": ram})())
+    batch, reason = batch_search.measure_auto_batch(TrainConfig(data_dir="d", output_dir="o"), config,
+                                                    boxes_per_image=1000)
+    assert batch == dense and "anchor matching of 1000 box(es) an image" in reason

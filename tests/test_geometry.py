@@ -170,12 +170,13 @@ def test_train_refuses_poor_anchors_in_one_line_and_the_override_trains(small_ob
     assert "WARNING (--allow-poor-anchors)" in report
 
 
-def test_module_example():
+def test_module_examples():
     import doctest
 
-    from components.detector import geometry
+    from components.detector import geometry, memory_estimate
 
-    assert doctest.testmod(geometry).failed == 0
+    for module in (geometry, memory_estimate):
+        assert doctest.testmod(module).failed == 0, module.__name__
 
 
 def two_class_sample(small_boxes: int) -> BoxSample:

@@ -1,6 +1,7 @@
 """The probe: each simulated machine gets the verdict and message a person needs."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -238,6 +239,18 @@ def test_memory_estimate_uses_the_fitted_shape(demo_shards):
     assert bytes_per_image(pinned.model(), False) > bytes_per_image(auto.model(), False)
     rec = recommend(machine(gpus=["NVIDIA T4"], cc=(7, 5), free=1 * GIB), auto)
     assert rec["model_shape"] == auto.shape and rec["largest_safe_batch"] > 0
+
+    # the loss's anchor matching grows with the densest training image's boxes
+    import tensorflow as tf
+
+    from beam import feature_keys as K
+    from beam.example_codec import decode_example
+
+    train = [decode_example(r.numpy()) for r in tf.data.TFRecordDataset(sorted(map(str, demo_shards.glob("train-*"))))]
+    assert auto.boxes_per_image == max(len(ex[K.XMIN]) for ex in train) > 1
+    dense = replace(auto, boxes_per_image=1000)
+    assert 0 < recommend(machine(gpus=["NVIDIA T4"], cc=(7, 5), free=1 * GIB), dense)["largest_safe_batch"] < (
+        rec["largest_safe_batch"])
 
 
 def test_one_precision_rule_for_the_trainer_and_the_probe():

@@ -2,9 +2,12 @@
 
 The estimate counts the model itself: every layer's output size for one image (what
 training keeps for the backward pass), times a factor for gradient buffers and
-intermediates of the backward pass, plus weights, gradients and two Adam moments. It is
-deliberately conservative; the train step's `--batch-size auto` refines it with real
-trial steps, and the probe's job is to warn early when even small batches cannot fit.
+intermediates of the backward pass, plus weights, gradients and two Adam moments; and the
+loss's anchor matching, which holds anchors x boxes IoU tensors for every image of the
+batch (the only part that grows with the data: dense images, e.g. shelves of 1,000
+products, can need more memory for it than for the model). It is deliberately
+conservative; the train step's `--batch-size auto` refines it with real trial steps on a
+GPU, and the probe's job is to warn early when even small batches cannot fit.
 """
 
 from __future__ import annotations
@@ -14,6 +17,13 @@ import math
 
 BACKWARD_FACTOR = 3.0  # forward outputs + their gradients + saved intermediates (BN, ReLU)
 RESERVED_FRACTION = 0.1  # CUDA context, cuDNN workspaces, fragmentation
+# Bytes a train step's peak grows by for each (anchor, box) pair of an image: KerasHub's
+# RetinaNet label encoder computes IoUs of every anchor with every box in float32, and its
+# intermediates hold three to four such tensors. Measured with `benchmarks/matching_memory.py`
+# on a CPU (peak RSS of two train steps, against 1 box an image): 8.7 and 13.6 bytes a pair
+# with 300 and 1,000 boxes (256 px, P3-P7, batch 4), 13.9 with 2,000 (128 px, batch 8);
+# rounded up.
+MATCH_BYTES_PER_PAIR = 14
 
 
 def _output_elements(model) -> int:
@@ -45,14 +55,39 @@ def model_footprint(config) -> tuple[int, int]:
     return _FOOTPRINTS[key]
 
 
-def bytes_per_image(config, mixed_precision: bool) -> int:
+def anchor_count(config) -> int:
+    """The anchors of a `ModelConfig`'s detector, as KerasHub's AnchorGenerator makes them:
+    at every level a feature map of ceil(size / stride) squared, each position with
+    num_scales x aspect ratios anchors.
+
+    >>> from components.detector.model import ModelConfig
+    >>> anchor_count(ModelConfig(num_classes=1, image_size=256, min_level=3, max_level=7))
+    12276
+    >>> anchor_count(ModelConfig(num_classes=1, image_size=97, min_level=3, max_level=6))
+    2142
+    """
+    per_position = config.num_scales * len(config.aspect_ratios)
+    return sum(math.ceil(config.image_size / 2**level) ** 2
+               for level in range(config.min_level, config.max_level + 1)) * per_position
+
+
+def matching_bytes_per_image(config, boxes_per_image: int) -> int:
+    """What the loss's anchor matching adds to a train step's peak for one image with
+    `boxes_per_image` boxes (float32 whatever the precision policy)."""
+    return anchor_count(config) * max(1, boxes_per_image) * MATCH_BYTES_PER_PAIR
+
+
+def bytes_per_image(config, mixed_precision: bool, boxes_per_image: int = 1) -> int:
     elements, _ = model_footprint(config)
-    return int(elements * (2 if mixed_precision else 4) * BACKWARD_FACTOR)
+    return int(elements * (2 if mixed_precision else 4) * BACKWARD_FACTOR) + matching_bytes_per_image(
+        config, boxes_per_image)
 
 
-def largest_safe_batch(memory_bytes: int, config, mixed_precision: bool) -> int:
-    """The largest batch expected to fit in `memory_bytes` (0 when even one image does not).
-    The class head grows with the classes (anchors x classes channels at every level)."""
+def largest_safe_batch(memory_bytes: int, config, mixed_precision: bool, boxes_per_image: int = 1) -> int:
+    """The largest batch expected to fit in `memory_bytes` (0 when even one image does not)
+    when every image has `boxes_per_image` boxes (the densest training image's count: a
+    batch is padded to its densest image). The class head grows with the classes (anchors
+    x classes channels at every level)."""
     _, params = model_footprint(config)
     usable = memory_bytes * (1 - RESERVED_FRACTION) - params * 4 * 4  # weights, grads, 2 Adam moments
-    return max(0, int(usable // bytes_per_image(config, mixed_precision)))
+    return max(0, int(usable // bytes_per_image(config, mixed_precision, boxes_per_image)))

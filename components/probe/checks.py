@@ -50,6 +50,7 @@ class Expectations:
     num_classes: int = DEFAULT_NUM_CLASSES  # the class head's size: from the data's label map when known
     model_config: object | None = None  # the fitted ModelConfig (input size, levels, anchors) when known
     shape: str = ""  # how the model's shape was chosen, for the report
+    boxes_per_image: int = 1  # the densest sampled training image's boxes (the loss's anchor matching) when known
 
     def model(self):
         """The ModelConfig the memory estimate builds: the fitted one, else the model size's at image_size."""
@@ -71,16 +72,17 @@ class Expectations:
             size = 128 if image_size == "auto" else int(image_size)
             return cls(image_size=size, model_size=model_size, batch_size=batch,
                        shape=f"{size}px" + (" (auto without --data: the fixed shape)" if image_size == "auto" else ""))
-        from components.detector.fitted_shape import gpu_visible, shape_for_data
+        from components.detector.fitted_shape import gpu_visible, read_box_sample, shape_for_sample
 
-        num_classes = num_class_slots(read_dataset_label_map(data_dir))
-        fitted = shape_for_data(data_dir, model_size, num_classes, image_size,
-                                gpu_visible() if on_gpu is None else on_gpu,
-                                allow_poor_anchors=True)  # the probe reports; training refuses
+        label_map = read_dataset_label_map(data_dir)
+        sample = read_box_sample(data_dir, label_map=label_map)
+        fitted = shape_for_sample(sample, model_size, num_class_slots(label_map), image_size,
+                                  gpu_visible() if on_gpu is None else on_gpu,
+                                  allow_poor_anchors=True)  # the probe reports; training refuses
         m = fitted.model
-        return cls(image_size=m.image_size, model_size=model_size, num_classes=num_classes, batch_size=batch,
-                   model_config=m, shape=f"{m.image_size}px, P{m.min_level}-P{m.max_level} "
-                                         f"({fitted.decisions['image_size']})")
+        return cls(image_size=m.image_size, model_size=model_size, num_classes=num_class_slots(label_map),
+                   batch_size=batch, model_config=m, boxes_per_image=max(1, sample.densest_image_boxes),
+                   shape=f"{m.image_size}px, P{m.min_level}-P{m.max_level} ({fitted.decisions['image_size']})")
 
 
 def _version(text) -> tuple[int, ...]:
@@ -196,9 +198,10 @@ def check_gpu_memory(facts: dict, expect: Expectations) -> tuple[CheckResult | N
         return None, None
     free = min(g["memory_free"] for g in nvml_gpus)
     mixed = is_mixed(precision_for([g["compute_capability"][0] for g in facts["tensorflow"]["gpus"]])[0])
-    safe = largest_safe_batch(free, expect.model(), mixed)
-    need = bytes_per_image(expect.model(), mixed)
-    label = f"{free / (1 << 30):.1f} GiB free GPU memory; about {need / (1 << 20):.0f} MiB an image at {expect.image_size}px"
+    safe = largest_safe_batch(free, expect.model(), mixed, expect.boxes_per_image)
+    need = bytes_per_image(expect.model(), mixed, expect.boxes_per_image)
+    label = (f"{free / (1 << 30):.1f} GiB free GPU memory; about {need / (1 << 20):.0f} MiB an image at "
+             f"{expect.image_size}px" + (f" with {expect.boxes_per_image} boxes" if expect.boxes_per_image > 1 else ""))
     if safe < 1:
         return CheckResult("gpu_memory", FAIL, f"{label}: not even one image fits",
                            "lower --image-size or --model-size, or use a GPU with more memory"), 0

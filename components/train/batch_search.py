@@ -4,7 +4,8 @@ On a GPU: train steps on synthetic batches of the real model, size and precision
 doubling from the probe's estimate, then bisection, then one verifying step; a batch
 "fits" when the step runs without ResourceExhaustedError and its peak memory stays under
 `TARGET_FRACTION` of the GPU's memory. The trial model is thrown away afterwards.
-On a CPU: a RAM-based bound from the model's layer-output estimate (components/probe),
+On a CPU: a RAM-based bound from the memory estimate (the model's layer outputs and the
+anchor matching of the densest image's boxes: components/detector/memory_estimate.py),
 capped at `CPU_BATCH_CAP`; no trial steps, which would cost more time than they save.
 Always capped at the dataset size.
 """
@@ -107,11 +108,13 @@ def trial_step_fits(model, image_size: int, budget_bytes: int,
     return fits
 
 
-def cpu_ram_bound(model_config, available_bytes: int) -> int:
-    """The largest batch whose estimated training memory fits `TARGET_FRACTION` of RAM."""
+def cpu_ram_bound(model_config, available_bytes: int, boxes_per_image: int = 1) -> int:
+    """The largest batch whose estimated training memory, with `boxes_per_image` boxes in
+    every image, fits `TARGET_FRACTION` of RAM."""
     from components.detector.memory_estimate import largest_safe_batch
 
-    return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_config, mixed_precision=False)
+    return largest_safe_batch(int(available_bytes * TARGET_FRACTION), model_config, mixed_precision=False,
+                              boxes_per_image=boxes_per_image)
 
 
 def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 1,
@@ -129,10 +132,11 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
 
     if not tf.config.list_physical_devices("GPU"):
         available = psutil.virtual_memory().available
-        bound = cpu_ram_bound(model_config, available)
+        bound = cpu_ram_bound(model_config, available, boxes_per_image)
         return max(1, min(CPU_BATCH_CAP, bound)), (
             f"auto on a CPU: RAM allows about {bound} images ({TARGET_FRACTION:.0%} of {available / 2**30:.1f} GiB "
-            f"available, estimated from the model's layer outputs); capped at {CPU_BATCH_CAP}, since on a CPU "
+            f"available, estimated from the model's layer outputs and the anchor matching of {boxes_per_image} "
+            f"box(es) an image, the densest training image's); capped at {CPU_BATCH_CAP}, since on a CPU "
             "a larger batch adds step time, not throughput")
     start = config.probe.safe_batch or 32
     gpus = nvml_facts().get("gpus") or []
