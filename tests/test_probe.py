@@ -186,12 +186,13 @@ def test_real_collection_on_this_machine(demo_shards):
     assert facts["tensorflow"]["version"].startswith("2.16")
     assert facts["storage"]["measured"] and facts["storage"]["records_per_s"] > 0
     assert facts["packages"]["lock_file"] and facts["packages"]["drifted"] == []
-    result = run_probe(facts=facts)
+    result = run_probe(facts=facts, expect=Expectations(boxes_per_image=20))  # as dense as the data's densest image
     json.dumps(result.to_dict())  # serialisable as probe.json
     assert result.verdict in (PASS, WARN)
     # The storage check compares with the rate this model trains at here, measured, not assumed.
     storage = next(c for c in result.checks if c.name == "storage")
-    assert "measured: 2 training steps of batch 4 of this model (128 px) on this machine" in storage.reason
+    assert "measured: 2 training steps of batch 4 of this model (128 px, 20 boxes an image) on this machine" in (
+        storage.reason)
     rate = float(storage.reason.split("training at ", 1)[1].split(" images/s", 1)[0])
     assert 0 < rate != 40.0
     assert probe_markdown(result).startswith(f"# Environment probe: {result.verdict}")
@@ -261,3 +262,4 @@ def test_one_precision_rule_for_the_trainer_and_the_probe():
     assert precision_for([8, 7])[0] == "mixed_float16"  # a T4 next to an A100: float16
     assert precision_for([6])[0] == "float32" and precision_for([]) == ("float32", "no GPU: float32")
     assert is_mixed("mixed_float16") and not is_mixed("float32")
+

@@ -50,7 +50,7 @@ def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir
         from components.probe.training_rate import measure_training_rate
 
         batch = expect.batch_size or (16 if facts["tensorflow"]["gpus"] else 4)
-        rate = measure_training_rate(expect.model(), batch)
+        rate = measure_training_rate(expect.model(), batch, expect.boxes_per_image)
         expect = replace(expect, images_per_second=rate.images_per_second, rate_source=rate.source)
     checks = run_checks(facts, require_gpu=require_gpu, expect=expect)
     differences = compare_facts(baseline.get("facts", baseline), facts) if baseline else []
