@@ -124,8 +124,9 @@ def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
     if epochs:
         p.add_argument("--epochs", **declared("epochs"), help="passes over the train split (default %(default)s)")
     p.add_argument("--batch-size", **declared("batch_size"),
-                   help="images per step, or 'auto' (default): what this machine's memory allows (at most "
-                        "16 on a CPU), lowered for a small dataset so that a run from scratch makes at least "
+                   help="images per step, or 'auto' (default): what this machine's memory allows for the model "
+                        "and the densest training image's boxes (trial steps on a GPU; an estimate, at most 16, "
+                        "on a CPU), lowered for a small dataset so that a run from scratch makes at least "
                         "1,000 steps (at least 4 images a step); train_report.md says which and why")
     p.add_argument("--image-size", **declared("image_size"),
                    help="square model input in pixels, images resized to it; or 'auto' (default): fitted to the "
