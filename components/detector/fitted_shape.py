@@ -54,6 +54,7 @@ class FittedShape:
     smallest_box_px: float  # the smallest sampled box side at the chosen input size
     decisions: dict[str, str]
     class_coverage: dict[str, float] = field(default_factory=dict)  # per class with enough boxes
+    densest_image_boxes: int = 0  # the most boxes a sampled image has (the loss's anchor matching grows with it)
 
     def metadata(self) -> dict[str, object]:
         """Flat facts for the Model artifact's metadata."""
@@ -141,7 +142,8 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
         logger.warning("train: %s (--allow-poor-anchors)", problem)
     return FittedShape(model=model, coverage=fit.coverage, coverage_fixed=before, relative_compute=relative,
                        boxes=len(sample.boxes), smallest_box_px=smallest, decisions=decisions,
-                       class_coverage={sample.name(c): v for c, v in fit.class_coverage.items() if c != -1})
+                       class_coverage={sample.name(c): v for c, v in fit.class_coverage.items() if c != -1},
+                       densest_image_boxes=sample.densest_image_boxes)
 
 
 def class_coverage_line(sample: BoxSample, fit: AnchorFit) -> str:
@@ -258,4 +260,4 @@ def kept_shape(sample: BoxSample, model: ModelConfig, fresh: FittedShape, source
     model, decisions["max_detections"] = kept_detection_limit(model, fresh, source)
     return FittedShape(model=model, coverage=covered, coverage_fixed=fresh.coverage_fixed, relative_compute=relative,
                        boxes=len(sample.boxes), smallest_box_px=smallest, decisions=decisions,
-                       class_coverage=per_class)
+                       class_coverage=per_class, densest_image_boxes=sample.densest_image_boxes)

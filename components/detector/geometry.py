@@ -91,6 +91,16 @@ class AnchorSpec:
 FIXED_SPEC = AnchorSpec()
 
 
+def pyramid_positions(image_size: int, min_level: int, max_level: int) -> int:
+    """Grid positions over the pyramid levels: at each, KerasHub's feature map (and anchor
+    grid) of ceil(size / stride) squared.
+
+    >>> pyramid_positions(256, 3, 7), pyramid_positions(97, 3, 6)
+    (1364, 238)
+    """
+    return sum(math.ceil(image_size / 2**level) ** 2 for level in range(min_level, max_level + 1))
+
+
 @dataclass(frozen=True)
 class BoxSample:
     """Boxes of the train split and the sizes of their images."""
@@ -288,7 +298,7 @@ class CostModel:
         predicted_from = HEAD_FILTERS if heads else fpn  # the prediction layers read the last conv or the FPN
         per_position = (9 * fpn**2 + head_convs
                         + 9 * predicted_from * spec.anchors_per_location * (self.num_classes + 4))
-        return sum(math.ceil(size / 2**level) ** 2 * per_position for level in range(spec.min_level, spec.max_level + 1))
+        return pyramid_positions(size, spec.min_level, spec.max_level) * per_position
 
     def total(self, size: int, spec: AnchorSpec) -> float:
         return self.backbone(size) + self.levels(size, spec)

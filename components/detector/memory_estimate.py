@@ -57,8 +57,7 @@ def model_footprint(config) -> tuple[int, int]:
 
 def anchor_count(config) -> int:
     """The anchors of a `ModelConfig`'s detector, as KerasHub's AnchorGenerator makes them:
-    at every level a feature map of ceil(size / stride) squared, each position with
-    num_scales x aspect ratios anchors.
+    num_scales x aspect ratios at every grid position of every level.
 
     >>> from components.detector.model import ModelConfig
     >>> anchor_count(ModelConfig(num_classes=1, image_size=256, min_level=3, max_level=7))
@@ -66,9 +65,10 @@ def anchor_count(config) -> int:
     >>> anchor_count(ModelConfig(num_classes=1, image_size=97, min_level=3, max_level=6))
     2142
     """
-    per_position = config.num_scales * len(config.aspect_ratios)
-    return sum(math.ceil(config.image_size / 2**level) ** 2
-               for level in range(config.min_level, config.max_level + 1)) * per_position
+    from components.detector.geometry import pyramid_positions
+
+    return pyramid_positions(config.image_size, config.min_level, config.max_level) * (
+        config.num_scales * len(config.aspect_ratios))
 
 
 def matching_bytes_per_image(config, boxes_per_image: int) -> int:

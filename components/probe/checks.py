@@ -72,16 +72,15 @@ class Expectations:
             size = 128 if image_size == "auto" else int(image_size)
             return cls(image_size=size, model_size=model_size, batch_size=batch,
                        shape=f"{size}px" + (" (auto without --data: the fixed shape)" if image_size == "auto" else ""))
-        from components.detector.fitted_shape import gpu_visible, read_box_sample, shape_for_sample
+        from components.detector.fitted_shape import gpu_visible, shape_for_data
 
-        label_map = read_dataset_label_map(data_dir)
-        sample = read_box_sample(data_dir, label_map=label_map)
-        fitted = shape_for_sample(sample, model_size, num_class_slots(label_map), image_size,
-                                  gpu_visible() if on_gpu is None else on_gpu,
-                                  allow_poor_anchors=True)  # the probe reports; training refuses
+        num_classes = num_class_slots(read_dataset_label_map(data_dir))
+        fitted = shape_for_data(data_dir, model_size, num_classes, image_size,
+                                gpu_visible() if on_gpu is None else on_gpu,
+                                allow_poor_anchors=True)  # the probe reports; training refuses
         m = fitted.model
-        return cls(image_size=m.image_size, model_size=model_size, num_classes=num_class_slots(label_map),
-                   batch_size=batch, model_config=m, boxes_per_image=max(1, sample.densest_image_boxes),
+        return cls(image_size=m.image_size, model_size=model_size, num_classes=num_classes, batch_size=batch,
+                   model_config=m, boxes_per_image=max(1, fitted.densest_image_boxes),
                    shape=f"{m.image_size}px, P{m.min_level}-P{m.max_level} ({fitted.decisions['image_size']})")
 
 
