@@ -329,3 +329,46 @@ def test_a_sigterm_at_step_k_then_resume_equals_an_uninterrupted_run(demo_shards
     assert config["result"]["weights_sha256"]
     for a, b in zip(uninterrupted, _weights(stopped)):
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_the_traced_learning_rate_is_built_once_a_graph_and_follows_every_step():
+    """AdamW asks for the rate once for each variable it decays; the schedule builds it once
+    a traced graph, and the weights after warmup and decay steps equal those of a schedule
+    that rebuilds it at every ask."""
+    import keras
+    import tensorflow as tf
+
+    from components.train.schedules import ScaledSchedule
+
+    class Counted(keras.optimizers.schedules.CosineDecay):
+        calls = 0
+
+        def __call__(self, step):
+            Counted.calls += 1
+            return super().__call__(step)
+
+    class Unshared(ScaledSchedule):
+        def __call__(self, step):
+            return self._rate(step)
+
+    def train(schedule_class):
+        keras.utils.set_random_seed(0)
+        variables = [tf.Variable(tf.random.normal([3, 3])) for _ in range(6)]
+        schedule = schedule_class(Counted(0.0, 6, warmup_target=0.1, warmup_steps=3))
+        optimizer = keras.optimizers.AdamW(schedule, weight_decay=0.5)
+        optimizer.build(variables)
+
+        @tf.function
+        def step():
+            optimizer.apply_gradients([(tf.ones_like(v), v) for v in variables])
+
+        Counted.calls = 0
+        for _ in range(8):
+            step()
+        return [v.numpy() for v in variables], Counted.calls
+
+    shared, traced_calls = train(ScaledSchedule)
+    unshared, untraced_calls = train(Unshared)
+    assert traced_calls == 1 and untraced_calls > len(shared)
+    for a, b in zip(shared, unshared):
+        np.testing.assert_array_equal(a, b)
