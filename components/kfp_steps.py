@@ -140,7 +140,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tria
     import math
     import shutil
 
-    from components.train.trainer import ProbeAdvice
+    from components.train.config import ProbeAdvice  # no TensorFlow: without trials the step only writes the defaults
     from components.train.tuning import REPORT_FILE, TuneConfig, tune
 
     logging.basicConfig(level=logging.INFO)

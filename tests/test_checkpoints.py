@@ -103,10 +103,21 @@ def _nan_config(demo_shards, out, **kwargs):
 
 
 def test_nan_at_step_k_recovers_from_the_checkpoint_with_a_lower_lr(demo_shards, tmp_path, monkeypatch):
+    import tensorflow as tf
+
     from components.train.trainer import train_detector
 
+    created_while_tracing = []
+
+    def record(next_creator, **kwargs):  # a variable made in a traced step makes TF trace the step twice
+        if tf.inside_function():
+            created_while_tracing.append(kwargs.get("name"))
+        return next_creator(**kwargs)
+
     monkeypatch.setenv("DETPIPE_INJECT_FAULT", "nan@5")
-    result = train_detector(_nan_config(demo_shards, tmp_path))
+    with tf.variable_creator_scope(record):
+        result = train_detector(_nan_config(demo_shards, tmp_path))
+    assert created_while_tracing == []
     recovery = result.decisions["recoveries"]
     assert "at step 5" in recovery and "after step 4" in recovery and "scaled to 0.5x" in recovery
     assert result.steps == 10 and result.final_loss is not None and np.isfinite(result.final_loss)

@@ -27,7 +27,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: the data step takes its Beam arguments from beam.convert_job.step_beam_args.
-GOLDEN_SHA256 = "0afa3f892929f6d4d0901ed2bb08be4cea431008f9b6ca5c6b1338440f412d82"
+GOLDEN_SHA256 = "49d7e1bf8185cf1d1bfc90dc9d56619722f08a73dfea7da246723bf36b1bd395"
 
 
 def test_golden_compile(tmp_path):

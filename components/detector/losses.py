@@ -104,3 +104,13 @@ def compile_detector(model: keras.Model, optimizer: keras.optimizers.Optimizer, 
                       loss_weights={"bbox_regression": GIOU_WEIGHT, "cls_logits": 1.0})
     else:
         model.compile(optimizer=optimizer)  # KerasHub's defaults: Huber (delta 1) and focal loss
+
+
+def build_for_fit(model: keras.Model, element_spec) -> None:
+    """Create now, from the input's shapes (a dataset's `element_spec`), what `fit` would
+    otherwise create inside its first traced step: the compiled loss's trackers and the
+    optimizer's slots. Keras defers that to the trace unless the model was compiled in a
+    strategy's scope (one device is not), and TensorFlow traces a function that created
+    variables a second time: the whole train step again, 9 of a tiny CPU run's 21 s."""
+    with model.distribute_strategy.scope():
+        model._symbolic_build(data_batch=element_spec)  # private: no public call builds the compiled loss

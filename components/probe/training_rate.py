@@ -31,12 +31,13 @@ def measure_training_rate(model_config, batch: int, boxes_per_image: int = 1) ->
     import keras
     import tensorflow as tf
 
-    from components.detector.losses import compile_detector
+    from components.detector.losses import build_for_fit, compile_detector
     from components.detector.model import build_detector, synthetic_batch
 
     model = build_detector(model_config)
     compile_detector(model, keras.optimizers.AdamW(1e-4))
     data = tf.data.Dataset.from_tensors(synthetic_batch(batch, model_config.image_size, boxes_per_image)).repeat()
+    build_for_fit(model, data.element_spec)
     model.fit(data, epochs=1, steps_per_epoch=1, verbose=0)  # traces the step
     started = time.perf_counter()
     model.fit(data, epochs=1, steps_per_epoch=TIMED_STEPS, verbose=0)

@@ -85,6 +85,7 @@ def trial_step_fits(model, image_size: int, budget_bytes: int,
     images with `boxes_per_image` boxes each (the densest training image's count)."""
     import tensorflow as tf
 
+    from components.detector.losses import build_for_fit
     from components.detector.model import synthetic_batch
 
     def reset_gpu_stats() -> None:
@@ -94,6 +95,7 @@ def trial_step_fits(model, image_size: int, budget_bytes: int,
 
     def fits(batch: int) -> bool:
         data = tf.data.Dataset.from_tensors(synthetic_batch(batch, image_size, boxes_per_image)).repeat()
+        build_for_fit(model, data.element_spec)  # once: the later trials find it built
         reset()
         try:
             # train_on_batch cannot take the detector's dict of boxes and labels; fit can.

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
+from components.detector.losses import build_for_fit
+
 SCRATCH_DIR = "_scratch"
 
 
@@ -113,13 +115,7 @@ def fit_across_workers(model: keras.Model, element_spec) -> None:
       spec instead (the shapes are all it needs);
     - it reduces every step's logs with `strategy.reduce("MEAN", v, axis=0)`, which fails
       on scalars: `vector_logs` gives each log a length-1 axis to reduce over."""
-    strategy = model.distribute_strategy
-
-    def symbolic_build(iterator=None, data_batch=None):
-        with strategy.scope():
-            model._symbolic_build(data_batch=element_spec)
-
-    model._maybe_symbolic_build = symbolic_build
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: build_for_fit(model, element_spec)
 
 
 def synchronise_batch_norm(model: keras.Model, on: bool = True) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import keras
 import tensorflow as tf
 
+from components.detector.losses import build_for_fit
 from components.train.accumulation import next_micro_batches, use_micro_batches
 from components.train.checkpoints import SaveEveryChunk, StepCheckpoints
 from components.train.config import TrainConfig
@@ -136,6 +137,7 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
         else:
             epochs, initial_epoch, per_epoch = total_steps // chunk, steps_done // chunk, chunk
         data = train_dataset(config.data_dir, replace(input_config, skip_steps=steps_done))
+        build_for_fit(parts.model, data.element_spec)  # else the first step is traced twice
         for callback in callbacks:
             if isinstance(callback, GlobalStep):
                 callback.start_segment(steps_done, per_epoch)
