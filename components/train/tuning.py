@@ -107,16 +107,16 @@ class TuneConfig:
 
 def tune(config: TuneConfig) -> TuneResult:
     """Run the search with real training and evaluation; write the best hyperparameters."""
-    from components.evaluate.evaluator import evaluate_detector
-    from components.train.trainer import train_detector
-
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(config.seed)
     candidates = [dict(DEFAULTS)] + [sample_hparams(rng) for _ in range(max(0, config.trials - 1))]
     if config.trials < 1:
         result = TuneResult(best=dict(DEFAULTS), best_score=math.nan)
-    else:
+    else:  # imported here: without trials (the default) the step needs no TensorFlow
+        from components.evaluate.evaluator import evaluate_detector
+        from components.train.trainer import train_detector
+
         fixed = dict(config.train)
 
         def run_trial(trial: Trial) -> float:
