@@ -35,8 +35,6 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
-from components.detector.losses import build_for_fit
-
 SCRATCH_DIR = "_scratch"
 
 
@@ -108,14 +106,15 @@ def make_strategy(role: ClusterRole) -> tuple[tf.distribute.Strategy, str]:
     return tf.distribute.get_strategy(), "one device"
 
 
-def fit_across_workers(model: keras.Model, element_spec) -> None:
+def fit_across_workers(model: keras.Model) -> None:
     """Let Keras 3.15's `fit` run under MultiWorkerMirroredStrategy (tensorflow#72388):
     - its symbolic build reduces a (x, y) tuple of per-replica batches with
-      `strategy.reduce`, which only takes one value: build from the dataset's element
-      spec instead (the shapes are all it needs);
+      `strategy.reduce`, which only takes one value: it is skipped, since the training loop
+      builds the model from the dataset's element spec before every `fit` (build_for_fit:
+      the shapes are all it needs);
     - it reduces every step's logs with `strategy.reduce("MEAN", v, axis=0)`, which fails
       on scalars: `vector_logs` gives each log a length-1 axis to reduce over."""
-    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: build_for_fit(model, element_spec)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
 
 
 def synchronise_batch_norm(model: keras.Model, on: bool = True) -> None:

@@ -137,7 +137,9 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
         else:
             epochs, initial_epoch, per_epoch = total_steps // chunk, steps_done // chunk, chunk
         data = train_dataset(config.data_dir, replace(input_config, skip_steps=steps_done))
-        build_for_fit(parts.model, data.element_spec)  # else the first step is traced twice
+        # Else the first step is traced twice; and under several workers this is the only
+        # build (fit_across_workers skips Keras's own, which fails there).
+        build_for_fit(parts.model, data.element_spec)
         for callback in callbacks:
             if isinstance(callback, GlobalStep):
                 callback.start_segment(steps_done, per_epoch)

@@ -46,7 +46,7 @@ from components.train.distribution import (
     weights_digest,
 )
 from components.train.faults import FaultPlan, FiniteGuard
-from components.train.input_pipeline import InputConfig, train_dataset
+from components.train.input_pipeline import InputConfig
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import (
@@ -208,7 +208,7 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         workers=role.workers, worker_index=role.index)
     multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
     if multi_worker:
-        fit_across_workers(model, train_dataset(config.data_dir, input_config).element_spec)
+        fit_across_workers(model)
         synchronise_batch_norm(model)
     clock, stop = StepClock(enabled=not config.deterministic), StopRequest()
     faults, guard = FaultPlan.from_env(), FiniteGuard(model)
