@@ -247,7 +247,7 @@ def _write_statistics(out: str) -> None:
 def _facts_by_kind(counts: dict[str, int]) -> dict[str, dict[str, int]]:
     """{"color_modes/L": 3, ...} → {"color_modes": {"L": 3}, ...}"""
     out: dict[str, dict[str, int]] = {"color_modes": {}, "exif_orientation": {"applied": 0, "ignored": 0},
-                                      "boxes_in": {}, "boxes_written": {}}
+                                      "converted_formats": {}, "boxes_in": {}, "boxes_written": {}}
     for key, count in counts.items():
         kind, value = key.split("/", 1)
         out.setdefault(kind, {})[value] = count
@@ -357,6 +357,7 @@ def _finish(options: ConvertOptions, sources: list, started: float,
         color_modes=facts["color_modes"],
         # Images with an EXIF orientation: written upright (applied) or as stored (ignored).
         exif_orientation={"mode": options.exif, **facts["exif_orientation"]},
+        converted_formats=dict(sorted(facts["converted_formats"].items())),
         num_classes=len(label_map),
         shards=shards,
         anomalies=anomalies,

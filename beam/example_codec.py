@@ -7,7 +7,7 @@ import hashlib
 
 from beam import feature_keys as K
 from beam import example_proto as pb
-from beam.exif import upright_image_bytes
+from beam.image_formats import model_image
 from beam.source_records import CheckedRecord
 
 
@@ -28,15 +28,16 @@ _LIST_FIELD = {BYTES: "bytes_list", FLOATS: "float_list", INTS: "int64_list"}
 
 def written_image(record: CheckedRecord, image_bytes: bytes) -> tuple[bytes, str]:
     """(the bytes the shard holds, their sha256): the source bytes, or the image turned
-    upright when the checks applied its EXIF orientation (beam/exif.py).
+    upright when the checks applied its EXIF orientation (beam/exif.py) and as PNG when its
+    format is one the shards do not hold (beam/image_formats.py).
 
     Raises `ImageChanged` when `image_bytes` is not the image the record was checked on.
     """
     digest = hashlib.sha256(image_bytes).hexdigest()
     if digest != record.image_sha256:
         raise ImageChanged(f"{record.image_path} changed while the dataset was being converted; run again")
-    if record.orientation_applied:
-        image_bytes = upright_image_bytes(image_bytes)
+    if record.orientation_applied or record.converted_from:
+        image_bytes = model_image(image_bytes, turn=record.orientation_applied)
         digest = hashlib.sha256(image_bytes).hexdigest()
     return image_bytes, digest
 

@@ -13,10 +13,9 @@ The rule (`apply_orientation`), by `--exif` mode:
   image; no size in the annotation): apply, as the tools that show photos the way a person
   sees them do.
 
-Applied orientations are written upright and without EXIF (`upright_image_bytes`): a JPEG is
-re-encoded at quality 95 (a lossless JPEG rotation is not in Pillow, and PNG would make a
-phone photo several times larger), a PNG stays lossless. `upright` is the one function that
-turns a photo the way a person sees it, for everything that reads photos outside the shards.
+Applied orientations are written upright and without EXIF (beam/image_formats.py's
+`model_image`: a JPEG is re-encoded at quality 95, a PNG stays lossless). `upright` is the one
+function that turns a photo the way a person sees it, for everything that reads photos.
 
 Example:
     >>> displayed_size(200, 100, 6), apply_orientation(6, (200, 100), (100, 200), "auto")
@@ -27,14 +26,11 @@ Example:
 
 from __future__ import annotations
 
-import io
-
 from PIL import Image, ImageOps
 
 ORIENTATION_TAG = 0x0112
 EXIF_MODES = ("auto", "apply", "ignore")
 _SWAPS_AXES = {5, 6, 7, 8}  # transpose, rotate 270, transverse, rotate 90
-JPEG_QUALITY = 95
 
 
 def orientation_of(image: Image.Image) -> int:
@@ -72,16 +68,3 @@ def upright(image: Image.Image) -> Image.Image:
     """The image as displayed (EXIF orientation applied, the tag removed)."""
     return ImageOps.exif_transpose(image)
 
-
-def upright_image_bytes(data: bytes) -> bytes:
-    """Encoded JPEG/PNG bytes → the same format, upright and without EXIF. Deterministic:
-    the same input gives the same bytes."""
-    with Image.open(io.BytesIO(data)) as image:
-        fmt = image.format
-        turned = upright(image)
-    out = io.BytesIO()
-    if fmt == "JPEG":
-        turned.save(out, format="JPEG", quality=JPEG_QUALITY)
-    else:
-        turned.save(out, format="PNG")
-    return out.getvalue()

@@ -444,7 +444,8 @@ def dropped_boxes(placed: list[tuple[str, CheckedRecord]]) -> list[list[Reject]]
 
 def _count_record(counts: dict[str, int], pairs: list[str], split: str, record: CheckedRecord) -> None:
     """Add what the manifest counts of one written record into `counts` and `pairs`: its
-    colour mode, for an image with an EXIF orientation whether it was applied, its boxes in
+    colour mode, for an image with an EXIF orientation whether it was applied, the source
+    format of an image written as PNG, its boxes in
     and written and per class, and its near-duplicate box pairs (as lines)."""
     for key, value in ((f"color_modes/{record.color_mode}", 1),
                        (f"boxes_in/{split}", len(record.boxes) + len(record.dropped_boxes)),
@@ -453,6 +454,9 @@ def _count_record(counts: dict[str, int], pairs: list[str], split: str, record: 
         counts[key] = counts.get(key, 0) + value
     if record.exif_orientation != 1:
         key = f"exif_orientation/{'applied' if record.orientation_applied else 'ignored'}"
+        counts[key] = counts.get(key, 0) + 1
+    if record.converted_from:
+        key = f"converted_formats/{record.converted_from}"
         counts[key] = counts.get(key, 0) + 1
     pairs += [f"{record.image_id}: boxes {i} and {j} ({record.class_texts[i]!r}, IoU {iou:.2f})"
               for i, j, iou in rc.near_duplicates(record)]

@@ -160,6 +160,8 @@ class Manifest:
     split_file: dict | None = None
     # Same-class box pairs on one image with IoU above "iou_above": {"iou_above", "pairs", "examples"}.
     near_duplicates: dict = field(default_factory=lambda: {"iou_above": 0.8, "pairs": 0, "examples": []})
+    # Images written as PNG, by the source's format (beam/image_formats.py): {"BMP": 3, ...}.
+    converted_formats: dict[str, int] = field(default_factory=dict)
 
     @property
     def written_total(self) -> int:
@@ -197,7 +199,8 @@ class Manifest:
         if data.get("version") != MANIFEST_VERSION:
             raise ManifestError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION} (written by "
                                 "another detpipe): rebuild the dataset with `detpipe data build`")
-        optional = {"class_boxes", "split_file", "near_duplicates"}  # added later: older manifests lack them
+        # Added later: older manifests lack them.
+        optional = {"class_boxes", "split_file", "near_duplicates", "converted_formats"}
         try:
             values = {f.name: data[f.name] for f in fields(cls) if f.name not in optional or f.name in data}
         except KeyError as err:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
+from beam import image_formats
 from beam.exif import apply_orientation, check_exif_mode, displayed_size, orientation_of
+from beam.image_formats import needs_conversion, unreadable_format, written_format
 from beam.source_records import CheckedRecord, Reject, SourceBox, SourceRecord
 
 MISSING_IMAGE = "missing_image"
@@ -28,7 +30,6 @@ NO_BOXES = "no_boxes"
 BAD_ANNOTATION = "bad_annotation"
 NOT_IN_SPLIT_FILE = "not_in_split_file"
 
-_FORMATS = {"JPEG": "jpeg", "PNG": "png"}
 # What `inspect_image` says of bytes in no image format Pillow knows (a text file named .jpg).
 NOT_AN_IMAGE = "not an image file (no image format Pillow knows)"
 
@@ -61,8 +62,17 @@ def _reject(record: SourceRecord, reason: str, message: str) -> Reject:
     return Reject(record.image_id, reason, message, record.source_ref)
 
 
+def _unsupported(record: SourceRecord, fmt: str) -> Reject:
+    message = f"image {record.filename!r} is {fmt}; accepted: {image_formats.ACCEPTED}"
+    return _reject(record, UNSUPPORTED_FORMAT, message)
+
+
 class ImageTooLarge(ValueError):
     """An image over Pillow's decompression-bomb limit (about 179 M pixels), refused unread."""
+
+
+class UnreadableFormat(ValueError):
+    """An image in a format Pillow cannot open (HEIF); the message is the format's name."""
 
 
 def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
@@ -72,17 +82,19 @@ def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
     skips most of the inverse DCT and colour conversion, which nothing here needs.
 
     Raises `ValueError` for data Pillow cannot decode (corrupt or truncated), `ImageTooLarge`
-    for an image too large to decode at all.
+    for an image too large to decode at all, `UnreadableFormat` for an image in a format
+    Pillow cannot open.
     """
     try:
         with Image.open(io.BytesIO(data)) as image:
             fmt, (width, height), mode = image.format, image.size, image.mode
             orientation = orientation_of(image)
-            if fmt == "JPEG":
+            if fmt in ("JPEG", "MPO"):  # MPO: a JPEG with more pictures after it (beam/image_formats.py)
                 image.draft(mode, (max(1, width // 8), max(1, height // 8)))
             image.load()  # decodes the whole stream: catches truncated files
     except UnidentifiedImageError:  # Pillow's message names the BytesIO object and its address
-        raise ValueError(NOT_AN_IMAGE) from None
+        known = unreadable_format(data)
+        raise (UnreadableFormat(known) if known else ValueError(NOT_AN_IMAGE)) from None
     except Image.DecompressionBombError as err:  # said before any pixel is decoded
         raise ImageTooLarge(str(err).split(", could be")[0]) from None
     except (OSError, SyntaxError) as err:
@@ -98,14 +110,19 @@ def check_record(
     rejects the image."""
     if image_bytes is None:
         return _reject(record, MISSING_IMAGE, f"image file {record.filename!r} not found")
+    if not image_bytes:
+        return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} is an empty file (0 bytes)")
     try:
         fmt, width, height, mode, orientation = inspect_image(image_bytes)
     except ImageTooLarge as err:
         return _reject(record, IMAGE_TOO_LARGE, f"image {record.filename!r}: {err}")
+    except UnreadableFormat as err:
+        return _unsupported(record, str(err))
     except ValueError as err:
         return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} cannot be decoded: {err}")
-    if fmt not in _FORMATS:
-        return _reject(record, UNSUPPORTED_FORMAT, f"image {record.filename!r} is {fmt}; only JPEG and PNG are accepted")
+    image_format = written_format(fmt)
+    if image_format is None:
+        return _unsupported(record, fmt)
     if width * height > options.max_pixels:
         return _reject(record, IMAGE_TOO_LARGE, f"image is {width}x{height}, over the limit of {options.max_pixels} pixels")
     annotated = (record.width, record.height) if record.width is not None and record.height is not None else None
@@ -143,15 +160,17 @@ def check_record(
     if not boxes and not options.keep_empty:
         why = f"all {len(dropped)} box(es) dropped (first: {dropped[0].message})" if dropped else "no boxes"
         return _reject(record, NO_BOXES, f"{why} (negatives are rejected by option)")
+    converted = needs_conversion(fmt)
     notes = (() if mode == "RGB" else (f"color_mode:{mode}",)) + (
-        () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",))
+        () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",)) + (
+        (f"converted:{fmt}:png",) if converted else ())
     return CheckedRecord(
         image_id=record.image_id, filename=record.filename, image_path=image_path or record.filename,
         image_sha256=hashlib.sha256(image_bytes).hexdigest(), image_size=len(image_bytes),
-        image_format=_FORMATS[fmt], width=width, height=height, color_mode=mode,
+        image_format=image_format, width=width, height=height, color_mode=mode,
         boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
         source_ref=record.source_ref, notes=notes, exif_orientation=orientation, orientation_applied=applied,
-        dropped_boxes=tuple(dropped),
+        dropped_boxes=tuple(dropped), converted_from=fmt if converted else "",
     )
 
 

@@ -134,7 +134,7 @@ class CheckedRecord:
     image_path: str
     image_sha256: str
     image_size: int  # bytes
-    image_format: str  # "jpeg" | "png"
+    image_format: str  # "jpeg" | "png": the format the shard holds (beam/image_formats.py)
     width: int
     height: int
     color_mode: str  # PIL mode of the source image ("RGB", "L", "CMYK", ...)
@@ -150,6 +150,9 @@ class CheckedRecord:
     # Boxes of this record that could not be trusted on their own (--bad-box drop): each a
     # box-level Reject; the record is written with the others.
     dropped_boxes: tuple[Reject, ...] = field(default=())
+    # The Pillow format of a source image the shard holds as PNG ("BMP", "TIFF", ...); "" when
+    # the source bytes are written as they are (or only turned upright).
+    converted_from: str = ""
 
 
 class Records(list):

@@ -106,6 +106,8 @@ def _data_build(args, beam_args: list[str]) -> int:
           f"{m.rejected} rejected -> {args.output}")
     for reason, count in m.rejected_by_reason.items():
         print(f"  rejected {count}: {reason} (details in {args.output}/{REJECTS_GLOB})")
+    if m.converted_formats:
+        print("  written as PNG: " + ", ".join(f"{count} {fmt}" for fmt, count in m.converted_formats.items()))
     if m.near_duplicates["pairs"]:
         print(f"detpipe: warning: {near_duplicate_line(m)}", file=sys.stderr)
     if m.split_file:

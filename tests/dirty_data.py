@@ -99,7 +99,7 @@ def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: 
     # Rejected whole: the image or the whole annotation cannot be trusted.
     variant("truncated", jpeg[: len(jpeg) // 2], reason="unreadable_image")
     variant("missing", None, reason="missing_image")
-    variant("gif", _encoded(photo.convert("RGB"), "GIF"), ext="gif", reason="unsupported_format")
+    variant("icon", _encoded(photo.convert("RGB"), "ICO"), ext="ico", reason="unsupported_format")
     variant("wrongsize", jpeg, edit=set_text("size/width", str(width + 7)), reason="size_mismatch")
     variant("noclass", jpeg, edit=set_text("object/name", ""), reason="bad_annotation")
     (out_annotations / f"{PREFIX}broken.xml").write_text("<annotation><filename>x.jpg</filename")
@@ -137,8 +137,9 @@ def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: 
         data.box_rejects.update({(negative_id, i): reason for i, (reason, _) in enumerate(bad_boxes[:2])})
         data.kept_boxes[negative_id] = 0
 
-    # Accepted as they are: colour modes and an EXIF-rotated phone photo annotated as displayed.
+    # Accepted: colour modes, an EXIF-rotated phone photo annotated as displayed, a GIF (written as PNG).
     data.accepted[variant("alpha", _encoded(photo.convert("RGBA"), "PNG"), ext="png")] = "RGBA"
+    data.accepted[variant("gif", _encoded(photo.convert("RGB"), "GIF"), ext="gif")] = "GIF"
     data.accepted[variant("grey", _encoded(photo.convert("L"), "PNG"), ext="png")] = "L"
     exif = Image.Exif()
     exif[ORIENTATION_TAG] = 6  # stored turned; a viewer turns it back to the annotated frame

@@ -124,7 +124,10 @@ def _bad_corpus(demo_dir: Path, root: Path) -> tuple[Path, Path, dict[str, str],
     variant("missing", "missing_image", lambda r: None)
     variant("corrupt", "unreadable_image", lambda r: None, image_bytes=b"not an image at all")
     variant("truncated", "unreadable_image", lambda r: None, image_bytes=jpeg[: len(jpeg) // 2])
-    variant("gif", "unsupported_format", lambda r: None, image_bytes=_image_bytes("RGB", "GIF"), ext="gif")
+    variant("icon", "unsupported_format", lambda r: None, image_bytes=_image_bytes("RGB", "ICO"), ext="ico")
+    # An iPhone photo: a HEIF file (its ISO media header), which Pillow cannot open, named as such.
+    variant("heic", "unsupported_format", lambda r: None, ext="heic",
+            image_bytes=b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + bytes(64))
     variant("wrongsize", "size_mismatch", set_text("size/width", "300"), jpeg)
     variant("inverted", "invalid_box", set_text("object/bndbox/xmin", "127"), jpeg)
     variant("zerowidth", "invalid_box", lambda r: (set_text("object/bndbox/xmin", "40")(r),
@@ -148,8 +151,9 @@ def _bad_corpus(demo_dir: Path, root: Path) -> tuple[Path, Path, dict[str, str],
     (annotations / "broken.xml").write_text("<annotation><filename>x.jpg</filename")
     expected["broken"] = "bad_annotation"
     # Accepted colour modes: written, and counted in the manifest.
+    # A GIF and a TIFF are written as PNG (beam/image_formats.py).
     modes = {"cmyk": ("CMYK", "JPEG", "jpg"), "palette": ("P", "PNG", "png"), "alpha": ("RGBA", "PNG", "png"),
-             "grey": ("L", "PNG", "png")}
+             "grey": ("L", "PNG", "png"), "gif": ("P", "GIF", "gif"), "tiff": ("CMYK", "TIFF", "tif")}
     for name, (mode, fmt, ext) in modes.items():
         variant(name, None, lambda r: None, _image_bytes(mode, fmt), ext=ext)
     return images, annotations, expected, {name: mode for name, (mode, _, _) in modes.items()}
@@ -171,6 +175,8 @@ def test_bad_records_rejected_with_reasons_and_counts_reconcile(demo_dir, tmp_pa
     assert all(r["message"] and "\n" not in r["message"] and r["source"] for r in rows)
     bomb = next(r for r in rows if r["image_id"] == "bomb")
     assert bomb["message"] == "image 'bomb.png': Image size (200000000 pixels) exceeds limit of 178956970 pixels"
+    heic = next(r for r in rows if r["image_id"] == "heic")
+    assert heic["message"].startswith("image 'heic.heic' is HEIF; accepted: JPEG and PNG")
     dup = next(r for r in rows if r["reason"] == "duplicate_image_id")
     assert dup["source"].endswith("zz-duplicate.xml")
     m = result.manifest
@@ -181,6 +187,7 @@ def test_bad_records_rejected_with_reasons_and_counts_reconcile(demo_dir, tmp_pa
     assert sum(m.rejected_by_reason.values()) == m.rejected and m.boxes_rejected_by_reason == {}
     for mode in modes.values():
         assert m.color_modes[mode] >= 1
+    assert m.converted_formats == {"GIF": 1, "TIFF": 1}
 
 
 def test_reject_fraction_over_the_limit_fails_unless_allowed(demo_dir, tmp_path):

@@ -18,7 +18,7 @@ from beam.convert_job import ConvertOptions, build_dataset
 from beam.example_codec import decode_example
 from beam.output_files import read_manifest, read_rejects
 from components.report.run_report import write_dataset_page
-from dirty_data import make_dirty_copy, split_of
+from dirty_data import PREFIX, make_dirty_copy, split_of
 
 EVERY_REASON = {value for name, value in vars(rc).items() if name.isupper() and isinstance(value, str)
                 and name not in ("DROP_BOX", "REJECT_IMAGE", "NOT_AN_IMAGE")}  # modes, a message
@@ -122,6 +122,9 @@ def test_manifest_reconciles_images_and_boxes_with_the_rejects_file(dirty, built
     assert manifest.boxes_rejected_by_reason == {"box_outside_image": 1, "invalid_box": 4}
     assert manifest.color_modes["RGBA"] == 1 and manifest.color_modes["L"] == 1
     assert manifest.exif_orientation["applied"] == 1
+    assert manifest.converted_formats == {"GIF": 1}
+    assert records[f"{PREFIX}gif"][1][K.FORMAT] == [b"png"]
+    assert records[f"{PREFIX}gif"][1][K.ENCODED][0].startswith(b"\x89PNG")
     # The split file decided every written image's split.
     listed = split_of(dirty)
     assert all(listed[image_id] == split for image_id, (split, _) in records.items())

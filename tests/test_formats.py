@@ -279,3 +279,58 @@ def test_near_duplicate_boxes_are_kept_counted_and_shown(demo_dir, tmp_path, cap
     assert m.near_duplicates["pairs"] == 2 and m.rejected == 0
     assert [e.split(":")[0] for e in m.near_duplicates["examples"]] == sorted(p.stem for p in twice)
     assert sum(c.written for c in m.boxes.values()) == sum(c.boxes_in for c in m.boxes.values())
+
+
+def test_image_formats_reach_training_and_serving_as_the_same_bytes(demo_dir, tmp_path):
+    """BMP, an animated GIF, TIFF (one with an EXIF orientation), WEBP and AVIF are written
+    as PNG of their (first, upright) frame, and an MPO (the multi-picture JPEG of many
+    cameras) as it is: the trainer's decoder reads the pixels Pillow shows, and `serve`'s
+    preprocessing gives the model exactly the bytes the shard holds."""
+    import io
+    import xml.etree.ElementTree as ET
+
+    import numpy as np
+    from PIL import Image
+
+    from beam.exif import ORIENTATION_TAG
+    from components.detector.records import decode_rgb
+    from components.serve.predictor import model_image_bytes
+
+    template = sorted((demo_dir / "annotations").glob("*.xml"))[0]
+    photo = Image.open(demo_dir / "images" / ET.parse(template).getroot().findtext("filename")).convert("RGB")
+    other = photo.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    exif = Image.Exif()
+    exif[ORIENTATION_TAG] = 3  # turned by 180 degrees: a viewer shows `photo`
+    variants = {"bmp": ("BMP", {}), "gif": ("GIF", {"save_all": True, "append_images": [other]}),
+                "tif": ("TIFF", {}), "webp": ("WEBP", {"quality": 90}), "avif": ("AVIF", {}),
+                "mpo": ("MPO", {"save_all": True, "append_images": [other]}),
+                "turned": ("TIFF", {"exif": exif.tobytes()})}
+    images, annotations = tmp_path / "images", tmp_path / "annotations"
+    images.mkdir(), annotations.mkdir()
+    sources = {}
+    for name, (fmt, kwargs) in variants.items():
+        buffer = io.BytesIO()
+        (photo.rotate(180) if name == "turned" else photo).save(buffer, format=fmt, **kwargs)
+        file_name = f"{name}.{'jpg' if fmt == 'MPO' else 'tif' if name == 'turned' else name}"
+        (images / file_name).write_bytes(buffer.getvalue())
+        sources[name] = buffer.getvalue()
+        tree = ET.parse(template)
+        tree.getroot().find("filename").text = file_name
+        tree.write(annotations / f"{name}.xml")
+    assert Image.open(io.BytesIO(sources["mpo"])).format == "MPO"
+
+    result = _build(images, annotations, "voc", tmp_path / "out")
+    assert result.manifest.rejected == 0 and result.manifest.written_total == len(variants)
+    assert result.manifest.converted_formats == {"AVIF": 1, "BMP": 1, "GIF": 1, "TIFF": 2, "WEBP": 1}
+    written = {source_id.decode(): data for shard in _images_by_shard(tmp_path / "out").values()
+               for source_id, data in shard}
+    for name, data in written.items():
+        assert model_image_bytes(sources[name]) == data, name  # serving gives the model the shard's bytes
+        shown = np.asarray(Image.open(io.BytesIO(sources[name])).convert("RGB"))  # the first frame
+        if name == "turned":
+            shown = np.asarray(photo.rotate(180).rotate(180))
+        decoded = decode_rgb(data).numpy().astype(int)
+        # PNG exactly; a JPEG within the two JPEG decoders' rounding (TensorFlow's and Pillow's)
+        assert decoded.shape == shown.shape and np.abs(decoded - shown).max() <= (4 if name == "mpo" else 0), name
+        assert data.startswith(b"\xff\xd8" if name == "mpo" else b"\x89PNG"), name
+    assert written["mpo"] == sources["mpo"]

@@ -130,8 +130,8 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
 def dirty_raccoon(raccoon, tmp_path_factory):
     """Raccoon plus a record of every fault the DAG's data step can meet (truncated JPEG,
     missing image, unparseable XML, bad boxes beside good ones, a duplicate id, a size
-    mismatch, GIF, no class name, an image the split file leaves out) and awkward images it
-    must accept (alpha PNG, greyscale PNG, an EXIF-rotated photo)."""
+    mismatch, an icon file, no class name, an image the split file leaves out) and awkward
+    images it must accept (alpha PNG, greyscale PNG, a GIF, an EXIF-rotated photo)."""
     return make_dirty_copy(raccoon / "images", raccoon / "annotations", tmp_path_factory.mktemp("dirty_raccoon"),
                            split_file=True)
 
@@ -161,6 +161,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     # Raccoon's 3 greyscale photos and the dirty set's grey and alpha PNGs; every written image is counted.
     assert manifest.color_modes["L"] == 4 and manifest.color_modes["RGBA"] == 1
     assert sum(manifest.color_modes.values()) == manifest.written_total and manifest.exif_orientation["applied"] == 1
+    assert manifest.converted_formats == {"GIF": 1}
     rejects = read_rejects(str(dataset))
     assert {r.reason for r in rejects if not r.is_box} == set(dirty.image_rejects.values())
     assert {(r.image_id, r.box_index): r.reason for r in rejects if r.is_box} == dirty.box_rejects

@@ -232,7 +232,7 @@ BAD_REQUESTS = {
     "no image_bytes": (lambda r: b'{"instances": [{"pixels": [1, 2]}]}', 400, 'instances[0]: no "image_bytes"'),
     "file-list b64 not base64": (lambda r: b'{"instances": [{"b64": "abc"}]}', 400, "not valid base64"),
     "bad base64": (lambda r: b'{"instances": [{"image_bytes": {"b64": "***"}}]}', 400, "not valid base64"),
-    "not an image": (lambda r: _instances(_jpeg(r), b"hello, world"), 400, "instances[1]: not a JPEG or PNG image"),
+    "not an image": (lambda r: _instances(_jpeg(r), b"hello, world"), 400, "instances[1]: not an image (JPEG, PNG, BMP, GIF, TIFF, WEBP or AVIF)"),
     "truncated JPEG": (lambda r: _instances(_jpeg(r)[:1500]), 400, "instances[0]: the image cannot be decoded"),
     "empty image": (lambda r: _instances(b""), 400, "instances[0]: empty image"),
     "image over 179 M pixels": (lambda r: _instances(_bomb()), 400, "instances[0]: the image is too large to decode"),

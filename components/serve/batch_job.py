@@ -110,7 +110,7 @@ class _ReadAndCheck(beam.DoFn):
     """A path → (path, the bytes the model gets) or, tagged `rejected`, why not."""
 
     def process(self, path: str):
-        from components.serve.predictor import BadImage, model_image_bytes
+        from components.serve.predictor import BadImage, NotAnImage, model_image_bytes
 
         try:
             with FileSystems.open(path, compression_type="uncompressed") as handle:
@@ -122,7 +122,7 @@ class _ReadAndCheck(beam.DoFn):
         try:
             yield path, model_image_bytes(data)
         except BadImage as err:
-            reason = "not_an_image" if "not a JPEG or PNG" in str(err) or str(err) == "empty image" else "bad_image"
+            reason = "not_an_image" if isinstance(err, NotAnImage) else "bad_image"
             yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": reason, "message": str(err)})
 
 

@@ -1,9 +1,11 @@
 """Predictions from an exported SavedModel (components/export): what `detpipe serve` and
 `detpipe predict` share, so the server and the command line give the same answers.
 
-Each image is checked before it reaches the model (JPEG or PNG, fully decodable, not
-empty); a phone photo with an EXIF orientation is turned upright first (beam/exif.py), as
-the data step writes photos annotated the way a person sees them.
+Each image is checked before it reaches the model (an image format the data step takes,
+fully decodable, not empty); a phone photo with an EXIF orientation is turned upright first
+(beam/exif.py), as the data step writes photos annotated the way a person sees them, and a
+BMP, GIF, TIFF or WEBP is converted to PNG, as the data step writes it
+(beam/image_formats.py).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from beam.exif import upright_image_bytes
-from beam.record_checks import NOT_AN_IMAGE, ImageTooLarge, inspect_image
+from beam.image_formats import MODEL_FORMATS, model_image, needs_conversion, written_format
+from beam.record_checks import NOT_AN_IMAGE, ImageTooLarge, UnreadableFormat, inspect_image
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
 from components.serve.model_files import check_model_dir
 
@@ -23,26 +25,39 @@ logger = logging.getLogger(__name__)
 
 
 class BadImage(ValueError):
-    """An input that is not a usable JPEG or PNG image; the message is one line."""
+    """An input the model cannot take (not an image, corrupt, too large); the message is one line."""
+
+
+class NotAnImage(BadImage):
+    """Bytes that are no image, or one in a format the model does not take."""
+
+
+def _refused(fmt: str) -> NotAnImage:
+    return NotAnImage(f"{fmt} is not an image format the model takes ({MODEL_FORMATS})")
 
 
 def model_image_bytes(data: bytes) -> bytes:
-    """The bytes the model gets for one input image: checked, and upright when its EXIF
-    orientation says it is displayed turned. Raises `BadImage`."""
+    """The bytes the model gets for one input image: checked, upright when its EXIF
+    orientation says it is displayed turned, as PNG when its format is not JPEG or PNG
+    (beam/image_formats.py: as the data step writes it). Raises `BadImage`."""
     if not data:
-        raise BadImage("empty image")
+        raise NotAnImage("empty image")
     try:
         fmt, _, _, _, orientation = inspect_image(data)
     except ImageTooLarge as err:
         raise BadImage(f"the image is too large to decode ({err})") from None
+    except UnreadableFormat as err:
+        raise _refused(str(err)) from None
     except ValueError as err:
         reason = str(err).splitlines()[0] if str(err) else "unreadable"
         if reason == NOT_AN_IMAGE:
-            raise BadImage("not a JPEG or PNG image") from None
+            raise NotAnImage(f"not an image ({MODEL_FORMATS})") from None
         raise BadImage(f"the image cannot be decoded (truncated or corrupt: {reason})") from None
-    if fmt not in ("JPEG", "PNG"):
-        raise BadImage(f"not a JPEG or PNG image ({fmt})")
-    return upright_image_bytes(data) if orientation != 1 else data
+    if written_format(fmt) is None:
+        raise _refused(fmt)
+    if orientation != 1 or needs_conversion(fmt):
+        return model_image(data, turn=orientation != 1)
+    return data
 
 
 @dataclass

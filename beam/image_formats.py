@@ -1,0 +1,85 @@
+"""Which image formats go into a shard (and into the served model), and the bytes written.
+
+- JPEG and PNG are written as they are: TensorFlow decodes both, and they are the two
+  `image/format` values of the TF OD API. MPO, the multi-picture JPEG that many cameras and
+  phones write (a JPEG followed by more pictures, e.g. a depth map; Pillow names it "MPO"),
+  is a JPEG to every decoder: written as it is, as `jpeg`.
+- BMP, GIF, TIFF, WEBP and AVIF, which labelling tools accept but not every TensorFlow decoder
+  and not the TF OD API, are converted once to PNG (lossless; an animation's first frame,
+  which is what TensorFlow's `decode_image(expand_animations=False)` would take).
+- Any other format is refused (`unsupported_format` in the data job, a 400 from `serve`),
+  named when it is one Pillow cannot read at all but a phone writes (HEIF/HEIC).
+
+`model_image` is the one re-encoding: the data job (beam/example_codec.py) and the
+predictor (components/serve/predictor.py) both call it, so a converted or turned photo
+reaches the model as the same pixels in training and in serving.
+
+Example:
+    >>> written_format("MPO"), written_format("WEBP"), written_format("ICO")
+    ('jpeg', 'png', None)
+    >>> import io; from PIL import Image
+    >>> bmp = io.BytesIO(); Image.new("RGB", (3, 2), (9, 8, 7)).save(bmp, "BMP")
+    >>> png = model_image(bmp.getvalue(), turn=False)
+    >>> Image.open(io.BytesIO(png)).format, Image.open(io.BytesIO(png)).getpixel((2, 1))
+    ('PNG', (9, 8, 7))
+"""
+
+from __future__ import annotations
+
+import io
+
+from PIL import Image
+
+from beam.exif import upright
+
+# Pillow's format name -> `image/format` of the bytes written as they are.
+KEPT_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png"}
+# Pillow's format names written as PNG.
+CONVERTED_FORMATS = ("BMP", "GIF", "TIFF", "WEBP", "AVIF")
+ACCEPTED = "JPEG and PNG (as they are), BMP, GIF, TIFF, WEBP and AVIF (written as PNG)"
+MODEL_FORMATS = "JPEG, PNG, BMP, GIF, TIFF, WEBP or AVIF"  # what `serve` and `predict` take
+# The brands of HEIF files (iPhone photos, `.heic`), which Pillow cannot open: their ISO
+# media header names them, so the reject can say what the file is instead of "not an image".
+_HEIF_BRANDS = (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1")
+JPEG_QUALITY = 95  # a turned JPEG: Pillow has no lossless JPEG rotation; PNG would be several times larger
+# Pillow's modes that PNG stores as they are (I as 16 bits); any other (CMYK, YCbCr, LAB, F,
+# ...) is converted to RGB (RGBA with transparency) first, as training would read it.
+_PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16")
+
+
+def written_format(pil_format: str) -> str | None:
+    """The `image/format` a shard gets for an image of this Pillow format; None: refused."""
+    if pil_format in KEPT_FORMATS:
+        return KEPT_FORMATS[pil_format]
+    return "png" if pil_format in CONVERTED_FORMATS else None
+
+
+def unreadable_format(data: bytes) -> str | None:
+    """The name of an image format Pillow cannot open but that users meet (HEIF), else None.
+
+    >>> unreadable_format(b"\\x00\\x00\\x00\\x18ftypheic\\x00\\x00\\x00\\x00"), unreadable_format(b"hello")
+    ('HEIF', None)
+    """
+    return "HEIF" if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS else None
+
+
+def needs_conversion(pil_format: str) -> bool:
+    return pil_format in CONVERTED_FORMATS
+
+
+def model_image(data: bytes, turn: bool) -> bytes:
+    """Encoded image bytes -> the bytes a shard holds and the model gets, for an image that
+    is not passed on as it is: upright (EXIF orientation applied, the tag removed) when
+    `turn`, a JPEG re-encoded as JPEG, every other format as PNG. Deterministic: the same
+    input gives the same bytes."""
+    with Image.open(io.BytesIO(data)) as image:
+        fmt = image.format
+        picture = upright(image) if turn else image.copy()
+    out = io.BytesIO()
+    if KEPT_FORMATS.get(fmt) == "jpeg":
+        picture.save(out, format="JPEG", quality=JPEG_QUALITY)
+    else:
+        if picture.mode not in _PNG_MODES:
+            picture = picture.convert("RGBA" if picture.has_transparency_data else "RGB")
+        picture.save(out, format="PNG")
+    return out.getvalue()
