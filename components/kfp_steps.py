@@ -132,7 +132,7 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: str, model_size: str, seed: int,
-                         hparams: Output[Artifact], report: Output[Markdown]) -> float:
+                         allow_poor_anchors: bool, hparams: Output[Artifact], report: Output[Markdown]) -> float:
     """Search learning rate, weight decay and augmentation strength on short trials
     (`trials` 0: no search, the defaults). Returns the best val mAP (-1 without a search:
     KFP metadata and outputs cannot hold NaN)."""
@@ -147,7 +147,8 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tria
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=trials, trial_steps=trial_steps,
                              seed=seed, train={"batch_size": batch_size, "image_size": image_size,
-                                               "model_size": model_size, "probe": advice}))
+                                               "model_size": model_size, "probe": advice,
+                                               "allow_poor_anchors": allow_poor_anchors}))
     best_map = result.best_score if math.isfinite(result.best_score) else -1.0
     hparams.metadata.update({**result.best, "best_map": best_map, "trials": len(result.trials)})
     shutil.copyfile(f"{hparams.path}/{REPORT_FILE}", report.path)
@@ -159,7 +160,7 @@ KEY_FIGURES["tune-hyperparameters"] = lambda out: (
 
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
-          model_size: str, seed: int, registry: str, model_name: str, warm_start: str,
+          model_size: str, seed: int, registry: str, model_name: str, warm_start: str, allow_poor_anchors: bool,
           model: Output[Model], report: Output[Markdown]) -> NamedTuple(
         "TrainOutputs", [("images_per_second", float), ("started_from", str)]):
     """Train the detector with the tune step's hyperparameters; with `warm_start` auto (or a
@@ -186,7 +187,8 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
         source = warm_source(warm_start, models, models.champion_version(), fetched)
         result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
                                             batch_size=batch_size, image_size=image_size, model_size=model_size,
-                                            seed=seed, probe=advice, init_from=source.folder, init_name=source.name,
+                                            seed=seed, probe=advice, allow_poor_anchors=allow_poor_anchors,
+                                            init_from=source.folder, init_name=source.name,
                                             init_note=source.note, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
     started_from = source.version if result.warm_start["used"] else ""
     outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from"])(result.images_per_second, started_from)

@@ -111,12 +111,13 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         advice = probe.outputs["probe_json"]
         tuned = tune_step(
             data=dataset, probe_json=advice, trials=p.tune_trials, trial_steps=p.tune_trial_steps,
-            batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed)
+            batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
+            allow_poor_anchors=p.allow_poor_anchors)
         tuned.set_display_name("tune")
         trained = train_step(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, epochs=p.epochs,
                               batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size,
                               seed=p.seed, registry=registry, model_name=p.model_name,
-                              warm_start=p.warm_start)
+                              warm_start=p.warm_start, allow_poor_anchors=p.allow_poor_anchors)
         if not custom:  # a custom job's machines are in its worker pool specs
             _on_accelerator(tuned, resources)
             _on_accelerator(trained, resources)

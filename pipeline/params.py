@@ -73,6 +73,9 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.batch_size_arg),
     Param("image_size", str, "auto", "Square model input in pixels, or auto: fitted to the training boxes "
           "(with the pyramid levels and anchors).", cli_type=cli_types.image_size_arg),
+    Param("allow_poor_anchors", bool, False, "Train (and tune) even when, after fitting the input size, levels "
+          "and anchors, fewer than 75% of some class's training boxes can match an anchor (tiny objects in large "
+          "images); the train report warns. A larger image_size is the better fix."),
     Param("warm_start", str, "auto", "Where training starts: auto (from the champion's weights when there is a "
           "champion and its model can be continued: the same model size, a shape that still covers the new boxes; "
           "then a shorter, gentler schedule), never (from scratch), or a registry version (e.g. v3).",
