@@ -21,8 +21,8 @@ from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_COUNTS_OUTP
 from beam.manifest import rejects_file_name
 from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
-from beam.source_records import (AnnotationError, CheckedRecord, Records, Reject, SourceRecord, base_name,
-                                 image_id_from_filename)
+from beam.source_records import (IMAGE_SUFFIXES, AnnotationError, CheckedRecord, Records, Reject, SourceRecord,
+                                 base_name, has_image_suffix, image_id_from_filename)
 from beam.split import TRAIN, VAL, assign_split, stable_fraction
 from beam.voc_reader import read_voc_file
 
@@ -124,6 +124,12 @@ def image_file_names(filename: str) -> list[str]:
 
     >>> image_file_names("a.jpg"), image_file_names("C:\\data\\a.PNG")
     (['a.jpg', 'a.JPG'], ['C:\\data\\a.PNG', 'a.PNG', 'C:\\data\\a.png', 'a.png'])
+
+    A name with no image suffix (VOC `<filename>000005</filename>`) is also looked for with
+    each suffix of the formats taken:
+
+    >>> image_file_names("000005")[:4], len(image_file_names("000005"))
+    (['000005', '000005.jpg', '000005.jpeg', '000005.png'], 19)
     """
     base = base_name(filename)
     names = [filename, base]
@@ -131,6 +137,9 @@ def image_file_names(filename: str) -> list[str]:
         stem, dot, ext = name.rpartition(".")
         if dot and "/" not in ext and "\\" not in ext:
             names.append(f"{stem}.{ext.upper() if ext.islower() else ext.lower()}")
+    if not has_image_suffix(filename):  # `000005`, or a VOC file with no <filename>: its own name
+        names += [name + suffix for name in (filename, base) for case in (str.lower, str.upper)
+                  for suffix in map(case, IMAGE_SUFFIXES)]
     return list(dict.fromkeys(names))
 
 

@@ -15,7 +15,8 @@ from PIL import Image, UnidentifiedImageError
 from beam import image_formats
 from beam.exif import apply_orientation, check_exif_mode, displayed_size, orientation_of
 from beam.image_formats import needs_conversion, unreadable_format, written_format
-from beam.source_records import CheckedRecord, Reject, SourceBox, SourceRecord
+from beam.source_records import (IMAGE_SUFFIXES, CheckedRecord, Reject, SourceBox, SourceRecord, base_name,
+                                 has_image_suffix)
 
 MISSING_IMAGE = "missing_image"
 UNREADABLE_IMAGE = "unreadable_image"
@@ -109,7 +110,8 @@ def check_record(
     A box that fails on its own is dropped (`dropped_boxes`) or, with `bad_box="reject-image"`,
     rejects the image."""
     if image_bytes is None:
-        return _reject(record, MISSING_IMAGE, f"image file {record.filename!r} not found")
+        tried = "" if has_image_suffix(record.filename) else f" (nor with any of {', '.join(IMAGE_SUFFIXES)})"
+        return _reject(record, MISSING_IMAGE, f"image file {record.filename!r} not found{tried}")
     if not image_bytes:
         return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} is an empty file (0 bytes)")
     try:
@@ -165,7 +167,9 @@ def check_record(
         () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",)) + (
         (f"converted:{fmt}:png",) if converted else ())
     return CheckedRecord(
-        image_id=record.image_id, filename=record.filename, image_path=image_path or record.filename,
+        # A name given without a suffix (`000005`) is written as the file found (`000005.jpg`).
+        image_id=record.image_id, image_path=image_path or record.filename,
+        filename=record.filename if has_image_suffix(record.filename) or not image_path else base_name(image_path),
         image_sha256=hashlib.sha256(image_bytes).hexdigest(), image_size=len(image_bytes),
         image_format=image_format, width=width, height=height, color_mode=mode,
         boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),

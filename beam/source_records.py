@@ -10,6 +10,19 @@ class AnnotationError(ValueError):
     """An annotation file that cannot be parsed into records at all."""
 
 
+# The file suffixes of the image formats the data step takes (beam/image_formats.py), for
+# finding an image whose annotation names it without one and for telling an images folder.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".avif")
+
+
+def has_image_suffix(filename: str) -> bool:
+    """
+    >>> has_image_suffix("a/b.JPG"), has_image_suffix("000005"), has_image_suffix("scan.2020.01")
+    (True, False, False)
+    """
+    return filename.lower().endswith(IMAGE_SUFFIXES)
+
+
 def base_name(filename: str) -> str:
     r"""The file name without its folders, / or \ (a Windows path of the labelling machine).
 

@@ -29,7 +29,8 @@ def _number(node: ET.Element | None, tag: str) -> float:
 
 
 def parse_voc_xml(data: bytes, source_ref: str) -> SourceRecord:
-    """Parse one VOC annotation. The image id is the file name without extension.
+    """Parse one VOC annotation. The image id is the file name without extension (the XML
+    file's own name when it has no <filename>).
 
     Missing numbers become NaN so that the record checks reject them with a reason,
     rather than the reader failing the whole job.
@@ -38,10 +39,9 @@ def parse_voc_xml(data: bytes, source_ref: str) -> SourceRecord:
         root = ET.fromstring(data)
     except ET.ParseError as err:
         raise AnnotationError(f"not valid XML: {err}") from err
-    filename_node = root.find("filename")
-    if filename_node is None or not (filename_node.text or "").strip():
-        raise AnnotationError("no <filename> element")
-    filename = filename_node.text.strip()
+    # No <filename> (some converters leave it out): the image named like the XML file, with
+    # any image suffix (job_transforms.image_file_names looks for each).
+    filename = (root.findtext("filename") or "").strip() or image_id_from_filename(source_ref.removesuffix(".xml"))
     size = root.find("size")
     width, height = _number(size, "width"), _number(size, "height")
     boxes = []

@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from beam.source_records import IMAGE_SUFFIXES
 from components.detector.artifacts import CONFIG_FILE, MODEL_FILE
 from components.export.export_files import SAVED_MODEL_FILE
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp")
 SHARD_SUFFIXES = (".tfrecord", ".tfrecord.gz")
 # Names looked at in a folder before deciding what it holds: enough to tell, fast on huge folders.
 _LOOK_AT = 2000

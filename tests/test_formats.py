@@ -334,3 +334,41 @@ def test_image_formats_reach_training_and_serving_as_the_same_bytes(demo_dir, tm
         assert decoded.shape == shown.shape and np.abs(decoded - shown).max() <= (4 if name == "mpo" else 0), name
         assert data.startswith(b"\xff\xd8" if name == "mpo" else b"\x89PNG"), name
     assert written["mpo"] == sources["mpo"]
+
+
+def test_voc_without_a_file_name_or_its_suffix_finds_the_image_it_names(demo_dir, tmp_path):
+    """A VOC file with no <filename> names the image of its own name, and `000005` (no suffix)
+    finds `000005.jpg` or `.PNG`: written under the found file's name. Neither found is a
+    missing_image reject that says which suffixes were tried."""
+    import shutil
+    import xml.etree.ElementTree as ET
+
+    from beam.output_files import read_rejects
+
+    images, annotations = tmp_path / "images", tmp_path / "annotations"
+    images.mkdir(), annotations.mkdir()
+    xmls = sorted((demo_dir / "annotations").glob("*.xml"))[:3]
+    for xml, (stem, suffix, named) in zip(xmls, [("000005", ".jpg", None), ("scan", ".PNG", "scan"),
+                                                  ("gone", ".jpg", "gone")]):
+        tree = ET.parse(xml)
+        source = demo_dir / "images" / tree.getroot().findtext("filename")
+        if stem != "gone":
+            shutil.copyfile(source, images / f"{stem}{suffix}")
+        if named is None:
+            tree.getroot().remove(tree.getroot().find("filename"))
+        else:
+            tree.getroot().find("filename").text = named
+        tree.write(annotations / f"{stem}.xml")
+    result = _build(images, annotations, "voc", tmp_path / "out")
+    assert (result.manifest.written_total, result.manifest.rejected) == (2, 1)
+    names = {source_id.decode() for shard in _images_by_shard(tmp_path / "out").values() for source_id, _ in shard}
+    assert names == {"000005", "scan"}
+    import tensorflow as tf
+
+    written = {tf.train.Example.FromString(raw.numpy()).features.feature["image/filename"].bytes_list.value[0]
+               for shard in (tmp_path / "out").glob("*.tfrecord") for raw in tf.data.TFRecordDataset(str(shard))}
+    assert written == {b"000005.jpg", b"scan.PNG"}
+    (missing,) = read_rejects(str(tmp_path / "out"))
+    assert missing.reason == "missing_image"
+    assert missing.message == "image file 'gone' not found (nor with any of .jpg, .jpeg, .png, .bmp, .gif, .tif, " \
+                              ".tiff, .webp, .avif)"
