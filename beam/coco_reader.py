@@ -2,7 +2,7 @@
 
 The image id is the file name without extension (as for VOC and CSV), so the same
 dataset in any format gives identical records. `iscrowd` boxes are kept as
-`difficult`. Annotations that point at no image become rejects; so do images whose id two
+`difficult`. An annotation with no `bbox` gets the box around its `segmentation`. Annotations that point at no image become rejects; so do images whose id two
 entries of `images` share, or with an annotation of a category_id not in `categories`.
 """
 
@@ -13,11 +13,42 @@ import math
 from collections import Counter, defaultdict
 
 from apache_beam.io.filesystems import FileSystems
+from pycocotools import mask as mask_utils
 
 from beam.record_checks import BAD_ANNOTATION
 from beam.source_records import (
     AnnotationError, Reject, SourceBox, SourceRecord, image_id_from_filename, number_or_nan, optional_size,
 )
+
+def annotation_box(ann: dict) -> list:
+    """The annotation's [x, y, width, height]: its `bbox`, or, when it has none (converters
+    that write only masks), the box around its `segmentation` (polygons, or an RLE mask by
+    pycocotools); NaNs when neither is usable, which the checks turn into an invalid_box.
+
+    >>> annotation_box({"segmentation": [[10, 20, 50, 20, 30, 60]]}), annotation_box({"bbox": [1, 2]})
+    ([10.0, 20.0, 40.0, 40.0], [nan, nan, nan, nan])
+    >>> annotation_box({"segmentation": {"size": [10, 10], "counts": [22, 3, 7, 3, 65]}})
+    [2.0, 2.0, 2.0, 3.0]
+    """
+    bbox = ann.get("bbox")
+    if isinstance(bbox, list) and len(bbox) == 4:
+        return bbox
+    segmentation = ann.get("segmentation")
+    try:
+        if isinstance(segmentation, list) and segmentation:
+            xs = [float(v) for polygon in segmentation for v in polygon[0::2]]
+            ys = [float(v) for polygon in segmentation for v in polygon[1::2]]
+            return [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)]
+        if isinstance(segmentation, dict):
+            height, width = segmentation["size"]
+            counts = segmentation["counts"]
+            rle = (mask_utils.frPyObjects(segmentation, height, width) if isinstance(counts, list)
+                   else {"size": [height, width], "counts": counts.encode() if isinstance(counts, str) else counts})
+            return [float(v) for v in mask_utils.toBbox(rle)]
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        pass
+    return [math.nan] * 4
+
 
 def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
     """Every image of the instances file as a record, in file order; orphans as rejects."""
@@ -41,10 +72,7 @@ def parse_coco(data: bytes, source: str) -> list[SourceRecord | Reject]:
                               f"annotation {ann.get('id')} refers to image id {ann.get('image_id')!r}, "
                               "which is not in 'images'", ref))
             continue
-        bbox = ann.get("bbox")
-        if not isinstance(bbox, list) or len(bbox) != 4:
-            bbox = [math.nan] * 4
-        x, y, w, h = (number_or_nan(v) for v in bbox)
+        x, y, w, h = (number_or_nan(v) for v in annotation_box(ann))
         if ann.get("category_id") not in categories:
             problems.setdefault(ann["image_id"], f"annotation {ann.get('id')}: category_id {ann.get('category_id')!r} "
                                                  "is not in 'categories'")

@@ -372,3 +372,27 @@ def test_voc_without_a_file_name_or_its_suffix_finds_the_image_it_names(demo_dir
     assert missing.reason == "missing_image"
     assert missing.message == "image file 'gone' not found (nor with any of .jpg, .jpeg, .png, .bmp, .gif, .tif, " \
                               ".tiff, .webp, .avif)"
+
+
+def test_coco_annotations_with_only_a_mask_get_the_box_around_it():
+    """Converters that write only `segmentation` (polygons, or an RLE mask as COCO's crowd
+    annotations hold) give the box around the mask instead of a box of NaNs (which would be
+    dropped, teaching that object as background)."""
+    import numpy as np
+    from pycocotools import mask as mask_utils
+
+    pixels = np.zeros((40, 60), dtype=np.uint8, order="F")
+    pixels[5:15, 30:52] = 1  # rows 5-14, columns 30-51
+    rle = mask_utils.encode(pixels)
+    rle["counts"] = rle["counts"].decode()  # as JSON holds it
+    doc = {"images": [{"id": 1, "file_name": "a.jpg", "width": 60, "height": 40}],
+           "categories": [{"id": 1, "name": "cat"}],
+           "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 0,
+                            "segmentation": [[2, 3, 12, 3, 12, 9], [20, 25, 24, 30, 21, 31]]},
+                           {"id": 2, "image_id": 1, "category_id": 1, "iscrowd": 1, "segmentation": rle},
+                           {"id": 3, "image_id": 1, "category_id": 1, "segmentation": []}]}
+    (record,) = parse_coco(json.dumps(doc).encode(), "inst.json")
+    boxes = [(b.xmin, b.ymin, b.xmax, b.ymax) for b in record.boxes]
+    assert boxes[:2] == [(2.0, 3.0, 24.0, 31.0), (30.0, 5.0, 52.0, 15.0)]
+    assert all(v != v for v in boxes[2])  # nothing to go by: NaN, an invalid_box the checks drop
+    assert record.boxes[1].difficult
