@@ -26,7 +26,7 @@ from beam import record_checks as rc
 from beam.coco_reader import read_coco
 from beam.csv_reader import read_csv
 from beam.data_workers import WORKER_MALLOC_ENV, default_workers, usable_cpu_count, worker_skips
-from beam.dataset_gates import GateOptions, dataset_problems
+from beam.dataset_gates import GateOptions, dataset_problems, normalised_coordinates_problems
 from beam.feature_batches import read_batches
 from beam.job_outputs import (EXAMPLES_KEPT, JOB_DIR, JobSummary, features_files, job_path, publish,
                               read_job_outputs)
@@ -342,8 +342,10 @@ def _finish(options: ConvertOptions, sources: list, started: float,
     rejects = read_rejects(out)
     images_rejected = Counter(r.reason for r in rejects if not r.is_box)
 
+    found = split_problems + normalised_coordinates_problems(facts.get("first_pixel_boxes", {}).get("all", 0),
+                                                             sum(facts["boxes_written"].values()))
     anomalies = dataset_problems(out, label_map, written, sum(images_rejected.values()), len(sources), options.gates,
-                                 split_problems)
+                                 found)
     manifest = Manifest(
         format=options.format,
         records_in=len(sources),

@@ -90,6 +90,24 @@ def look_alike_class_problems(class_names) -> list[str]:
             for names in groups.values() if len(names) > 1]
 
 
+def normalised_coordinates_problems(first_pixel_boxes: int, boxes: int) -> list[str]:
+    """The problem when most written boxes lie within the first pixel of their image: the
+    annotations hold fractions of the image size (as YOLO and some exporters write), which
+    VOC, COCO and CSV give in pixels. Such boxes pass every per-box check, and training
+    would only refuse later, for anchors no box can match.
+
+    >>> normalised_coordinates_problems(118, 120)[0].split(" | ")[:2]
+    ['(boxes)', 'coordinates look normalised']
+    >>> normalised_coordinates_problems(1, 120)
+    []
+    """
+    if not boxes or first_pixel_boxes * 2 <= boxes:
+        return []
+    return [f"(boxes) | coordinates look normalised | {first_pixel_boxes} of {boxes} boxes lie within the first "
+            "pixel of their image: the annotations give fractions of the image size, but VOC, COCO and CSV "
+            "coordinates are pixels (multiply x by the width and y by the height)"]
+
+
 def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int], rejected: int,
                      records_in: int, options: GateOptions, found: list[str] = ()) -> list[str]:
     """Write `schema.pbtxt`, `anomalies.txt`, `stats.html`; return every dataset-level problem

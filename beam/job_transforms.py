@@ -454,7 +454,7 @@ def dropped_boxes(placed: list[tuple[str, CheckedRecord]]) -> list[list[Reject]]
 def _count_record(counts: dict[str, int], pairs: list[str], split: str, record: CheckedRecord) -> None:
     """Add what the manifest counts of one written record into `counts` and `pairs`: its
     colour mode, for an image with an EXIF orientation whether it was applied, the source
-    format of an image written as PNG, its boxes in
+    format of an image written as PNG, its boxes within the image's first pixel, its boxes in
     and written and per class, and its near-duplicate box pairs (as lines)."""
     for key, value in ((f"color_modes/{record.color_mode}", 1),
                        (f"boxes_in/{split}", len(record.boxes) + len(record.dropped_boxes)),
@@ -467,6 +467,10 @@ def _count_record(counts: dict[str, int], pairs: list[str], split: str, record: 
     if record.converted_from:
         key = f"converted_formats/{record.converted_from}"
         counts[key] = counts.get(key, 0) + 1
+    if record.width > 2 and record.height > 2:  # dataset_gates.normalised_coordinates_problems
+        first_pixel = sum(1 for _, _, xmax, ymax in record.boxes
+                          if xmax * record.width <= 1 and ymax * record.height <= 1)
+        counts["first_pixel_boxes/all"] = counts.get("first_pixel_boxes/all", 0) + first_pixel
     pairs += [f"{record.image_id}: boxes {i} and {j} ({record.class_texts[i]!r}, IoU {iou:.2f})"
               for i, j, iou in rc.near_duplicates(record)]
 

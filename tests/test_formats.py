@@ -396,3 +396,19 @@ def test_coco_annotations_with_only_a_mask_get_the_box_around_it():
     assert boxes[:2] == [(2.0, 3.0, 24.0, 31.0), (30.0, 5.0, 52.0, 15.0)]
     assert all(v != v for v in boxes[2])  # nothing to go by: NaN, an invalid_box the checks drop
     assert record.boxes[1].difficult
+
+
+def test_normalised_coordinates_fail_the_build_with_the_fix(demo_dir, tmp_path):
+    """A CSV whose coordinates are fractions of the image (as YOLO and some exporters write)
+    passes every per-box check, box by box; the build fails on it as a dataset anomaly that
+    says so, instead of training refusing later for anchors no box can match."""
+    lines = (demo_dir / "labels.csv").read_text().splitlines()
+    rows = [line.split(",") for line in lines[1:]]
+    normalised = [",".join([*row[:4], *(f"{float(v) / 128:.4f}" for v in row[4:])]) for row in rows]
+    (tmp_path / "norm.csv").write_text("\n".join([lines[0], *normalised]) + "\n")
+    result = _build(demo_dir / "images", tmp_path / "norm.csv", "csv", tmp_path / "out")
+    assert not result.ok
+    (problem,) = [line for line in result.anomalies if "normalised" in line]
+    assert problem.startswith(f"(boxes) | coordinates look normalised | {len(rows)} of {len(rows)} boxes")
+    plain = _build(demo_dir / "images", demo_dir / "labels.csv", "csv", tmp_path / "plain")
+    assert plain.ok and not any("normalised" in line for line in plain.anomalies)
