@@ -37,7 +37,7 @@ from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCount
 from beam.output_files import read_rejects, write_json
 from beam.shard_writer import DEFAULT_MIN_SHARDS, DEFAULT_TARGET_SHARD_BYTES
 from beam.source_records import AnnotationError, Reject
-from beam.split import TRAIN, VAL, read_split_file
+from beam.split import TRAIN, VAL, GivenSplit, read_split_file
 from beam.tfdv_checks import feature_statistics
 from beam.voc_reader import list_voc_files
 
@@ -62,6 +62,10 @@ class ConvertOptions:
     min_shards: int = DEFAULT_MIN_SHARDS
     max_pixels: int = rc.CheckOptions.max_pixels
     split_file: str | None = None  # JSON {"train": [ids], "val": [ids]} instead of the hash split
+    # A dataset that comes split: the val split's own annotations (VOC folder, COCO/CSV file)
+    # and images (default: `images`); `annotations` then holds the train split only.
+    val_annotations: str | None = None
+    val_images: str | None = None
     gzip: bool = False
     overwrite: bool = False  # remove what an earlier build wrote in the output folder (else refuse a non-empty one)
     overwrite_unrecognised: bool = False  # with overwrite: also build into a folder that is not an earlier build
@@ -72,6 +76,13 @@ class ConvertOptions:
     runner: str = "DirectRunner"
     num_workers: int | None = None  # DirectRunner worker processes; None: default_workers()
     beam_args: tuple[str, ...] = field(default=())
+
+    @property
+    def given_split(self) -> GivenSplit | None:
+        """The split the dataset comes with (`val_annotations`), else None (a split file or the hash)."""
+        if not self.val_annotations:
+            return None
+        return GivenSplit(self.val_annotations, self.val_images or self.images)
 
 
 @dataclass
@@ -190,20 +201,28 @@ def _not_the_running_mode_note(record: logging.LogRecord) -> bool:
 
 def _list_sources(options: ConvertOptions) -> list:
     """What the job starts from: VOC file paths (parsed in parallel by the job), or the
-    records of a COCO/CSV file (one file, parsed here)."""
-    if options.format == "voc":
-        files = list_voc_files(options.annotations)
+    records of a COCO/CSV file (one file, parsed here); with `val_annotations`, those of
+    both."""
+    sources = _sources_of(options.annotations, options.format)
+    if options.val_annotations:
+        sources += _sources_of(options.val_annotations, options.format)
+    return sources
+
+
+def _sources_of(annotations: str, fmt: str) -> list:
+    if fmt == "voc":
+        files = list_voc_files(annotations)
         if not files:
-            raise DataBuildError(f"no *.xml annotation files under {options.annotations}")
+            raise DataBuildError(f"no *.xml annotation files under {annotations}")
         return files
-    if not FileSystems.exists(options.annotations):
-        raise DataBuildError(f"annotation file {options.annotations} not found")
+    if not FileSystems.exists(annotations):
+        raise DataBuildError(f"annotation file {annotations} not found")
     try:
-        records = read_coco(options.annotations) if options.format == "coco" else read_csv(options.annotations)
+        records = read_coco(annotations) if fmt == "coco" else read_csv(annotations)
     except AnnotationError as err:
         raise DataBuildError(str(err)) from err
     if not records:
-        raise DataBuildError(f"no records in {options.annotations}")
+        raise DataBuildError(f"no records in {annotations}")
     return records
 
 
@@ -217,11 +236,11 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
         # Create reshuffles its elements (lists of sources), so with several workers the
         # parsing is shared too.
         read = p | "Sources" >> beam.Create(jt.chunked(sources)) | "Read" >> jt.ReadRecords()
-        checked = read | "Check" >> jt.CheckRecords(options.images, check_options, len(sources))
+        checked = read | "Check" >> jt.CheckRecords(options.images, check_options, len(sources), options.given_split)
         label_map = checked[jt.RECORDS] | "LabelMap" >> jt.LabelMap(out, options.label_map, options.base_label_map)
         split = checked[jt.RECORDS] | "Split" >> jt.SplitRecords(
             options.val_fraction, options.seed, split_of, options.split_file, options.target_shard_bytes,
-            options.min_shards)
+            options.min_shards, options.given_split)
         placed = split[jt.RECORDS]
         _ = placed | "Write" >> jt.WriteShards(out, options.gzip, split["shard_counts"], label_map)
         _ = ((checked[jt.REJECTS], split[jt.REJECTS], placed | "DroppedBoxes" >> beam.FlatMap(jt.dropped_boxes))
@@ -294,6 +313,10 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         raise NotImplementedError(f"format {options.format!r} is not built yet; available: {', '.join(FORMATS)}")
     if not 0.0 <= options.val_fraction < 1.0:
         raise DataBuildError(f"--val-fraction must be in [0, 1), got {options.val_fraction}")
+    if options.val_annotations and options.split_file:
+        raise DataBuildError("--val-annotations and --split-file both say which images are val: give one")
+    if options.val_images and not options.val_annotations:
+        raise DataBuildError("--val-images needs --val-annotations (the val split's annotations)")
     started = time.monotonic()
     sources = _list_sources(options)
     prepare_output(options.output, options.overwrite, options.overwrite_unrecognised)

@@ -23,7 +23,7 @@ from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
 from beam.source_records import (IMAGE_SUFFIXES, AnnotationError, CheckedRecord, Records, Reject, SourceRecord,
                                  base_name, has_image_suffix, image_id_from_filename)
-from beam.split import TRAIN, VAL, assign_split, stable_fraction
+from beam.split import TRAIN, VAL, GivenSplit, assign_split, stable_fraction
 from beam.voc_reader import read_voc_file
 
 logger = logging.getLogger(__name__)
@@ -151,10 +151,11 @@ class _CheckChunk(beam.DoFn):
 
     PROGRESS_EVERY = 250
 
-    def __init__(self, images_dir: str, options: rc.CheckOptions, total: int):
+    def __init__(self, images_dir: str, options: rc.CheckOptions, total: int, given: GivenSplit | None = None):
         self._images_dir = images_dir.rstrip("/")
         self._options = options
         self._total = total
+        self._given = given
 
     def setup(self):
         self._seen = self._logged = 0
@@ -165,8 +166,11 @@ class _CheckChunk(beam.DoFn):
         self._logged = self._seen
 
     def _check(self, record: SourceRecord) -> CheckedRecord | Reject:
-        join = self._filesystem_of(self._images_dir).join
-        paths = [join(self._images_dir, name) for name in image_file_names(record.filename)]
+        folder = self._images_dir
+        if self._given is not None and self._given.split_of(record.source_ref) == VAL:
+            folder = self._given.val_images.rstrip("/")
+        join = self._filesystem_of(folder).join
+        paths = [join(folder, name) for name in image_file_names(record.filename)]
         for path in paths:
             try:
                 data = read_bytes(path, self._filesystem_of)
@@ -201,9 +205,9 @@ class _CheckChunk(beam.DoFn):
 class CheckRecords(beam.PTransform):
     """`ReadRecords`' outputs → tagged `records` ([CheckedRecord]) and `rejects` ([Reject])."""
 
-    def __init__(self, images_dir: str, options: rc.CheckOptions, total: int):
+    def __init__(self, images_dir: str, options: rc.CheckOptions, total: int, given: GivenSplit | None = None):
         super().__init__()
-        self._check = _CheckChunk(images_dir, options, total)
+        self._check = _CheckChunk(images_dir, options, total, given)
 
     def expand(self, read):
         return read["chunks"] | "Check" >> beam.ParDo(self._check, beam.pvalue.AsDict(read["duplicates"])).with_outputs(
@@ -211,12 +215,15 @@ class CheckRecords(beam.PTransform):
 
 
 def _place(records: list[CheckedRecord], val_fraction: float, seed: int, split_of: dict[str, str] | None,
-           split_file: str | None):
+           split_file: str | None, given: GivenSplit | None = None):
     """A list of (split, record) under `records`, and the records the split file leaves
-    out under `rejects`."""
+    out under `rejects`. The split: the one the dataset comes with (`given`), the split
+    file's (`split_of`), or the hash of the image id."""
     placed, rejects = Records(), Records()
     for record in records:
-        if split_of is None:
+        if given is not None:
+            placed.append((given.split_of(record.source_ref), record))
+        elif split_of is None:
             placed.append((assign_split(record.image_id, val_fraction, seed), record))
         elif record.image_id in split_of:
             placed.append((split_of[record.image_id], record))
@@ -252,9 +259,9 @@ class SplitRecords(beam.PTransform):
     bytes each split will hold."""
 
     def __init__(self, val_fraction: float, seed: int, split_of: dict[str, str] | None, split_file: str | None,
-                 target_bytes: int, min_shards: int):
+                 target_bytes: int, min_shards: int, given: GivenSplit | None = None):
         super().__init__()
-        self._place_args = (val_fraction, seed, split_of, split_file)
+        self._place_args = (val_fraction, seed, split_of, split_file, given)
         self._shards = (target_bytes, min_shards)
 
     def expand(self, records):

@@ -3,8 +3,38 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 TRAIN, VAL = "train", "val"
+
+
+@dataclass(frozen=True)
+class GivenSplit:
+    """A dataset that comes split (COCO's train2017 and val2017 files, a Roboflow export's
+    train/ and valid/ folders, TF OD API-style train_labels.csv and test_labels.csv): the
+    val records are those read from `val_annotations` (a VOC folder, or a COCO or CSV file),
+    with their images under `val_images`; every other record is train.
+
+    >>> given = GivenSplit("ds/valid/_annotations.coco.json", "ds/valid")
+    >>> given.split_of("ds/valid/_annotations.coco.json#image=3"), given.split_of("ds/train/a.json#image=3")
+    ('val', 'train')
+    >>> [GivenSplit("l/test.csv", "i").split_of(ref) for ref in ("l/test.csv:4-6", "l/train.csv:4", "l/test.csv.1:2")]
+    ['val', 'train', 'train']
+    >>> GivenSplit("ds/val_xml/", "ds/img").split_of("ds/val_xml/a.xml"), GivenSplit("ds", "i").split_of("ds/t/a.xml")
+    ('val', 'train')
+    """
+
+    val_annotations: str
+    val_images: str
+
+    def split_of(self, source_ref: str) -> str:
+        """The split of a record by the source it was read from: a COCO record's
+        `FILE#image=ID`, a CSV record's `FILE:LINE` or `FILE:FIRST-LAST`, or a VOC record's
+        XML file (listed from its folder, not below)."""
+        given = self.val_annotations.rstrip("/")
+        if source_ref.startswith((given + "#", given + ":")) or source_ref.rpartition("/")[0] == given:
+            return VAL
+        return TRAIN
 
 
 def stable_fraction(key: str, seed: int = 0) -> float:

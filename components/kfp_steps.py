@@ -17,8 +17,8 @@ from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Ou
 KEY_FIGURES: dict[str, Callable[[dict], str]] = {}
 
 
-def fingerprint_source(images: str, annotations: str, split_file: str, registry: str, model_name: str,
-                       pipeline_root: str, source: Output[Artifact]) -> NamedTuple(
+def fingerprint_source(images: str, annotations: str, split_file: str, val_annotations: str, val_images: str,
+                       registry: str, model_name: str, pipeline_root: str, source: Output[Artifact]) -> NamedTuple(
         "SourceOutputs", [("fingerprint", str), ("registry", str), ("champion", str)]):
     """List the dataset's files (never cached): their fingerprint is in the data step's
     cache key, so new images retrain. Also resolves the registry and its champion now."""
@@ -30,11 +30,15 @@ def fingerprint_source(images: str, annotations: str, split_file: str, registry:
     from components.registry.registry import Registry, resolve_registry
 
     logging.basicConfig(level=logging.INFO)
-    found = fingerprint(images, annotations, split_file=split_file)
+    found = fingerprint(images, annotations, split_file=split_file, val_annotations=val_annotations,
+                        val_images=val_images)
     registry = resolve_registry(registry, pipeline_root)
     champion = Registry.open(registry, model_name).champion_version()
     with open(source.path, "w") as handle:
-        json.dump({**found.to_dict(), "images_path": images, "annotations_path": annotations}, handle, indent=2)
+        given = {"val_annotations_path": val_annotations, "val_images_path": val_images or images} \
+            if val_annotations else {}
+        json.dump({**found.to_dict(), "images_path": images, "annotations_path": annotations, **given}, handle,
+                  indent=2)
     source.metadata.update({**found.to_dict(), "registry": registry, "champion": champion or "none"})
     return namedtuple("SourceOutputs", ["fingerprint", "registry", "champion"])(found.sha256, registry, champion)
 
@@ -51,6 +55,8 @@ def validate_and_convert(
     data_format: str,
     val_fraction: float,
     split_file: str,
+    val_annotations: str,
+    val_images: str,
     bad_box: str,
     seed: int,
     max_reject_fraction: float,
@@ -85,7 +91,8 @@ def validate_and_convert(
         champion, files, base = Registry.open(registry, model_name).champion_data(tmp)
         result = build_dataset(ConvertOptions(
             images=images, annotations=annotations, output=dataset.path, format=data_format,
-            val_fraction=val_fraction, split_file=split_file or None, bad_box=bad_box, seed=seed,
+            val_fraction=val_fraction, split_file=split_file or None, val_annotations=val_annotations or None,
+            val_images=val_images or None, bad_box=bad_box, seed=seed,
             allow_anomalies=allow_anomalies, exif=exif,
             overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,

@@ -30,8 +30,8 @@ from pipeline.cli_types import (
     shards_dir,
 )
 from beam.manifest import output_folder_problem
-from pipeline.params import declared
-from pipeline.preflight import annotations_problem
+from pipeline.params import BY_NAME, declared
+from pipeline.preflight import annotations_problem, given_split_problem
 from pipeline.model_cli import add_model_commands
 from pipeline.compile_cli import add_compile_command
 from pipeline.run_cli import add_run_command
@@ -61,6 +61,9 @@ def _check_data_build_usage(args, beam_args: list[str]) -> None:
     problem = annotations_problem(args.annotations, args.format)
     if problem:
         raise UsageError(f"--annotations {problem}")
+    val_problem = given_split_problem(args.format, args.val_annotations, args.val_images, args.split_file)
+    if val_problem:
+        raise UsageError(val_problem)
     from pipeline.beam_options import check_beam_args
 
     check_beam_args(beam_args, "detpipe data build")
@@ -92,7 +95,7 @@ def _data_build(args, beam_args: list[str]) -> int:
         val_fraction=args.val_fraction, seed=args.seed,
         label_map=read_label_map(Path(args.label_map)) if args.label_map else None,
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
-        bad_box=args.bad_box,
+        val_annotations=args.val_annotations, val_images=args.val_images, bad_box=args.bad_box,
         gzip=args.gzip, overwrite=args.overwrite, overwrite_unrecognised=args.overwrite_unrecognised, exif=args.exif,
         allow_anomalies=args.allow_anomalies,
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
@@ -110,6 +113,8 @@ def _data_build(args, beam_args: list[str]) -> int:
         print("  written as PNG: " + ", ".join(f"{count} {fmt}" for fmt, count in m.converted_formats.items()))
     if m.near_duplicates["pairs"]:
         print(f"detpipe: warning: {near_duplicate_line(m)}", file=sys.stderr)
+    if args.val_annotations:
+        print(f"  split: as the dataset comes: train from {args.annotations}, val from {args.val_annotations}")
     if m.split_file:
         print(f"  split file: {m.split_file['matched']} of its {m.split_file['listed']} ids matched a record"
               + (f", {m.split_file['unknown']} matched none" if m.split_file["unknown"] else ""))
@@ -206,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reject images with more pixels than this (default 50,000,000)")
     p.add_argument("--split-file", type=existing_file, help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
                                         "split; images in neither list are rejected")
+    p.add_argument("--val-annotations", **declared("val_annotations"),
+                   help=BY_NAME["val_annotations"].help.replace("%", "%%"))
+    p.add_argument("--val-images", **declared("val_images"), help=BY_NAME["val_images"].help.replace("%", "%%"))
     p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
     _add_exif_option(p)
     p.add_argument("--schema", type=existing_file, help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")

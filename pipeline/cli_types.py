@@ -277,6 +277,18 @@ def _checked_dir(problem):
 
 # Folders whose kind is checked at once, before any heavy import (pipeline/preflight.py).
 images_dir = _checked_dir(preflight.images_problem)
+
+
+def optional_images_dir(value: str) -> str:
+    """"" (none), or a folder of images."""
+    return value and images_dir(value)
+
+
+def optional_existing_path(value: str) -> str:
+    """"" (none), or an existing file or folder."""
+    return value and existing_path(value)
+
+
 shards_dir = _checked_dir(preflight.shards_problem)
 trained_model_dir = _checked_dir(preflight.trained_model_problem)
 saved_model_dir = _checked_dir(preflight.saved_model_problem)

@@ -89,14 +89,16 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
     def detpipe(*values):
         p = SimpleNamespace(**dict(zip(names, values)))
         source = steps.fingerprint_source(images=p.images, annotations=p.annotations, split_file=p.split_file,
-                                          registry=p.registry,
-                                          model_name=p.model_name, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
+                                          val_annotations=p.val_annotations, val_images=p.val_images,
+                                          registry=p.registry, model_name=p.model_name,
+                                          pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
         source.set_caching_options(False)  # it exists to look at the files again on every run
         registry, champion = source.outputs["registry"], source.outputs["champion"]
         data = steps.validate_and_convert(
             images=p.images, annotations=p.annotations, source_fingerprint=source.outputs["fingerprint"],
             registry=registry, model_name=p.model_name, data_format=p.data_format,
-            val_fraction=p.val_fraction, split_file=p.split_file, bad_box=p.bad_box, seed=p.seed,
+            val_fraction=p.val_fraction, split_file=p.split_file, val_annotations=p.val_annotations,
+            val_images=p.val_images, bad_box=p.bad_box, seed=p.seed,
             max_reject_fraction=p.max_reject_fraction,
             allow_anomalies=p.allow_anomalies, allow_new_classes=p.allow_new_classes,
             drift_threshold=p.drift_threshold, exif=p.exif, runner=p.data_runner, beam_options=p.beam_options,

@@ -51,6 +51,14 @@ PARAMS: tuple[Param, ...] = (
     Param("split_file", str, "", 'The split you already have instead of val_fraction\'s hash: a JSON file '
           '{"train": [image ids], "val": [image ids]}, local or gs://; images listed in neither are rejected '
           "(not_in_split_file). Empty: the hash split.", path=True, cli_type=cli_types.optional_existing_file),
+    Param("val_annotations", str, "", "For a dataset that comes split (COCO's train and val files, a Roboflow "
+          "export's train/ and valid/ folders, train_labels.csv and test_labels.csv): the val split's own "
+          "annotations, in the same format (VOC folder, COCO or CSV file), local or gs://; annotations then holds "
+          "the train split, and neither val_fraction nor split_file applies. An image id in both splits is "
+          "rejected (duplicate_image_id). Empty: one set of annotations, split by the hash or split_file.",
+          path=True, cli_type=cli_types.optional_existing_path),
+    Param("val_images", str, "", "Folder of the val split's images when they are not in images (e.g. a "
+          "Roboflow export's valid/); empty: images.", path=True, cli_type=cli_types.optional_images_dir),
     Param("bad_box", str, "drop", "A box that cannot be trusted on its own (empty, inverted, NaN, zero area once "
           "clipped, outside the image): drop it and keep its image with the other boxes, or reject-image.",
           choices=BAD_BOX_MODES),

@@ -95,6 +95,18 @@ def annotations_problem(annotations: str, data_format: str) -> str | None:
     return None
 
 
+def given_split_problem(data_format: str, val_annotations: str | None, val_images: str | None,
+                        split_file: str | None) -> str | None:
+    """The val split's own annotations, checked as `--annotations` is; --val-images without
+    them, or a split file beside them, is a conflict."""
+    if not val_annotations:
+        return "--val-images needs --val-annotations (the val split's annotations)" if val_images else None
+    if split_file:
+        return "--val-annotations and --split-file both say which images are val: give one"
+    problem = annotations_problem(val_annotations, data_format)
+    return f"--val-annotations {problem}" if problem else None
+
+
 def shards_problem(data: str) -> str | None:
     """A folder written by `detpipe data build`: label_map.json and train-*/val-* shards."""
     if not _local(data) or not os.path.isdir(data):

@@ -8,7 +8,7 @@ from pathlib import Path
 from pipeline.cli_types import UsageError
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.params import add_run_options
-from pipeline.preflight import annotations_problem
+from pipeline.preflight import annotations_problem, given_split_problem
 
 EXIT_OK = 0
 
@@ -19,6 +19,9 @@ def cmd_run(args) -> int:
     problem = annotations_problem(args.annotations, args.data_format)
     if problem:  # before kfp loads, the runner starts and the data step imports Beam
         raise UsageError(f"--annotations {problem}")
+    problem = given_split_problem(args.data_format, args.val_annotations, args.val_images, args.split_file)
+    if problem:
+        raise UsageError(problem)
     from pipeline.local_run import StepFailed, run_local
     from pipeline.params import DEFAULT_REGISTRY_DIR, params_from_args
     params = params_from_args(args)

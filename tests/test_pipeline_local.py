@@ -2,6 +2,7 @@
 
 import pytest
 import json
+import shutil
 import math
 import re
 
@@ -225,3 +226,25 @@ def test_a_failing_step_ends_with_its_reason_and_log(demo_dir, tmp_path, capsys)
     log = last[-1].split("full log: ", 1)[1]
     assert log.endswith("validate-and-convert.log") and "DataBuildError" in open(log).read()
     assert "✗ validate-and-convert" in captured.out
+
+
+def test_the_split_a_dataset_comes_with_reaches_the_data_step(demo_dir, tmp_path, capsys):
+    """`--val-annotations` and `--val-images` reach the fingerprint and the data step: the val
+    XMLs' images are read from --val-images (corrupt copies here), so the val split is empty
+    and the data step fails on it, where the hash split of --images would have passed."""
+    train, val, val_images = tmp_path / "train_xml", tmp_path / "val_xml", tmp_path / "val_images"
+    for folder in (train, val, val_images):
+        folder.mkdir()
+    for n, xml in enumerate(sorted((demo_dir / "annotations").glob("*.xml"))):
+        shutil.copyfile(xml, (val if n % 4 == 0 else train) / xml.name)
+        if n % 4 == 0:
+            image = demo_dir / "images" / f"{xml.stem}.jpg"
+            (val_images / image.name).write_bytes(image.read_bytes()[:300])
+    code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations", str(train),
+                 "--val-annotations", str(val), "--val-images", str(val_images),
+                 "--max-reject-fraction", "1", "--pipeline-root", str(tmp_path / "root")])
+    captured = capsys.readouterr()
+    assert code == 1 and "✗ validate-and-convert" in captured.out
+    assert any("(split val) | no examples" in line for line in captured.err.splitlines()[-8:]), captured.err
+    (source,) = (tmp_path / "root").glob("*/fingerprint-source/source")
+    assert json.loads(source.read_text())["val_images_path"] == str(val_images)

@@ -53,6 +53,17 @@ def test_local_fingerprint_changes_exactly_when_the_source_does(tmp_path):
     os.utime(split, ns=(split.stat().st_atime_ns, split.stat().st_mtime_ns + 10**9))
     assert fingerprint_source(images, annotations, split_file=str(split)).sha256 != with_split.sha256
 
+    val = tmp_path / "val"  # a dataset that comes split: the val split's annotations and images are data too
+    val.mkdir()
+    val_images, val_annotations = _source(val)
+    given = fingerprint_source(images, annotations, val_annotations=val_annotations, val_images=val_images)
+    assert given.sha256 != edited.sha256 and (given.images, given.annotations) == (4 + 3, 3 + 3)
+    same_folder = fingerprint_source(images, annotations, val_annotations=val_annotations, val_images=images)
+    assert same_folder.sha256 not in (given.sha256, edited.sha256) and same_folder.images == 4
+    (val / "images" / "9.jpg").write_bytes(b"a new val photo")
+    assert fingerprint_source(images, annotations, val_annotations=val_annotations,
+                              val_images=val_images).sha256 != given.sha256
+
 
 def test_fingerprint_of_a_single_annotations_file_and_a_missing_path(tmp_path):
     images, _ = _source(tmp_path)

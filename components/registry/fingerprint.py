@@ -109,9 +109,11 @@ def _digest(groups: Iterable[tuple[str, list[FileEntry]]]) -> Iterator[bytes]:
             yield f"{e.name}\t{e.size}\t{e.version}\n".encode()
 
 
-def fingerprint_source(images: str, annotations: str, client=None, split_file: str = "") -> SourceFingerprint:
+def fingerprint_source(images: str, annotations: str, client=None, split_file: str = "",
+                       val_annotations: str = "", val_images: str = "") -> SourceFingerprint:
     """The sha256 over both listings (and the split file's, when one is given: a new split
-    is new data). When the annotations lie inside the images folder (a VOC folder with
+    is new data; and those of the val split's own annotations and images, for a dataset
+    that comes split). When the annotations lie inside the images folder (a VOC folder with
     both), each file is still listed once per path; that only affects the hash, which
     stays stable."""
     image_files = list_files(images, client)
@@ -119,6 +121,14 @@ def fingerprint_source(images: str, annotations: str, client=None, split_file: s
     groups = [("images", image_files), ("annotations", annotation_files)]
     if split_file:
         groups.append(("split", list_files(split_file, client)))
+    if val_annotations:
+        val_annotation_files = list_files(val_annotations, client)
+        groups.append(("val_annotations", val_annotation_files))
+        annotation_files = annotation_files + val_annotation_files
+    if val_images and val_images != images:
+        val_image_files = list_files(val_images, client)
+        groups.append(("val_images", val_image_files))
+        image_files = image_files + val_image_files
     digest = hashlib.sha256()
     for chunk in _digest(groups):
         digest.update(chunk)
