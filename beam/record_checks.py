@@ -166,10 +166,11 @@ def check_record(
     notes = (() if mode == "RGB" else (f"color_mode:{mode}",)) + (
         () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",)) + (
         (f"converted:{fmt}:png",) if converted else ())
+    # A name given without its suffix (`000005`) is written as the file found (`000005.jpg`).
+    found, named = base_name(image_path), base_name(record.filename)
     return CheckedRecord(
-        # A name given without a suffix (`000005`) is written as the file found (`000005.jpg`).
         image_id=record.image_id, image_path=image_path or record.filename,
-        filename=record.filename if has_image_suffix(record.filename) or not image_path else base_name(image_path),
+        filename=found if found.startswith(named + ".") else record.filename,
         image_sha256=hashlib.sha256(image_bytes).hexdigest(), image_size=len(image_bytes),
         image_format=image_format, width=width, height=height, color_mode=mode,
         boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
