@@ -37,7 +37,7 @@ from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCount
 from beam.output_files import read_rejects, write_json
 from beam.shard_writer import DEFAULT_MIN_SHARDS, DEFAULT_TARGET_SHARD_BYTES
 from beam.source_records import AnnotationError, Reject
-from beam.split import TRAIN, VAL, GivenSplit, read_split_file
+from beam.split import TRAIN, VAL, GivenSplit, given_split_conflict, read_split_file
 from beam.tfdv_checks import feature_statistics
 from beam.voc_reader import list_voc_files
 
@@ -313,10 +313,9 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
         raise NotImplementedError(f"format {options.format!r} is not built yet; available: {', '.join(FORMATS)}")
     if not 0.0 <= options.val_fraction < 1.0:
         raise DataBuildError(f"--val-fraction must be in [0, 1), got {options.val_fraction}")
-    if options.val_annotations and options.split_file:
-        raise DataBuildError("--val-annotations and --split-file both say which images are val: give one")
-    if options.val_images and not options.val_annotations:
-        raise DataBuildError("--val-images needs --val-annotations (the val split's annotations)")
+    conflict = given_split_conflict(options.split_file, options.val_annotations, options.val_images)
+    if conflict:
+        raise DataBuildError(conflict)
     started = time.monotonic()
     sources = _list_sources(options)
     prepare_output(options.output, options.overwrite, options.overwrite_unrecognised)

@@ -47,6 +47,19 @@ def stable_fraction(key: str, seed: int = 0) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+def given_split_conflict(split_file: str | None, val_annotations: str | None, val_images: str | None) -> str | None:
+    """What is wrong with how a build is told its split, else None.
+
+    >>> given_split_conflict("s.json", "val.json", None)
+    '--val-annotations and --split-file both say which images are val: give one'
+    """
+    if val_images and not val_annotations:
+        return "--val-images needs --val-annotations (the val split's annotations)"
+    if val_annotations and split_file:
+        return "--val-annotations and --split-file both say which images are val: give one"
+    return None
+
+
 def assign_split(image_id: str, val_fraction: float, seed: int = 0) -> str:
     return VAL if stable_fraction(image_id, seed) < val_fraction else TRAIN
 

@@ -15,6 +15,7 @@ import os
 from collections import Counter
 
 from beam.source_records import IMAGE_SUFFIXES
+from beam.split import given_split_conflict
 from components.detector.artifacts import CONFIG_FILE, MODEL_FILE
 from components.export.export_files import SAVED_MODEL_FILE
 
@@ -99,10 +100,9 @@ def given_split_problem(data_format: str, val_annotations: str | None, val_image
                         split_file: str | None) -> str | None:
     """The val split's own annotations, checked as `--annotations` is; --val-images without
     them, or a split file beside them, is a conflict."""
-    if not val_annotations:
-        return "--val-images needs --val-annotations (the val split's annotations)" if val_images else None
-    if split_file:
-        return "--val-annotations and --split-file both say which images are val: give one"
+    conflict = given_split_conflict(split_file, val_annotations, val_images)
+    if conflict or not val_annotations:
+        return conflict
     problem = annotations_problem(val_annotations, data_format)
     return f"--val-annotations {problem}" if problem else None
 

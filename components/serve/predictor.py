@@ -4,7 +4,7 @@
 Each image is checked before it reaches the model (an image format the data step takes,
 fully decodable, not empty); a phone photo with an EXIF orientation is turned upright first
 (beam/exif.py), as the data step writes photos annotated the way a person sees them, and a
-BMP, GIF, TIFF or WEBP is converted to PNG, as the data step writes it
+BMP, GIF, TIFF, WEBP or AVIF is converted to PNG, as the data step writes it
 (beam/image_formats.py).
 """
 
