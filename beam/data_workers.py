@@ -70,18 +70,22 @@ def worker_skips(paths: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def prestarted_data_workers(data_format: str, images: str, annotations: str, output: str, runner: str,
-                            beam_args: tuple[str, ...] | list[str], num_workers: int | None):
-    """A context in which the data job over a local VOC folder finds its worker processes
-    started (`beam.local_worker.prestarted_for_job`): as many as it will run (`num_workers`,
-    else `default_workers` of the folder's *.xml files). Nothing is started for a COCO/CSV
-    file, whose records are only counted by reading it, nor where `prestarted_for_job` says."""
+                            beam_args: tuple[str, ...] | list[str], num_workers: int | None,
+                            val_annotations: str = "", val_images: str = ""):
+    """A context in which the data job over a local VOC folder (and the val split's, when
+    the dataset comes split) finds its worker processes started
+    (`beam.local_worker.prestarted_for_job`): as many as it will run (`num_workers`, else
+    `default_workers` of the folders' *.xml files). Nothing is started for a COCO/CSV file,
+    whose records are only counted by reading it, nor where `prestarted_for_job` says."""
     if data_format != "voc":
         return contextlib.nullcontext()
     from beam.local_worker import prestarted_for_job
 
     def workers() -> int:  # the job's own listing (beam/voc_reader.py) globs the same pattern
-        xml_files = glob.glob(os.path.join(annotations.rstrip("/"), "*.xml"))
+        xml_files = [path for folder in (annotations, val_annotations) if folder
+                     for path in glob.glob(os.path.join(folder.rstrip("/"), "*.xml"))]
         return num_workers or default_workers(len(xml_files), usable_cpu_count())
 
+    paths = tuple(p for p in (images, annotations, output, val_annotations, val_images) if p)
     return prestarted_for_job(runner, beam_args, annotations, workers, WORKER_MALLOC_ENV,
-                              worker_skips((images, annotations, output)), JOB_MODULES)
+                              worker_skips(paths), JOB_MODULES)

@@ -80,7 +80,7 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
 
     # The job's worker processes start now, while this process imports Beam and TensorFlow.
     with prestarted_data_workers(args.format, args.images, args.annotations, args.output, args.runner, beam_args,
-                                 args.direct_num_workers):
+                                 args.direct_num_workers, args.val_annotations, args.val_images):
         return _data_build(args, beam_args)
 
 
