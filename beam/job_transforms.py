@@ -129,7 +129,7 @@ def image_file_names(filename: str) -> list[str]:
     each suffix of the formats taken:
 
     >>> image_file_names("000005")[:4], len(image_file_names("000005"))
-    (['000005', '000005.jpg', '000005.jpeg', '000005.png'], 19)
+    (['000005', '000005.jpg', '000005.jpeg', '000005.png'], 23)
     """
     base = base_name(filename)
     names = [filename, base]

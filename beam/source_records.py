@@ -12,7 +12,7 @@ class AnnotationError(ValueError):
 
 # The file suffixes of the image formats the data step takes (beam/image_formats.py), for
 # finding an image whose annotation names it without one and for telling an images folder.
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".avif")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".avif", ".jfif", ".jpe")
 
 
 def has_image_suffix(filename: str) -> bool:

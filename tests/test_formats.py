@@ -371,7 +371,7 @@ def test_voc_without_a_file_name_or_its_suffix_finds_the_image_it_names(demo_dir
     (missing,) = read_rejects(str(tmp_path / "out"))
     assert missing.reason == "missing_image"
     assert missing.message == "image file 'gone' not found (nor with any of .jpg, .jpeg, .png, .bmp, .gif, .tif, " \
-                              ".tiff, .webp, .avif)"
+                              ".tiff, .webp, .avif, .jfif, .jpe)"
 
 
 def test_coco_annotations_with_only_a_mask_get_the_box_around_it():
