@@ -186,10 +186,13 @@ def box_problem(box: SourceBox, width: int, height: int, tolerance: float) -> tu
     ('invalid_box', 'is empty or inverted: xmin=5 xmax=5 ymin=5 ymax=9')
     >>> box_problem(SourceBox("cat", 10, 0, 11, 4), 10, 10, 2.0)[0]
     'invalid_box'
+    >>> box_problem(SourceBox("cat", float("nan"), 1, 5, float("inf")), 10, 10, 2.0)[1]
+    'has no usable xmin, ymax (missing, not a number or infinite)'
     """
     coords = (box.xmin, box.ymin, box.xmax, box.ymax)
-    if any(math.isnan(c) or math.isinf(c) for c in coords):
-        return INVALID_BOX, f"has a missing or non-finite coordinate {coords}"
+    unusable = [name for name, c in zip(("xmin", "ymin", "xmax", "ymax"), coords) if not math.isfinite(c)]
+    if unusable:  # the readers make a missing, empty or non-numeric coordinate NaN
+        return INVALID_BOX, f"has no usable {', '.join(unusable)} (missing, not a number or infinite)"
     if box.xmin >= box.xmax or box.ymin >= box.ymax:
         return INVALID_BOX, f"is empty or inverted: xmin={box.xmin} xmax={box.xmax} ymin={box.ymin} ymax={box.ymax}"
     if box.xmin < -tolerance or box.ymin < -tolerance or box.xmax > width + tolerance or box.ymax > height + tolerance:
