@@ -234,6 +234,8 @@ BAD_REQUESTS = {
     "bad base64": (lambda r: b'{"instances": [{"image_bytes": {"b64": "***"}}]}', 400, "not valid base64"),
     "not an image": (lambda r: _instances(_jpeg(r), b"hello, world"), 400, "instances[1]: not an image (JPEG, PNG, BMP, GIF, TIFF, WEBP or AVIF)"),
     "truncated JPEG": (lambda r: _instances(_jpeg(r)[:1500]), 400, "instances[0]: the image cannot be decoded"),
+    "iPhone HEIF": (lambda r: _instances(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + bytes(64)), 400,
+                    "instances[0]: HEIF is not an image format the model takes"),
     "empty image": (lambda r: _instances(b""), 400, "instances[0]: empty image"),
     "image over 179 M pixels": (lambda r: _instances(_bomb()), 400, "instances[0]: the image is too large to decode"),
     "too many instances": (lambda r: _instances(*[_jpeg(r)] * (MAX_INSTANCES + 1)), 400, "over the limit of 4"),
