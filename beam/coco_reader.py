@@ -2,8 +2,9 @@
 
 The image id is the file name without extension (as for VOC and CSV), so the same
 dataset in any format gives identical records. `iscrowd` boxes are kept as
-`difficult`. An annotation with no `bbox` gets the box around its `segmentation`. Annotations that point at no image become rejects; so do images whose id two
-entries of `images` share, or with an annotation of a category_id not in `categories`.
+`difficult`. An annotation with no `bbox` gets the box around its `segmentation`.
+Annotations that point at no image become rejects; so do images whose id two entries of
+`images` share, or with an annotation of a category_id not in `categories`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from beam.record_checks import BAD_ANNOTATION
 from beam.source_records import (
     AnnotationError, Reject, SourceBox, SourceRecord, image_id_from_filename, number_or_nan, optional_size,
 )
+
 
 def annotation_box(ann: dict) -> list:
     """The annotation's [x, y, width, height]: its `bbox`, or, when it has none (converters

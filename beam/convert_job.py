@@ -78,16 +78,6 @@ class ConvertOptions:
     beam_args: tuple[str, ...] = field(default=())
 
     @property
-    def paths(self) -> tuple[str, ...]:
-        """Every folder or file the job reads or writes (a worker needs GCS's client if one is on gs://).
-
-        >>> ConvertOptions("imgs", "ann", "out", val_annotations="gs://b/val.json").paths
-        ('imgs', 'ann', 'out', 'gs://b/val.json')
-        """
-        given = (self.val_annotations, self.val_images)
-        return tuple(path for path in (self.images, self.annotations, self.output, *given) if path)
-
-    @property
     def given_split(self) -> GivenSplit | None:
         """The split the dataset comes with (`val_annotations`), else None (a split file or the hash)."""
         if not self.val_annotations:
@@ -151,7 +141,8 @@ def job_options(options: ConvertOptions, records: int) -> tuple[object, Pipeline
     WORKER_SKIPPED_IMPORTS, and without GCS's client too when no path of the job is on gs://."""
     return runner_and_options(options.runner, options.beam_args,
                               options.num_workers or default_workers(records, usable_cpu_count()), WORKER_MALLOC_ENV,
-                              worker_skips(options.paths))
+                              worker_skips((options.images, options.annotations, options.output,
+                                            options.val_annotations, options.val_images)))
 
 
 def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...]:

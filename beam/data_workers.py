@@ -58,14 +58,16 @@ def usable_cpu_count() -> int:
     return usable_cpus()["usable"]
 
 
-def worker_skips(paths: tuple[str, ...]) -> tuple[str, ...]:
+def worker_skips(paths: tuple[str | None, ...]) -> tuple[str, ...]:
     """The modules the data job's workers do without: WORKER_SKIPPED_IMPORTS, and GCS's
-    client when none of the job's `paths` is on gs://.
+    client when none of the job's `paths` is on gs:// (a path not given, "" or None, is none).
 
-    >>> worker_skips(("imgs", "gs://b/out"))[-1], worker_skips(("imgs", "out"))[-1]
+    >>> worker_skips(("imgs", "gs://b/out"))[-1], worker_skips(("imgs", "out", None, ""))[-1]
     ('google.cloud.pubsub_v1', 'google.cloud.storage')
+    >>> worker_skips(("imgs", "ann", "out", "gs://b/val.json", None))[-1]
+    'google.cloud.pubsub_v1'
     """
-    local = not any(path.startswith("gs://") for path in paths)
+    local = not any(path and path.startswith("gs://") for path in paths)
     return WORKER_SKIPPED_IMPORTS + (("google.cloud.storage",) if local else ())
 
 
@@ -86,6 +88,5 @@ def prestarted_data_workers(data_format: str, images: str, annotations: str, out
                      for path in glob.glob(os.path.join(folder.rstrip("/"), "*.xml"))]
         return num_workers or default_workers(len(xml_files), usable_cpu_count())
 
-    paths = tuple(p for p in (images, annotations, output, val_annotations, val_images) if p)
     return prestarted_for_job(runner, beam_args, annotations, workers, WORKER_MALLOC_ENV,
-                              worker_skips(paths), JOB_MODULES)
+                              worker_skips((images, annotations, output, val_annotations, val_images)), JOB_MODULES)

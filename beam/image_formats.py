@@ -36,8 +36,10 @@ from beam.exif import upright
 KEPT_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png"}
 # Pillow's format names written as PNG.
 CONVERTED_FORMATS = ("BMP", "GIF", "TIFF", "WEBP", "AVIF")
-ACCEPTED = "JPEG and PNG (as they are), BMP, GIF, TIFF, WEBP and AVIF (written as PNG)"
-MODEL_FORMATS = "JPEG, PNG, BMP, GIF, TIFF, WEBP or AVIF"  # what `serve` and `predict` take
+# The same lists in words, for messages: "... BMP, GIF, TIFF, WEBP and AVIF (written as PNG)".
+_CONVERTED_BUT_LAST = ", ".join(CONVERTED_FORMATS[:-1])
+ACCEPTED = f"JPEG and PNG (as they are), {_CONVERTED_BUT_LAST} and {CONVERTED_FORMATS[-1]} (written as PNG)"
+MODEL_FORMATS = f"JPEG, PNG, {_CONVERTED_BUT_LAST} or {CONVERTED_FORMATS[-1]}"  # what `serve` and `predict` take
 # The brands of HEIF files (iPhone photos, `.heic`), which Pillow cannot open: their ISO
 # media header names them, so the reject can say what the file is instead of "not an image".
 _HEIF_BRANDS = (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1")
