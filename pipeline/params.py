@@ -14,6 +14,7 @@ from pathlib import Path
 
 from beam.exif import EXIF_MODES
 from beam.record_checks import BAD_BOX_MODES
+from components.detector.precision import PRECISIONS, XLA_MODES
 from pipeline import cli_types
 
 REQUIRED = inspect.Parameter.empty
@@ -90,6 +91,12 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.warm_start_arg),
     Param("model_size", str, "tiny", "Backbone and head size: tiny, small or resnet18.",
           choices=("tiny", "small", "resnet18")),
+    Param("precision", str, "auto", "Training precision: auto (float32 on a CPU, mixed_float16 on GPU compute "
+          "capability 7.x such as the T4, mixed_bfloat16 on 8.x and newer), or float32, mixed_float16, "
+          "mixed_bfloat16 to force one (a mixed policy on a CPU runs the GPU path slowly, with a warning). The "
+          "train report says which and why.", choices=PRECISIONS),
+    Param("xla", str, "auto", "Compile the train step with XLA: auto (on with one GPU, off on a CPU and "
+          "over several GPUs or machines), on or off. The train report says which and why.", choices=XLA_MODES),
     Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),
     Param("tune_trials", int, 0, "Hyperparameter search before training: 0 (off) or the number of candidates "
           "(e.g. 6)."),

@@ -40,7 +40,8 @@ def _common_train_config(args) -> dict:
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     return {"batch_size": batch, "image_size": args.image_size, "model_size": args.model_size,
             "preset": args.preset, "cache": args.cache, "flip": not args.no_flip,
-            "allow_poor_anchors": args.allow_poor_anchors, "box_loss": args.box_loss, "ema": not args.no_ema}
+            "allow_poor_anchors": args.allow_poor_anchors, "box_loss": args.box_loss, "ema": not args.no_ema,
+            "precision": args.precision, "xla": args.xla}
 
 
 def _init_from(args, fetched: str) -> dict:
@@ -138,6 +139,13 @@ def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
                         "README measures; small: a wider backbone with KerasHub's 256-wide FPN and 2 head convs; "
                         "resnet18: ResNet-18 with 4 head convs. Larger sizes cost more time and memory per image")
     p.add_argument("--seed", **declared("seed"), help="random seed (default 0)")
+    p.add_argument("--precision", **declared("precision"),
+                   help="auto (default): float32 on a CPU, mixed_float16 on GPU compute capability 7.x (T4, V100), "
+                        "mixed_bfloat16 on 8.x and newer (A100, L4, H100); or one of those by name. A mixed policy "
+                        "on a CPU runs the GPU path's code slowly (a warning says so): a check, not a way to train")
+    p.add_argument("--xla", **declared("xla"),
+                   help="compile the train step with XLA: auto (default; on with one GPU, off on a CPU and over "
+                        "several GPUs or machines), on, or off. train_report.md says which and why")
 
 
 def _add_local_train_options(p: argparse.ArgumentParser) -> None:

@@ -92,18 +92,28 @@ class AveragedAdamW(keras.optimizers.AdamW):
             self._overwrite_model_variables_with_average_value(var_list)
 
 
+def use_weight_average(model: keras.Model) -> None:
+    """Put the optimizer's moving average of the weights in place (with `use_ema`). Under
+    mixed_float16 Keras wraps the optimizer in a LossScaleOptimizer, which holds the
+    AveragedAdamW as its `inner_optimizer` (the wrapper has no `use_averages`)."""
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    optimizer.use_averages(model.trainable_variables)
+
+
 GIOU_WEIGHT = 2.0  # as mmdetection's GIoU RetinaNet configs weigh it against the focal loss
 
 
 def compile_detector(model: keras.Model, optimizer: keras.optimizers.Optimizer, box_loss: str = "giou") -> None:
-    """Compile a KerasHub RetinaNet for training with `box_loss` (BOX_LOSSES) and the focal loss."""
+    """Compile a KerasHub RetinaNet for training with `box_loss` (BOX_LOSSES) and the focal loss.
+    Never with Keras' XLA (`jit_compile` stays off): the trainer compiles the step itself when
+    the plan says so (components/train/xla.py says why)."""
     if box_loss not in BOX_LOSSES:
         raise ValueError(f"box loss must be one of {', '.join(BOX_LOSSES)}, got {box_loss!r}")
     if box_loss == "giou":
         model.compile(optimizer=optimizer, box_loss=AnchorGIoULoss(),
-                      loss_weights={"bbox_regression": GIOU_WEIGHT, "cls_logits": 1.0})
+                      loss_weights={"bbox_regression": GIOU_WEIGHT, "cls_logits": 1.0}, jit_compile=False)
     else:
-        model.compile(optimizer=optimizer)  # KerasHub's defaults: Huber (delta 1) and focal loss
+        model.compile(optimizer=optimizer, jit_compile=False)  # KerasHub's defaults: Huber (delta 1) and focal loss
 
 
 def build_for_fit(model: keras.Model, element_spec) -> None:

@@ -119,18 +119,33 @@ def cpu_ram_bound(model_config, available_bytes: int, boxes_per_image: int = 1) 
                               boxes_per_image=boxes_per_image)
 
 
+def trial_model(model_config, config: TrainConfig, xla: bool = False):
+    """The model the trial steps train: the fitted shape, compiled as training compiles it,
+    under the current precision policy (training_state sets it), its step XLA-compiled when
+    training's is."""
+    import keras
+
+    from components.detector.losses import compile_detector
+    from components.detector.model import build_detector
+    from components.train.accumulation import use_micro_batches
+    from components.train.xla import xla_step
+
+    model = build_detector(model_config)
+    compile_detector(model, keras.optimizers.AdamW(1e-4, global_clipnorm=config.clipnorm), config.box_loss)
+    use_micro_batches(model, 1, wrap=lambda step: xla_step(step, xla))
+    return model
+
+
 def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 1,
-                       boxes_per_image: int = 1, limit: int = GPU_BATCH_LIMIT) -> tuple[int, str]:
+                       boxes_per_image: int = 1, limit: int = GPU_BATCH_LIMIT, xla: bool = False) -> tuple[int, str]:
     """`--batch-size auto` for this machine and model (`model_config`: the fitted shape):
     trial steps on a GPU (the batch of one GPU, up to `limit`, times the machine's GPUs) with
-    as many boxes per image as the densest training image has, a RAM bound on a CPU."""
-    import keras
+    as many boxes per image as the densest training image has, under the run's precision
+    policy and XLA choice; a RAM bound on a CPU."""
     import psutil
     import tensorflow as tf
 
     from components.probe.gpu_facts import nvml_facts
-    from components.detector.losses import compile_detector
-    from components.detector.model import build_detector
 
     if not tf.config.list_physical_devices("GPU"):
         available = psutil.virtual_memory().available
@@ -145,17 +160,16 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
     if not gpus:
         return start, f"auto: {start} from the probe's estimate (NVML did not report the GPU's memory)"
     total = gpus[0]["memory_total"]
-    trial_model = build_detector(model_config)
-    compile_detector(trial_model, keras.optimizers.AdamW(1e-4, global_clipnorm=config.clipnorm), config.box_loss)
+    model = trial_model(model_config, config, xla)
     try:
-        fits = trial_step_fits(trial_model, model_config.image_size, int(total * TARGET_FRACTION),
+        fits = trial_step_fits(model, model_config.image_size, int(total * TARGET_FRACTION),
                                boxes_per_image=boxes_per_image)
         search = search_largest_batch(fits, start=start, limit=limit)
     except Exception as err:  # the search itself failed: fall back to the probe's estimate
         logger.warning("train: batch search failed (%s); using the probe's estimate %d", err, start)
         return start, f"auto: {start} from the probe's estimate (the trial-step search failed: {err})"
     finally:
-        del trial_model
+        del model
         gc.collect()
     if search.batch == 0:
         return local_replicas, f"auto: not even 1 image fitted in trial steps ({search.describe()}); trying 1 per GPU"

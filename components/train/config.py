@@ -52,6 +52,10 @@ class TrainConfig:
     max_nan_recoveries: int = 3
     nan_lr_factor: float = 0.5  # learning-rate scale after each NaN recovery
     probe: ProbeAdvice = field(default_factory=ProbeAdvice)
+    # The Keras policy ("auto": the rule for this machine's GPUs, precision.py) and whether the
+    # train step is compiled with XLA ("auto": on one GPU only); the plan says which and why.
+    precision: str = "auto"
+    xla: str = "auto"
     # Warm start (warm_start.py): a folder with another run's model.keras and train_config.json
     # to start from when it can be continued; how people know it ("v3 (the champion)"); why
     # there is none (e.g. "--warm-start never"); the epochs of a warm-started run (None: a

@@ -42,6 +42,11 @@ class InputConfig:
     skip_steps: int = 0  # resume: steps a previous run already trained
     workers: int = 1  # machines reading this dataset in one synchronous job (distribution.py)
     worker_index: int = 0  # this machine's place among them
+    # Under XLA (--xla): every new shape of a batch is a new compilation (~20 s on a CPU), and
+    # the box axis takes the batch's own largest count. Padded instead to the next power of
+    # two, at least `box_floor` (the densest sampled image's count): one or a few shapes.
+    # 0: boxes padded per batch only (without XLA a new count costs nothing).
+    box_floor: int = 0
 
 
 def _calls(config: InputConfig) -> int:
@@ -85,6 +90,22 @@ def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_re
     )
 
 
+def pad_boxes_to_bucket(images: tf.Tensor, targets: dict, floor: int) -> tuple[tf.Tensor, dict]:
+    """A batch's box axis padded to the next power of two at least `floor` (see InputConfig.box_floor).
+
+    >>> _, t = pad_boxes_to_bucket(tf.zeros([2, 8, 8, 3]), {"boxes": tf.zeros([2, 5, 4]), "labels": tf.zeros([2, 5])}, 3)
+    >>> t["boxes"].shape.as_list(), t["labels"].shape.as_list(), float(t["labels"][0, -1])
+    ([2, 8, 4], [2, 8], -1.0)
+    """
+    count = tf.shape(targets["labels"])[1]
+    wanted = tf.maximum(count, floor)
+    bucket = tf.cast(2 ** tf.math.ceil(tf.math.log(tf.cast(wanted, tf.float32)) / tf.math.log(2.0)), tf.int32)
+    bucket = tf.maximum(bucket, wanted)  # float rounding must never lose a box
+    extra = bucket - count
+    return images, {"boxes": tf.pad(targets["boxes"], [[0, 0], [0, extra], [0, 0]]),
+                    "labels": tf.pad(targets["labels"], [[0, 0], [0, extra]], constant_values=-1.0)}
+
+
 def shard_policy(num_files: int, workers: int) -> tf.data.experimental.AutoShardPolicy:
     """How several workers split the train split: by file when every worker gets at least
     one shard (each reads only its own files: `train_dataset` picks them, since tf.data's
@@ -122,7 +143,10 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     ds = ds.enumerate(start=skip).map(
         lambda index, serialized: _train_element(serialized, index, config),
         num_parallel_calls=_calls(config), deterministic=config.deterministic)
-    ds = _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True).prefetch(AUTOTUNE)
+    ds = _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True)
+    if config.box_floor:
+        ds = ds.map(lambda images, targets: pad_boxes_to_bucket(images, targets, config.box_floor))
+    ds = ds.prefetch(AUTOTUNE)
     if config.workers > 1:  # tf.distribute splits each global batch; by file, this worker's files are its part
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = (

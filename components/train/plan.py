@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from components.detector.box_losses import BOX_LOSSES
 from components.train.config import TrainConfig
-from components.detector.precision import precision_for
+from components.detector.precision import choose_precision, choose_xla
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class TrainPlan:
     replicas: int
     workers: int
     precision: str
+    xla: bool  # the train step compiled with XLA
     steps_per_epoch: int
     total_steps: int  # a whole number of chunks
     chunk: int  # steps between checkpoints
@@ -57,14 +58,6 @@ class TrainPlan:
     @property
     def num_chunks(self) -> int:
         return self.total_steps // self.chunk
-
-
-def choose_precision(advised: str | None, gpu_majors: tuple[int, ...]) -> tuple[str, str]:
-    """The mixed-precision policy and why: the probe's advice on a GPU machine, else the
-    rule for these GPUs (precision.py)."""
-    if advised and gpu_majors:
-        return advised, "as the probe measured on this machine"
-    return precision_for(list(gpu_majors))
 
 
 def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | None = None,
@@ -168,7 +161,8 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
     epochs with a lower peak learning rate and a shorter warmup."""
     if num_train < 1:
         raise ValueError("the train split has no records")
-    precision, precision_reason = choose_precision(config.probe.precision, machine.gpu_majors)
+    precision, precision_reason = choose_precision(config.precision, config.probe.precision, machine.gpu_majors)
+    xla, xla_reason = choose_xla(config.xla, machine.gpu_majors, machine.replicas)
     per_machine_data = max(1, num_train // machine.workers)
     machine_batch, batch_reason = choose_batch_size(config.batch_size, per_machine_data, config.probe.safe_batch,
                                                     machine.auto_batch)
@@ -206,11 +200,12 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
                          + (" (short: the weights are trained already)" if fine_tune else "")
                          + f", cosine decay to 0 at step {total}",
         "precision": f"{precision}: {precision_reason}",
+        "xla": xla_reason,
         "weight_average": ema_reason if config.ema else "off: the last step's weights are evaluated and exported",
         "box_loss": f"{config.box_loss}: {BOX_LOSSES[config.box_loss]}",
         "devices": machine.strategy + (f", global batch {batch}" if machine.replicas > 1 else ""),
     }
     return TrainPlan(batch_size=batch, machine_batch=machine_batch, replicas=machine.replicas,
-                     workers=machine.workers, precision=precision, steps_per_epoch=steps_per_epoch,
+                     workers=machine.workers, precision=precision, xla=xla, steps_per_epoch=steps_per_epoch,
                      total_steps=total, chunk=chunk, peak_lr=peak_lr, warmup_steps=warmup, ema_momentum=momentum,
                      decisions=decisions)

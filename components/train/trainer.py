@@ -29,7 +29,8 @@ from components.detector.artifacts import (
     TrainConfigFile,
 )
 from components.detector.fitted_shape import FittedShape, read_box_sample, shape_for_sample
-from components.detector.losses import AveragedAdamW, compile_detector
+from components.detector.losses import AveragedAdamW, compile_detector, use_weight_average
+from components.detector.precision import choose_precision, choose_xla
 from components.detector.model import build_detector, count_params
 from components.detector.records import count_records
 from components.train.accumulation import use_micro_batches
@@ -53,13 +54,13 @@ from components.train.plan import (
     MachineFacts,
     TrainPlan,
     auto_batch_ceiling,
-    choose_precision,
     plan_training,
 )
 from components.train.process_state import training_state
 from components.train.schedules import ScaledSchedule
 from components.train.train_report import training_report
 from components.train.warm_start import WarmStart, apply_warm_weights, choose_warm_start, warm_weights
+from components.train.xla import xla_step
 
 __all__ = ["ProbeAdvice", "TrainConfig", "TrainResult", "train_detector"]
 
@@ -133,7 +134,7 @@ def train_detector(config: TrainConfig) -> TrainResult:
     role = cluster_role()
     strategy, description = make_strategy(role)  # first: several workers must set up collectives before other work
     machine = _machine_facts(role, strategy, description)
-    precision, _ = choose_precision(config.probe.precision, machine.gpu_majors)
+    precision, _ = choose_precision(config.precision, config.probe.precision, machine.gpu_majors)
     try:
         with training_state(config.seed, config.deterministic, precision):  # the batch search's trials use it too
             facts = gather_facts(config, machine)
@@ -171,8 +172,9 @@ def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
         # A from-scratch run's batch is bounded by its steps (plan.steps_bound): search no higher.
         limit = auto_batch_ceiling(GPU_BATCH_LIMIT, num_train, config.epochs,
                                    machine.workers * machine.local_replicas, fine_tune=warm.used)
+        xla, _ = choose_xla(config.xla, machine.gpu_majors, machine.replicas)  # the trials compile as training will
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
-                                                                  max(1, sample.densest_image_boxes), limit))
+                                                                  max(1, sample.densest_image_boxes), limit, xla))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
                     warm_weights(warm) if warm.used else None)
 
@@ -205,7 +207,8 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         image_size=config.image_size, batch_size=plan.batch_size, augment=config.augment,
         augment_strength=config.augment_strength, flip=config.flip, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
-        workers=role.workers, worker_index=role.index)
+        workers=role.workers, worker_index=role.index,
+        box_floor=max(1, facts.shape.densest_image_boxes) if plan.xla else 0)
     multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
     if multi_worker:
         fit_across_workers(model)
@@ -214,8 +217,8 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
     faults, guard = FaultPlan.from_env(), FiniteGuard(model)
     faults.poison_loss(model)
 
-    def wrap(train_step):  # every train step: timed, checked for NaN/Inf, and carrying the stop flag
-        wrapped = clock.timed(guard.checked(stop.reported(train_step)))
+    def wrap(train_step):  # every train step: timed, checked for NaN/Inf, carrying the stop flag; XLA inside
+        wrapped = clock.timed(guard.checked(stop.reported(xla_step(train_step, plan.xla))))
         return vector_logs(wrapped) if multi_worker else wrapped
 
     use_micro_batches(model, int(micro_batches.numpy()), wrap=wrap)
@@ -242,7 +245,7 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
     if recoveries:
         decisions["recoveries"] = "; ".join(recoveries)
     synchronise_batch_norm(model, on=False)
-    model.optimizer.use_averages(model.trainable_variables)  # the moving average is the model (with --ema)
+    use_weight_average(model)  # the moving average is the model (with --ema)
     model.save(built.write_dir / MODEL_FILE)  # every worker saves (it may read synchronised variables); only the chief's stays
     digest = weights_digest(model)
     logger.info("train: %s final weights sha256 %s", role.name, digest)
