@@ -114,20 +114,24 @@ KEY_FIGURES["validate-and-convert"] = lambda out: (f"{out.get('written', '?')} w
 
 
 def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: str, batch_size: str,
+          precision: str, xla: str, allow_poor_anchors: bool,
           report: Output[Markdown], probe_json: Output[Artifact]) -> str:
-    """Check the training machine (and read speed of the shards); fails the run on FAIL.
-    `probe_json` tells tune and train a starting batch, the precision and the parallelism.
-    Returns the verdict."""
+    """Check the training machine (and read speed of the shards), and run a few steps of the
+    real training there (the dry run); fails the run on FAIL. `probe_json` tells tune and
+    train a starting batch, the precision and the parallelism. Returns the verdict."""
     import logging
     from pathlib import Path
 
     from components.probe.checks import Expectations
     from components.probe.probe_report import run_probe, write_probe
+    from components.train.config import TrainConfig
 
     logging.basicConfig(level=logging.INFO)
     expect = Expectations.from_train_options(image_size, model_size, batch_size, data_dir=data.path)
+    dry_run = TrainConfig(data_dir=data.path, output_dir="", image_size=image_size, model_size=model_size,
+                          precision=precision, xla=xla, allow_poor_anchors=allow_poor_anchors)
     result = run_probe(require_gpu=require_gpu, data_dir=data.path, output_dir=str(Path(report.path).parent),
-                       expect=expect)
+                       expect=expect, dry_run=dry_run)
     write_probe(result, Path(probe_json.path), Path(report.path))
     if result.verdict == "FAIL":
         raise RuntimeError("probe FAIL: " + "; ".join(f"{c.reason} -> {c.fix}" for c in result.checks
@@ -139,7 +143,8 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: str, model_size: str, seed: int,
-                         allow_poor_anchors: bool, hparams: Output[Artifact], report: Output[Markdown]) -> float:
+                         allow_poor_anchors: bool, precision: str, xla: str, hparams: Output[Artifact],
+                         report: Output[Markdown]) -> float:
     """Search learning rate, weight decay and augmentation strength on short trials
     (`trials` 0: no search, the defaults). Returns the best val mAP (-1 without a search:
     KFP metadata and outputs cannot hold NaN)."""
@@ -155,7 +160,8 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tria
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=trials, trial_steps=trial_steps,
                              seed=seed, train={"batch_size": batch_size, "image_size": image_size,
                                                "model_size": model_size, "probe": advice,
-                                               "allow_poor_anchors": allow_poor_anchors}))
+                                               "allow_poor_anchors": allow_poor_anchors,
+                                               "precision": precision, "xla": xla}))
     best_map = result.best_score if math.isfinite(result.best_score) else -1.0
     hparams.metadata.update({**result.best, "best_map": best_map, "trials": len(result.trials)})
     shutil.copyfile(f"{hparams.path}/{REPORT_FILE}", report.path)
@@ -168,7 +174,7 @@ KEY_FIGURES["tune-hyperparameters"] = lambda out: (
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
           model_size: str, seed: int, registry: str, model_name: str, warm_start: str, allow_poor_anchors: bool,
-          model: Output[Model], report: Output[Markdown]) -> NamedTuple(
+          precision: str, xla: str, model: Output[Model], report: Output[Markdown]) -> NamedTuple(
         "TrainOutputs", [("images_per_second", float), ("started_from", str)]):
     """Train the detector with the tune step's hyperparameters; with `warm_start` auto (or a
     version) from the champion's (that version's) weights when they can be continued.
@@ -195,6 +201,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
         result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
                                             batch_size=batch_size, image_size=image_size, model_size=model_size,
                                             seed=seed, probe=advice, allow_poor_anchors=allow_poor_anchors,
+                                            precision=precision, xla=xla,
                                             init_from=source.folder, init_name=source.name,
                                             init_note=source.note, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
     started_from = source.version if result.warm_start["used"] else ""

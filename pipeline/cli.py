@@ -138,8 +138,18 @@ def cmd_probe(args) -> int:
     )
 
     baseline = load_baseline(Path(args.baseline)) if args.baseline else None
+    if args.dry_run and not args.data:
+        raise UsageError("--dry-run trains on the shards: give --data too")
     expect = Expectations.from_train_options(args.image_size, args.model_size, args.batch_size, data_dir=args.data)
-    result = run_probe(require_gpu=args.require_gpu, data_dir=args.data, expect=expect, baseline=baseline)
+    dry_run = None
+    if args.dry_run:
+        from components.train.config import TrainConfig
+
+        dry_run = TrainConfig(data_dir=args.data, output_dir="", image_size=args.image_size,
+                              model_size=args.model_size, precision=args.precision, xla=args.xla,
+                              allow_poor_anchors=args.allow_poor_anchors)
+    result = run_probe(require_gpu=args.require_gpu, data_dir=args.data, expect=expect, baseline=baseline,
+                       dry_run=dry_run)
     write_probe(result, Path(args.json) if args.json else None, None)
     print(probe_markdown(result))
     if baseline is not None:
@@ -251,6 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-size", **declared("model_size"),
                    help="model the memory check assumes (default tiny)")
     p.add_argument("--batch-size", **declared("batch_size"), help="batch the memory check assumes (default auto)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="also run the real training here for a few steps on --data's shards (the fitted model, "
+                        "--precision, --xla and this machine's devices as training will use them), save a "
+                        "checkpoint, swap in the weight average and export it: PASS, or the first error and its "
+                        "fix, in about a minute (the pipeline's probe step always does this)")
+    p.add_argument("--precision", **declared("precision"), help="precision the dry run trains in (default auto)")
+    p.add_argument("--xla", **declared("xla"), help="XLA choice the dry run trains with (default auto)")
+    p.add_argument("--allow-poor-anchors", action="store_true",
+                   help="let the dry run train when few boxes can match an anchor, as `train --allow-poor-anchors`")
     p.set_defaults(func=cmd_probe)
 
     add_train_commands(sub)

@@ -105,6 +105,8 @@ INTERFACES = {
     "components.export.export_files": "the names of an export's files (serve looks for them before TensorFlow)",
     "components.serve.predictor": "a SavedModel run as `detpipe serve` runs it (the champion's score)",
     "components.probe.gpu_facts": "the GPU's memory as NVML reports it (the batch search's budget)",
+    "components.train.config": "TrainConfig, what a training run is asked to do (the probe's dry run runs one)",
+    "components.train.dry_run": "dry_run: the probe runs a few steps of the real training on the training machine",
 }
 
 

@@ -158,17 +158,34 @@ def check_compute_capability(facts: dict) -> list[CheckResult]:
     return results
 
 
+# What installs the libraries TF 2.16's CUDA build opens: CUDA 12.3 and cuDNN 8.9, as the
+# `nvidia-*` wheels of `tensorflow[and-cuda]==2.16.2` (the project's `gpu` extra) bring them.
+CUDA_LIBRARY_FIX = ("install the GPU extra (`uv sync --frozen --extra gpu`, i.e. tensorflow[and-cuda]==2.16.2: CUDA "
+                    "12.3 and cuDNN 8.9 as nvidia-* wheels) or use the project image; or put CUDA 12.x and cuDNN 8.9 "
+                    "on LD_LIBRARY_PATH. A newer system CUDA (13.x) does not provide these sonames")
+
+
 def check_cuda_libraries(facts: dict) -> CheckResult | None:
-    libs = facts.get("cuda_libraries", {}).get("libraries")
+    """Each library TensorFlow's CUDA build opens that does not load, by name, with where
+    it was looked for; the driver's libcuda comes with the driver, the rest with the fix."""
+    libraries_facts = facts.get("cuda_libraries", {})
+    libs = libraries_facts.get("libraries")
     if not libs:
         return None
     failed = [name for name, info in libs.items() if not info["loaded"]]
-    if failed:
-        first = libs[failed[0]].get("error", "")
-        return CheckResult("cuda_libraries", FAIL, f"cannot load {', '.join(failed)} ({first})",
-                           "install the GPU extra (`uv sync --frozen --extra gpu`) so the nvidia-* wheels provide "
-                           "them, or put the CUDA/cuDNN libraries on LD_LIBRARY_PATH")
-    return CheckResult("cuda_libraries", PASS, f"{len(libs)} CUDA/cuDNN libraries load")
+    if not failed:
+        return CheckResult("cuda_libraries", PASS, f"{len(libs)} CUDA/cuDNN libraries load")
+    searched = libraries_facts.get("searched") or []
+    where = ("the system library path (ld.so.cache, LD_LIBRARY_PATH) and " + ", ".join(searched) if searched
+             else "the system library path (ld.so.cache, LD_LIBRARY_PATH); no nvidia-* wheel folders are installed")
+    loaded = [name for name in libs if name not in failed]
+    reason = (f"{len(failed)} of {len(libs)} libraries TensorFlow opens do not load: {', '.join(failed)} "
+              f"(looked in {where}; first error: {libs[failed[0]].get('error', '')})"
+              + (f"; these load: {', '.join(loaded)}" if loaded else ""))
+    fix = CUDA_LIBRARY_FIX
+    if "libcuda.so.1" in failed:
+        fix = "install the NVIDIA driver (libcuda.so.1 comes with it), then: " + fix
+    return CheckResult("cuda_libraries", FAIL, reason, fix)
 
 
 def check_matmul(facts: dict) -> CheckResult | None:

@@ -90,7 +90,9 @@ def disk_facts(path: str) -> dict:
 def collect(data_dir: str | None = None, output_dir: str = ".") -> dict:
     """Every fact, as the versioned JSON document `probe.json` holds.
 
-    GPU measurements (library loading, matmul) run only on a CUDA build; the storage
+    The library check runs on a CUDA build whenever TensorFlow sees a GPU or the NVIDIA
+    driver answers: a driver that sees a GPU TensorFlow does not is the case it exists for
+    (libraries that do not load). The matmul runs only on a GPU TensorFlow sees; the storage
     read test only when `data_dir` is given.
     """
     from components.probe.gpu_facts import library_facts, matmul_facts, nvml_facts
@@ -99,7 +101,7 @@ def collect(data_dir: str | None = None, output_dir: str = ".") -> dict:
 
     started = time.perf_counter()
     tf_facts = tensorflow_facts()
-    cuda_build = bool(tf_facts["build"].get("is_cuda_build"))
+    nvml = nvml_facts()
     facts = {
         "schema_version": SCHEMA_VERSION,
         "os": {"system": platform.system(), "release": platform.release(), "machine": platform.machine()},
@@ -108,14 +110,30 @@ def collect(data_dir: str | None = None, output_dir: str = ".") -> dict:
         "memory": memory(),
         "disk": disk_facts(output_dir),
         "tensorflow": tf_facts,
-        "nvml": nvml_facts(),
-        "cuda_libraries": library_facts() if cuda_build and tf_facts["gpus"] else {"skipped": "no GPU visible"},
+        "nvml": nvml,
+        "cuda_libraries": library_check_facts(tf_facts, nvml, library_facts),
         "matmul": matmul_facts() if tf_facts["gpus"] else {"ran": False, "reason": "no GPU visible to TensorFlow"},
         "packages": package_facts(),
         "storage": measure_read_speed(data_dir) if data_dir else {"measured": False, "reason": "no --data given"},
     }
     facts["probe_seconds"] = round(time.perf_counter() - started, 1)
     return facts
+
+
+def library_check_facts(tf_facts: dict, nvml: dict, load_libraries) -> dict:
+    """`load_libraries()` (gpu_facts.library_facts) when the check can tell something: a CUDA
+    build of TensorFlow, and a GPU that TensorFlow sees or that the NVIDIA driver answers for.
+
+    >>> library_check_facts({"build": {"is_cuda_build": True}, "gpus": []}, {"available": True}, lambda: {"libraries": {}})
+    {'libraries': {}}
+    >>> library_check_facts({"build": {"is_cuda_build": False}, "gpus": []}, {"available": True}, dict)["skipped"]
+    'a CPU-only TensorFlow build opens no CUDA libraries'
+    """
+    if not tf_facts["build"].get("is_cuda_build"):
+        return {"skipped": "a CPU-only TensorFlow build opens no CUDA libraries"}
+    if not tf_facts["gpus"] and not nvml.get("available"):
+        return {"skipped": "no GPU: TensorFlow sees none and no NVIDIA driver answered"}
+    return load_libraries()
 
 
 def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

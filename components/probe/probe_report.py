@@ -9,9 +9,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from components.probe.baseline_diff import compare_facts, difference_lines
-from components.probe.checks import CheckResult, Expectations, check_gpu_memory, run_checks, verdict
+from components.probe.checks import FAIL, PASS, CheckResult, Expectations, check_gpu_memory, run_checks, verdict
 from components.probe.machine_facts import collect
 from components.detector.precision import precision_for
+from components.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -23,10 +24,11 @@ class ProbeResult:
     facts: dict
     recommendations: dict
     differences: list[tuple[str, str, str]] = field(default_factory=list)
+    dry_run: dict | None = None  # components/train/dry_run.DryRun.to_dict() when one ran
 
     def to_dict(self) -> dict:
         return {"verdict": self.verdict, "checks": [c.to_dict() for c in self.checks],
-                "recommendations": self.recommendations,
+                "recommendations": self.recommendations, "dry_run": self.dry_run,
                 "baseline_differences": [{"fact": f, "baseline": a, "here": b} for f, a, b in self.differences],
                 "facts": self.facts}
 
@@ -41,9 +43,25 @@ def recommend(facts: dict, expect: Expectations) -> dict:
             "input_parallelism": max(1, int(facts["cpu"]["usable"]))}
 
 
+def dry_run_check(config: TrainConfig, recommendations: dict) -> tuple[CheckResult, dict]:
+    """The dry run of the real training (components/train/dry_run.py) as a check."""
+    from components.train.dry_run import dry_run
+
+    logger.info("probe: dry run of the training (%s, --precision %s, --xla %s)", config.data_dir, config.precision,
+                config.xla)
+    result = dry_run(config, recommendations)
+    if result.passed:
+        return CheckResult("dry_run", PASS, f"the real training ran here in {result.seconds:g} s: {result.what}"), \
+            result.to_dict()
+    return CheckResult("dry_run", FAIL, f"the real training fails here after {result.seconds:g} s ({result.what}): "
+                                        f"{result.error}", result.fix), result.to_dict()
+
+
 def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir: str = ".",
               expect: Expectations = Expectations(), facts: dict | None = None,
-              baseline: dict | None = None) -> ProbeResult:
+              baseline: dict | None = None, dry_run: TrainConfig | None = None) -> ProbeResult:
+    """Collect (or take) the facts, check them, recommend; with `dry_run` (the run's train
+    config, on its data) also run a few steps of the real training here (dry_run_check)."""
     facts = collect(data_dir=data_dir, output_dir=output_dir) if facts is None else facts
     if facts.get("storage", {}).get("measured") and not expect.images_per_second:
         # The storage check compares with the rate this model trains at here, measured.
@@ -54,7 +72,12 @@ def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir
         expect = replace(expect, images_per_second=rate.images_per_second, rate_source=rate.source)
     checks = run_checks(facts, require_gpu=require_gpu, expect=expect)
     differences = compare_facts(baseline.get("facts", baseline), facts) if baseline else []
-    return ProbeResult(verdict(checks), checks, facts, recommend(facts, expect), differences)
+    recommendations = recommend(facts, expect)
+    ran = None
+    if dry_run is not None:
+        check, ran = dry_run_check(dry_run, recommendations)
+        checks.append(check)
+    return ProbeResult(verdict(checks), checks, facts, recommendations, differences, ran)
 
 
 def probe_markdown(result: ProbeResult) -> str:

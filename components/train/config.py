@@ -20,7 +20,11 @@ class ProbeAdvice:
     def from_probe_file(cls, path: str) -> "ProbeAdvice":
         """The recommendations of a probe.json (`detpipe probe --json`, the probe step's artifact)."""
         with open(path) as handle:
-            rec = json.load(handle)["recommendations"]
+            return cls.from_recommendations(json.load(handle)["recommendations"])
+
+    @classmethod
+    def from_recommendations(cls, rec: dict) -> "ProbeAdvice":
+        """From the probe's `recommendations` (probe_report.recommend)."""
         return cls(safe_batch=rec.get("largest_safe_batch") or None, precision=rec.get("mixed_precision"),
                    input_parallelism=rec.get("input_parallelism"))
 

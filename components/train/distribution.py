@@ -92,6 +92,18 @@ def cluster_role(environ=os.environ) -> ClusterRole:
 _STRATEGIES: dict[str, tf.distribute.Strategy] = {}
 
 
+def training_devices() -> list[str]:
+    """The devices one machine trains on when it has several: its GPUs, or, on a machine
+    without one, the logical CPU devices the process was given
+    (`tf.config.set_logical_device_configuration`: how the tests run MirroredStrategy, and
+    how a CPU host could be split); an empty list for one device."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if gpus:
+        return [d.name for d in gpus] if len(gpus) > 1 else []
+    cpus = tf.config.list_logical_devices("CPU")
+    return [d.name for d in cpus] if len(cpus) > 1 else []
+
+
 def make_strategy(role: ClusterRole) -> tuple[tf.distribute.Strategy, str]:
     """The strategy for this cluster and how to describe it. Call before any other
     TensorFlow work: MultiWorkerMirroredStrategy must configure collectives first."""
@@ -100,9 +112,11 @@ def make_strategy(role: ClusterRole) -> tuple[tf.distribute.Strategy, str]:
         if "multi_worker" not in _STRATEGIES:
             _STRATEGIES["multi_worker"] = tf.distribute.MultiWorkerMirroredStrategy()
         return _STRATEGIES["multi_worker"], f"MultiWorkerMirroredStrategy, {role.workers} workers"
-    gpus = tf.config.list_logical_devices("GPU")
-    if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy(), f"MirroredStrategy over {len(gpus)} GPUs, the batch split evenly"
+    devices = training_devices()
+    if devices:
+        kind = "GPUs" if "GPU" in devices[0] else "logical CPU devices"
+        return (tf.distribute.MirroredStrategy(devices),
+                f"MirroredStrategy over {len(devices)} {kind}, the batch split evenly")
     return tf.distribute.get_strategy(), "one device"
 
 
