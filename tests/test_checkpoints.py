@@ -217,14 +217,14 @@ def _tiny_model():
     return model
 
 
-def _fit_tiny(model, guard, steps=4, micro_batches=1):
+def _fit_tiny(model, guard, steps=4, micro_batches=1, plan=None):
     from components.train.accumulation import use_micro_batches
-    from components.train.faults import RaiseOnNonFinite
+    from components.train.faults import InjectFault, RaiseOnNonFinite
 
     use_micro_batches(model, micro_batches, wrap=guard.checked)
     x = np.arange(3 * 4 * steps, dtype="float32").reshape(4 * steps, 3) / 10
     model.fit(x, np.ones((4 * steps, 2), "float32"), batch_size=4, epochs=1, shuffle=False, verbose=0,
-              callbacks=[RaiseOnNonFinite(guard)])
+              callbacks=[RaiseOnNonFinite(guard)] + ([InjectFault(plan)] if plan else []))
 
 
 def test_a_non_finite_update_is_named_at_its_step_even_when_its_loss_was_finite():
@@ -261,14 +261,15 @@ def test_injected_nan_reaches_the_loss_of_exactly_step_k_with_or_without_micro_b
     monkeypatch.setenv("DETPIPE_INJECT_FAULT", "nan@3")
     for parts in (1, 2):
         model = _tiny_model()
-        FaultPlan.from_env().poison_loss(model)
+        plan = FaultPlan.from_env()
+        plan.poison_loss(model)
         with pytest.raises(NonFiniteLoss, match=r"^loss is nan at step 3$"):
-            _fit_tiny(model, FiniteGuard(model), micro_batches=parts)
+            _fit_tiny(model, FiniteGuard(model), micro_batches=parts, plan=plan)
     plan = FaultPlan.from_env()
     model = _tiny_model()
     plan.poison_loss(model)
     plan.mark_fired()  # once: after it fired, the same step trains normally
-    _fit_tiny(model, FiniteGuard(model))
+    _fit_tiny(model, FiniteGuard(model), plan=plan)
     assert all(np.isfinite(w).all() for w in model.get_weights())
 
 

@@ -4,7 +4,9 @@ injects them so recovery is testable on a CPU.
 `DETPIPE_INJECT_FAULT=nan@K` makes the loss of global step K (1-based) NaN, once: the NaN is
 added to the loss inside the compiled step, so it reaches the loss and the update on every
 machine (NaN pixels do not: oneDNN's CPU kernels drop them before the loss and poison only
-the update). `oom@K` raises `tf.errors.ResourceExhaustedError` when step K starts, once.
+the update). K is the step as the callbacks count it (checkpoints, `term@K`, `oom@K`), not
+the optimizer's update count: under mixed_float16 the LossScaleOptimizer skips the updates
+whose gradients overflowed, so its count falls behind the steps trained. `oom@K` raises `tf.errors.ResourceExhaustedError` when step K starts, once.
 `term@K` sends this process a SIGTERM as step K starts, once, as Vertex does before it
 takes a spot VM back. With `:always` (`nan@K:always`, `oom@K:always`) it happens every time
 step K comes round again, to test the failure paths.
@@ -60,6 +62,7 @@ class FaultPlan:
     always: bool = False
     fired: bool = False
     _armed: tf.Variable | None = field(default=None, repr=False)
+    _step_now: tf.Variable | None = field(default=None, repr=False)  # the global step training (InjectFault sets it)
 
     @classmethod
     def from_env(cls) -> "FaultPlan":
@@ -72,18 +75,19 @@ class FaultPlan:
         return cls(kind=match.group(1), step=int(match.group(2)), always=bool(match.group(3)))
 
     def poison_loss(self, model: keras.Model) -> None:
-        """For `nan@K`: make the loss of global step K NaN inside the compiled step (K is the
-        optimizer's update count + 1, so it holds across chunks, restores and micro-batches).
-        Call before the train function is built."""
+        """For `nan@K`: make the loss of global step K NaN inside the compiled step (the step
+        `InjectFault` reports before each batch, so it holds across chunks, restores and
+        micro-batches). Call before the train function is built."""
         if self.kind != "nan":
             return
         logger.warning("fault injection: NaN loss at step %d (%s)", self.step, FAULT_ENV)
         self._armed = tf.Variable(True, trainable=False, name="nan_fault_armed")
-        armed, target, compute_loss = self._armed, self.step, model.compute_loss
+        self._step_now = tf.Variable(0, dtype=tf.int64, trainable=False, name="nan_fault_step")
+        armed, step_now, target, compute_loss = self._armed, self._step_now, self.step, model.compute_loss
 
         def poisoned(*args, **kwargs):
             loss = compute_loss(*args, **kwargs)
-            hit = tf.logical_and(armed, tf.equal(model.optimizer.iterations + 1, target))
+            hit = tf.logical_and(armed, tf.equal(step_now, target))
             return loss + tf.cast(tf.where(hit, float("nan"), 0.0), loss.dtype)
 
         model.compute_loss = poisoned
@@ -136,7 +140,7 @@ class RaiseOnNonFinite(GlobalStep):
 class InjectFault(GlobalStep):
     """The `oom@K` fault: a ResourceExhaustedError as step K starts, as a too-large batch
     would raise from the training step on a GPU; the `term@K` fault: a SIGTERM to this
-    process as step K starts."""
+    process as step K starts; for `nan@K`, the step about to train, for the poisoned loss."""
 
     def __init__(self, plan: FaultPlan):
         super().__init__()
@@ -145,6 +149,8 @@ class InjectFault(GlobalStep):
     def on_train_batch_begin(self, batch, logs=None):
         super().on_train_batch_begin(batch, logs)
         plan = self._plan
+        if plan._step_now is not None:
+            plan._step_now.assign(self.step)
         if plan.kind not in ("oom", "term") or self.step != plan.step or (plan.fired and not plan.always):
             return
         plan.fired = True
