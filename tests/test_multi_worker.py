@@ -58,8 +58,11 @@ def _digest(log_path) -> str:
 def two_worker_run(demo_shards, tmp_path_factory):
     logs = tmp_path_factory.mktemp("two_workers")
     out = logs / "out"
-    # Every default, export included, as a two-replica custom job runs it.
-    codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8, export=True))
+    # Every default, export included, as a two-replica custom job runs it on the default
+    # accelerator (T4s: mixed_float16, forced here; the LossScaleOptimizer all-reduces its
+    # gradients' finiteness across the workers).
+    codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8, export=True,
+                                 extra=("--precision", "mixed_float16")))
     return out, logs, codes
 
 
@@ -75,6 +78,7 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(two_worker_run)
     assert "_scratch" not in names  # the worker's own saves are gone
     report = (out / "train_report.md").read_text()
     assert "MultiWorkerMirroredStrategy, 2 workers, global batch 8" in report
+    assert "mixed_float16: given with --precision" in report
     config = json.loads((out / "train_config.json").read_text())
     assert config["result"]["batch_size"] == 8 and config["result"]["steps"] == 8
     assert config["result"]["weights_sha256"] == _digest(logs / "chief.log")
