@@ -1,5 +1,6 @@
 """`--batch-size auto`: the search finds the largest batch that fits, with real trial steps."""
 
+import numpy as np
 import pytest
 
 from components.train.batch_search import BatchSearch, cpu_ram_bound, search_largest_batch, trial_step_fits
@@ -97,3 +98,40 @@ def test_the_cpu_bound_counts_the_anchor_matching_of_the_densest_image(monkeypat
     batch, reason = batch_search.measure_auto_batch(TrainConfig(data_dir="d", output_dir="o"), config,
                                                     boxes_per_image=1000)
     assert batch == dense and "anchor matching of 1000 box(es) an image" in reason
+
+
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_the_gpu_batch_search_trains_trial_steps_under_each_mixed_policy_and_keeps_what_fits(precision, monkeypatch):
+    """The search a GPU machine runs, on this CPU: the trial model built as training builds it
+    (batch_search.trial_model) under the policy training_state sets, real trial steps, an
+    out-of-memory error injected from batch 3 up (as the GPU raises it from the step)."""
+    import keras
+    import tensorflow as tf
+
+    from components.detector.model import model_config_for
+    from components.train.batch_search import trial_model
+    from components.train.config import TrainConfig
+    from components.train.process_state import training_state
+
+    with training_state(seed=0, deterministic=False, precision=precision):
+        model = trial_model(model_config_for("tiny", 64, 2), TrainConfig(data_dir="d", output_dir="o"))
+        assert model.dtype_policy.name == precision
+        scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        assert scaled == (precision == "mixed_float16")  # float16 trains with loss scaling
+        real_fit, trained = model.fit, []
+
+        def fit(data, **kwargs):
+            batch = int(data.element_spec[0].shape[0])
+            if batch >= 3:
+                raise tf.errors.ResourceExhaustedError(None, None, f"injected: OOM at batch {batch}")
+            history = real_fit(data, **kwargs)
+            trained.append((batch, history.history["loss"][-1]))
+            return history
+
+        monkeypatch.setattr(model, "fit", fit)
+        fits = trial_step_fits(model, 64, budget_bytes=10**9, memory_peak=lambda: 0, reset=lambda: None)
+        result = search_largest_batch(fits, start=1, limit=8)
+    assert result.batch == 2
+    assert (4, False) in result.trials and (3, False) in result.trials and result.trials[-1] == (2, True)
+    assert {batch for batch, _ in trained} == {1, 2}
+    assert all(np.isfinite(loss) for _, loss in trained)  # the steps really trained under the policy

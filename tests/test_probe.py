@@ -263,3 +263,103 @@ def test_one_precision_rule_for_the_trainer_and_the_probe():
     assert precision_for([6])[0] == "float32" and precision_for([]) == ("float32", "no GPU: float32")
     assert is_mixed("mixed_float16") and not is_mixed("float32")
 
+
+
+# Read off a real machine (issue 51): an H200 whose driver serves CUDA 13.0, where of the
+# libraries TF 2.16 opens only libcuda.so.1 and libcusparse.so.12 load; TensorFlow sees no GPU.
+H200_LIBRARIES = {name: ({"loaded": True, "path": name} if name in ("libcuda.so.1", "libcusparse.so.12") else
+                         {"loaded": False, "error": f"{name}: cannot open shared object file: No such file or directory"})
+                  for name in ("libcuda.so.1", "libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12",
+                               "libcufft.so.11", "libcusolver.so.11", "libcusparse.so.12", "libcudnn.so.8")}
+
+
+def _h200_without_cuda_libraries() -> dict:
+    facts = machine()  # TensorFlow sees no GPU
+    facts["nvml"] = {"available": True, "driver_version": "580.159.04", "driver_cuda_version": "13.0",
+                     "gpus": [{"index": 0, "name": "NVIDIA H200", "memory_total": 143_771 << 20,
+                               "memory_free": 143_000 << 20, "compute_capability": [9, 0], "throttle_reasons": 1,
+                               "other_processes": []}]}
+    facts["cuda_libraries"] = {"searched": [], "libraries": H200_LIBRARIES}
+    return facts
+
+
+def test_the_library_check_runs_when_the_driver_sees_a_gpu_that_tensorflow_does_not():
+    """On main the library check ran only when TensorFlow saw a GPU: the gpu check pointed to
+    a cuda_libraries check that was never there, in exactly the case it exists for."""
+    from components.probe.machine_facts import library_check_facts
+
+    loaded = []
+    no_gpu_in_tf = {"build": BUILD, "gpus": []}
+    assert library_check_facts(no_gpu_in_tf, {"available": True}, lambda: loaded.append(1) or {"libraries": {}}) == {
+        "libraries": {}}
+    assert loaded == [1]
+    assert "skipped" in library_check_facts(no_gpu_in_tf, {"available": False}, dict)
+    assert "skipped" in library_check_facts({"build": {"is_cuda_build": False}, "gpus": []}, {"available": True}, dict)
+
+    checks = by_name(_h200_without_cuda_libraries(), require_gpu=True)
+    assert checks["gpu"].status == FAIL and "driver sees a GPU but TensorFlow does not" in checks["gpu"].reason
+    libs = checks["cuda_libraries"]
+    assert libs.status == FAIL
+    missing = ["libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12", "libcufft.so.11", "libcusolver.so.11",
+               "libcudnn.so.8"]
+    assert f"6 of 8 libraries TensorFlow opens do not load: {', '.join(missing)}" in libs.reason
+    assert "these load: libcuda.so.1, libcusparse.so.12" in libs.reason
+    assert "looked in the system library path" in libs.reason and "no nvidia-* wheel folders" in libs.reason
+    assert "--extra gpu" in libs.fix and "tensorflow[and-cuda]" in libs.fix
+    assert "CUDA 12.3 and cuDNN 8.9" in libs.fix
+    assert "driver" not in libs.fix.split(":")[0]  # libcuda loads: the driver is not the problem
+    assert "| cuda_libraries | FAIL |" in probe_markdown(run_probe(facts=_h200_without_cuda_libraries()))
+
+
+def test_a_missing_driver_library_names_the_driver():
+    facts = _h200_without_cuda_libraries()
+    facts["cuda_libraries"]["libraries"]["libcuda.so.1"] = {"loaded": False, "error": "libcuda.so.1: cannot open"}
+    facts["cuda_libraries"]["searched"] = ["/venv/lib/python3.11/site-packages/nvidia/cudnn/lib"]
+    libs = by_name(facts)["cuda_libraries"]
+    assert libs.fix.startswith("install the NVIDIA driver (libcuda.so.1 comes with it)")
+    assert "/venv/lib/python3.11/site-packages/nvidia/cudnn/lib" in libs.reason
+
+
+@pytest.mark.slow
+def test_the_dry_run_trains_saves_averages_and_exports_the_real_model_here(raccoon_shards, tmp_path):
+    """The probe runs a few steps of the real training on the data (components/train/dry_run.py),
+    under the precision the probe recommends for the machine, and reports it as a check."""
+    from components.train.config import TrainConfig
+
+    config = TrainConfig(data_dir=str(raccoon_shards), output_dir="", image_size="auto")
+    result = run_probe(facts=machine(), expect=Expectations(), dry_run=config)
+    check = next(c for c in result.checks if c.name == "dry_run")
+    assert check.status == PASS, check
+    assert "2 steps of 2 images at" in check.reason and "precision float32: auto: no GPU" in check.reason
+    assert "then a checkpoint, the weight average, model.keras and the SavedModel export" in check.reason
+    assert result.dry_run["passed"] and result.dry_run["decisions"]["xla"].startswith("off (auto)")
+    assert json.loads(json.dumps(result.to_dict()))["dry_run"]["passed"]
+    assert "| dry_run | PASS |" in probe_markdown(result)
+    assert list(tmp_path.iterdir()) == []  # nothing written outside its own temporary folder
+
+
+@pytest.mark.slow
+def test_a_failing_dry_run_is_a_fail_with_the_first_error_and_its_fix(raccoon_shards, monkeypatch, capsys):
+    """An out-of-memory error that no smaller micro-batch cures (injected at every first step):
+    the probe fails in a minute with the error training would have met after hours."""
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "oom@1:always")
+    code = main(["probe", "--data", str(raccoon_shards), "--dry-run", "--image-size", "64"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    line = next(line for line in err if line.startswith("detpipe: dry_run:"))
+    assert "OutOfMemory: out of memory at step 1 even with a micro-batch of 1 image" in line
+    assert "fix: a smaller --image-size or --model-size, or a GPU with more memory" in line
+
+
+def test_a_dry_run_needs_the_data(capsys):
+    assert main(["probe", "--dry-run"]) == 2
+    assert "--dry-run trains on the shards: give --data too" in capsys.readouterr().err
+
+
+def test_the_dry_run_names_a_fix_for_each_kind_of_failure():
+    from components.train.dry_run import fix_for
+
+    assert "--xla off" in fix_for(RuntimeError("Detected unsupported operations ... on XLA_GPU_JIT: Timestamp"))
+    assert "--precision float32" in fix_for(AttributeError("'LossScaleOptimizer' object has no attribute 'x'"))
+    assert "--image-size" in fix_for(type("ResourceExhaustedError", (Exception,), {})("OOM when allocating"))
+    assert "run `detpipe train` here" in fix_for(KeyError("something else"))

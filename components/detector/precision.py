@@ -64,16 +64,25 @@ def choose_precision(requested: str, advised: str | None, gpu_majors: tuple[int,
     return policy, f"auto: {reason}"
 
 
-def choose_xla(requested: str, gpu_majors: tuple[int, ...], replicas: int) -> tuple[bool, str]:
-    """Whether the train step is compiled with XLA, and why.
+def choose_xla(requested: str, gpu_majors: tuple[int, ...], replicas: int, deterministic: bool = False) -> tuple[bool, str]:
+    """Whether the train step is compiled with XLA, and why. Never with `--deterministic`:
+    XLA has no deterministic max-pool gradient ("GPU MaxPool gradient ops do not yet have a
+    deterministic XLA implementation", on a CPU too), so `--xla on` with it is refused.
 
     >>> choose_xla("auto", (), replicas=1)
     (False, 'off (auto): no GPU; XLA on a CPU spends its compile time for little gain')
     >>> choose_xla("auto", (8, 8), replicas=2)[0], choose_xla("on", (), replicas=1)[0]
     (False, True)
+    >>> choose_xla("auto", (7,), replicas=1, deterministic=True)[0]
+    False
     """
     if requested not in XLA_MODES:
         raise ValueError(f"xla must be one of {', '.join(XLA_MODES)}, got {requested!r}")
+    if deterministic:
+        if requested == "on":
+            raise ValueError("--xla on cannot train --deterministic: XLA has no deterministic max-pool gradient; "
+                             "use --xla off (or auto) with --deterministic")
+        return False, f"off ({requested}): --deterministic, and XLA has no deterministic max-pool gradient"
     if requested == "on":
         return True, "on: given with --xla" + ("" if gpu_majors else "; no GPU here: it compiles, it does not speed up")
     if requested == "off":

@@ -162,7 +162,7 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
     if num_train < 1:
         raise ValueError("the train split has no records")
     precision, precision_reason = choose_precision(config.precision, config.probe.precision, machine.gpu_majors)
-    xla, xla_reason = choose_xla(config.xla, machine.gpu_majors, machine.replicas)
+    xla, xla_reason = choose_xla(config.xla, machine.gpu_majors, machine.replicas, config.deterministic)
     per_machine_data = max(1, num_train // machine.workers)
     machine_batch, batch_reason = choose_batch_size(config.batch_size, per_machine_data, config.probe.safe_batch,
                                                     machine.auto_batch)
