@@ -68,10 +68,11 @@ def test_gpu_batch_search_stops_at_what_the_step_floor_keeps(demo_shards, monkey
     for a long run; the plan then keeps what the search found."""
     import components.train.trainer as trainer
 
-    limits = []
+    limits, xla = [], []
 
-    def search(config, model, replicas, boxes, limit):  # what the trial steps would find: the limit
+    def search(config, model, replicas, boxes, limit, compiled):  # what the trial steps would find: the limit
         limits.append(limit)
+        xla.append(compiled)
         return limit * replicas, "trials"
 
     monkeypatch.setattr(trainer, "measure_auto_batch", search)
@@ -83,6 +84,7 @@ def test_gpu_batch_search_stops_at_what_the_step_floor_keeps(demo_shards, monkey
         facts = trainer.gather_facts(TrainConfig(str(demo_shards), "o", epochs=epochs), gpu)
         machine_batches.append(plan_training(facts.config, facts.machine, facts.num_train).machine_batch)
     assert limits == [2, 512] and machine_batches[0] == 4  # the long run: the split's size (46) caps the plan
+    assert xla == [False, False]  # two GPUs (MirroredStrategy): the trials compile as training will, without XLA
     assert trainer.gather_facts(TrainConfig(str(demo_shards), "o", epochs=1, batch_size=8), gpu).machine.auto_batch is None
     assert len(limits) == 2  # a given batch runs no search
 
