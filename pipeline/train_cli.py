@@ -88,8 +88,9 @@ def cmd_train(args) -> int:
     except PoorAnchors as err:
         raise _fail_lines([str(err)]) from err
     loss = "n/a (nothing left to train)" if result.final_loss is None else f"{result.final_loss:.4f}"
-    print(f"trained {result.steps} steps at {result.images_per_second} images/s, final loss {loss} -> "
-          f"{result.model_path}")
+    precision, xla = result.decisions["precision"].split(":")[0], result.decisions["xla"].split(":")[0]
+    print(f"trained {result.steps} steps at {result.images_per_second} images/s ({precision}, XLA {xla}), "
+          f"final loss {loss} -> {result.model_path}")
     if not result.is_chief:  # the chief exports; a replica that read its files could race it
         print("this replica's part is done; the chief writes the model and exports it")
     elif not args.no_export:

@@ -153,3 +153,20 @@ def assert_the_policy_ran_every_path(run: PolicyRun, precision: str) -> None:
     assert run.output_dtypes["detection_scores"] == run.output_dtypes["detection_boxes"] == "float32"
     assert all(math.isfinite(v) for v in run.eval_metrics.values())
     assert_serve_equals_the_evaluator(run)
+
+
+def policy_module(precision: str):
+    """The fixture and the test of one policy's module (each module holds one policy, so
+    pytest-xdist's --dist loadfile runs the two policies on two cores)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def policy_run(raccoon_shards, tmp_path_factory):
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            return run_policy(raccoon_shards, tmp_path_factory.mktemp(precision), precision, monkeypatch)
+
+    @pytest.mark.slow
+    def test_trains_resumes_recovers_exports_and_serves_under_xla(policy_run):
+        assert_the_policy_ran_every_path(policy_run, precision)
+
+    return policy_run, test_trains_resumes_recovers_exports_and_serves_under_xla

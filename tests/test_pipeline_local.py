@@ -53,7 +53,9 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
         assert all(0.0 <= v <= 1.0 for key in K.BOX_KEYS for v in ex[key])
 
     assert summary["probe_verdict"] in ("PASS", "WARN")
-    assert (run_dir / "probe" / "report").read_text().startswith("# Environment probe")
+    probe_report = (run_dir / "probe" / "report").read_text()
+    assert probe_report.startswith("# Environment probe")
+    assert "| dry_run | PASS | the real training ran here" in probe_report  # the probe step's dry run
     assert (run_dir / "train" / "model" / "model.keras").stat().st_size > 0
     hparams = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
     assert hparams["search"]["trials"] == 0  # tune_trials defaults to 0: the defaults, no search

@@ -143,7 +143,7 @@ def train_detector(config: TrainConfig) -> TrainResult:
             decisions = _decisions(plan, facts.config, built.parts.model, Path(config.output_dir),
                                    built.steps_done, facts.shape, facts.warm)
             for key, value in decisions.items():
-                logger.info("train: %s = %s", key, value)
+                (logger.warning if "WARNING" in value else logger.info)("train: %s = %s", key, value)
             losses, recoveries = fit_with_recovery(built.parts, facts.config, built.input_config,
                                                    built.steps_done, plan.chunk, plan.total_steps)
             return finish_run(facts, plan, built, role, decisions, losses, recoveries, started)
