@@ -64,7 +64,8 @@ def choose_precision(requested: str, advised: str | None, gpu_majors: tuple[int,
     return policy, f"auto: {reason}"
 
 
-def choose_xla(requested: str, gpu_majors: tuple[int, ...], replicas: int, deterministic: bool = False) -> tuple[bool, str]:
+def choose_xla(requested: str, gpu_majors: tuple[int, ...], replicas: int,
+               deterministic: bool = False) -> tuple[bool, str]:
     """Whether the train step is compiled with XLA, and why. Never with `--deterministic`:
     XLA has no deterministic max-pool gradient ("GPU MaxPool gradient ops do not yet have a
     deterministic XLA implementation", on a CPU too), so `--xla on` with it is refused.

@@ -172,7 +172,8 @@ def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
         # A from-scratch run's batch is bounded by its steps (plan.steps_bound): search no higher.
         limit = auto_batch_ceiling(GPU_BATCH_LIMIT, num_train, config.epochs,
                                    machine.workers * machine.local_replicas, fine_tune=warm.used)
-        xla, _ = choose_xla(config.xla, machine.gpu_majors, machine.replicas, config.deterministic)  # the trials compile as training will
+        # The trials compile as training will (XLA or not): memory differs between the two.
+        xla, _ = choose_xla(config.xla, machine.gpu_majors, machine.replicas, config.deterministic)
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
                                                                   max(1, sample.densest_image_boxes), limit, xla))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
