@@ -55,7 +55,13 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     assert summary["probe_verdict"] in ("PASS", "WARN")
     probe_report = (run_dir / "probe" / "report").read_text()
     assert probe_report.startswith("# Environment probe")
-    assert "| dry_run | PASS | the real training ran here" in probe_report  # the probe step's dry run
+    # The probe step's dry run: the real training's code for 2 steps on the run's data, under the
+    # precision the probe recommends, then the checkpoint, weight average and export.
+    dry_run = json.loads((run_dir / "probe" / "probe_json").read_text())["dry_run"]
+    assert dry_run["passed"] and dry_run["decisions"]["xla"].startswith("off (auto)")
+    assert "2 steps of 2 images at 96 px; precision float32: auto: no GPU" in dry_run["what"]
+    assert "then a checkpoint, the weight average, model.keras and the SavedModel export" in dry_run["what"]
+    assert "| dry_run | PASS | the real training ran here" in probe_report
     assert (run_dir / "train" / "model" / "model.keras").stat().st_size > 0
     hparams = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
     assert hparams["search"]["trials"] == 0  # tune_trials defaults to 0: the defaults, no search

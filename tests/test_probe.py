@@ -321,24 +321,6 @@ def test_a_missing_driver_library_names_the_driver():
 
 
 @pytest.mark.slow
-def test_the_dry_run_trains_saves_averages_and_exports_the_real_model_here(raccoon_shards, tmp_path):
-    """The probe runs a few steps of the real training on the data (components/train/dry_run.py),
-    under the precision the probe recommends for the machine, and reports it as a check."""
-    from components.train.config import TrainConfig
-
-    config = TrainConfig(data_dir=str(raccoon_shards), output_dir="", image_size="auto")
-    result = run_probe(facts=machine(), expect=Expectations(), dry_run=config)
-    check = next(c for c in result.checks if c.name == "dry_run")
-    assert check.status == PASS, check
-    assert "2 steps of 2 images at" in check.reason and "precision float32: auto: no GPU" in check.reason
-    assert "then a checkpoint, the weight average, model.keras and the SavedModel export" in check.reason
-    assert result.dry_run["passed"] and result.dry_run["decisions"]["xla"].startswith("off (auto)")
-    assert json.loads(json.dumps(result.to_dict()))["dry_run"]["passed"]
-    assert "| dry_run | PASS |" in probe_markdown(result)
-    assert list(tmp_path.iterdir()) == []  # nothing written outside its own temporary folder
-
-
-@pytest.mark.slow
 def test_a_failing_dry_run_is_a_fail_with_the_first_error_and_its_fix(raccoon_shards, monkeypatch, capsys):
     """An out-of-memory error that no smaller micro-batch cures (injected at every first step):
     the probe fails in a minute with the error training would have met after hours."""
