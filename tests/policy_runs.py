@@ -106,14 +106,15 @@ def assert_serve_equals_the_evaluator(run: PolicyRun, top: int = 10, unmatched_s
     such a logit: bfloat16's 8 bits make steps of ~5e-4 at 0.015, float16's 11 of ~6e-5; a
     model trained a few steps scores every box near 0.01, where scores tie by the dozen and
     which of two tied, overlapping boxes NMS keeps is arbitrary. So, per image: the same
-    number of detections, the same `top` scores within two logit steps, and each served
+    number of detections within 2 (keeping the other of two tied boxes can suppress another
+    neighbour), the same `top` scores within two logit steps, and each served
     detection has one of the evaluator's of the same class, a score within two logit steps
     and IoU >= 0.5 (the box NMS kept instead overlaps it that much); at most
     `unmatched_share` of them may have none (chains of ties)."""
     compared, unmatched = 0, 0
     mantissa = 7 if run.precision == "mixed_bfloat16" else 10
     for served, found in zip(run.serve_predictions, run.evaluator_detections):
-        assert served["num_detections"] == len(found.scores)
+        assert abs(served["num_detections"] - len(found.scores)) <= 2, (served["num_detections"], len(found.scores))
         if not found.scores:
             continue
         scores = np.clip(np.asarray(served["detection_scores"]), 1e-4, 1 - 1e-4)
