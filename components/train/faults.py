@@ -92,6 +92,11 @@ class FaultPlan:
 
         model.compute_loss = poisoned
 
+    def starting(self, step: int) -> None:
+        """Step `step` (global, 1-based) is about to train: what the poisoned loss compares with."""
+        if self._step_now is not None:
+            self._step_now.assign(step)
+
     def mark_fired(self) -> None:
         """The fault happened: without `:always` it does not happen again."""
         self.fired = True
@@ -149,8 +154,7 @@ class InjectFault(GlobalStep):
     def on_train_batch_begin(self, batch, logs=None):
         super().on_train_batch_begin(batch, logs)
         plan = self._plan
-        if plan._step_now is not None:
-            plan._step_now.assign(self.step)
+        plan.starting(self.step)
         if plan.kind not in ("oom", "term") or self.step != plan.step or (plan.fired and not plan.always):
             return
         plan.fired = True
