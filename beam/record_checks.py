@@ -76,20 +76,23 @@ class UnreadableFormat(ValueError):
     """An image in a format Pillow cannot open (HEIF); the message is the format's name."""
 
 
-def inspect_image(data: bytes) -> tuple[str, int, int, str, int]:
+def inspect_image(data: bytes, max_pixels: int | None = None) -> tuple[str, int, int, str, int]:
     """(PIL format, stored width, stored height, mode, EXIF orientation) after decoding the
     whole image, a JPEG at 1/8 scale: libjpeg's DCT-domain scaling still entropy-decodes
     every coefficient (so a truncated or corrupt stream fails as in a full decode) but
     skips most of the inverse DCT and colour conversion, which nothing here needs.
 
     Raises `ValueError` for data Pillow cannot decode (corrupt or truncated), `ImageTooLarge`
-    for an image too large to decode at all, `UnreadableFormat` for an image in a format
-    Pillow cannot open.
+    for an image too large to decode at all or, given `max_pixels`, over it (said from the
+    header, before any pixel is decoded: a small file can hold a huge picture), `UnreadableFormat`
+    for an image in a format Pillow cannot open.
     """
     try:
         with Image.open(io.BytesIO(data)) as image:
             fmt, (width, height), mode = image.format, image.size, image.mode
             orientation = orientation_of(image)
+            if max_pixels is not None and width * height > max_pixels:
+                raise ImageTooLarge(f"it is {width:,} x {height:,} pixels, over the limit of {max_pixels:,}")
             if fmt in ("JPEG", "MPO"):  # MPO: a JPEG with more pictures after it (beam/image_formats.py)
                 image.draft(mode, (max(1, width // 8), max(1, height // 8)))
             image.load()  # decodes the whole stream: catches truncated files

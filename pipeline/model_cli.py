@@ -11,7 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.cli_types import UsageError, output_dir, saved_model_dir, trained_model_dir
+from pipeline.cli_types import (UsageError, non_negative_float, output_dir, positive_float, saved_model_dir,
+                                trained_model_dir)
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import unit_float as _unit_float
 
@@ -118,28 +119,25 @@ def cmd_serve(args) -> int:
     if not model_dir:
         raise ValueError("no model: pass --model DIR or set AIP_STORAGE_URI")
     check_model_dir(model_dir)  # before TensorFlow and before binding the port: a wrong path fails at once
-    import uvicorn
-
-    from components.serve.app import Routes, create_app
+    from components.serve.app import Routes, ServeOptions, create_app
+    from components.serve.server import run_server
 
     routes = Routes.from_env()
     port = args.port or routes.port
-    app = create_app(model_dir, routes, max_instances=args.max_instances)
+    options = ServeOptions(max_instances=args.max_instances, max_batch_size=args.max_batch_size,
+                           batch_timeout_ms=args.batch_timeout_ms, body_timeout_s=args.body_timeout_s)
+    app = create_app(model_dir, routes, options)
     print(f"serving {model_dir} on http://{args.host}:{port}{routes.predict} (health: {routes.health})",
           file=sys.stderr)
-    import signal
-
-    # The server takes a Ctrl-C itself (a graceful shutdown, logged), then raises it again for
-    # the handler it found: none here, the command is done (not pipeline/interrupt.py's).
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        uvicorn.run(app, host=args.host, port=port, log_level="info")
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    run_server(app, args.host, port)
     return EXIT_OK
 
 
 def add_model_commands(sub) -> None:
+    from components.serve.batching import DEFAULT_TIMEOUT_MS
+    from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES, MAX_BODY_BYTES, MAX_IMAGE_PIXELS
+
+
     p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving)")
     p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for the SavedModel, label_map.json, serving_config.json")
@@ -179,11 +177,28 @@ def add_model_commands(sub) -> None:
                         "runs in this process")
     p.set_defaults(func=cmd_predict, takes_beam_args=True, exits_at_once=True)
 
-    p = sub.add_parser("serve", help="HTTP predictions on Vertex AI's custom-container contract")
+    p = sub.add_parser(
+        "serve", help="HTTP predictions on Vertex AI's custom-container contract",
+        description="Answers Vertex AI online predictions ({\"instances\": [{\"image_bytes\": {\"b64\": ...}}]}) "
+                    f"with the model of `detpipe export`. Limits: a body of at most {MAX_BODY_BYTES:,} bytes (Vertex "
+                    "AI's; 413 over it, however it is sent), arriving within --body-timeout-s (408), at most "
+                    f"--max-instances images a request, each of at most {MAX_IMAGE_PIXELS:,} pixels (400). Concurrent "
+                    "requests are answered by one call of the model (dynamic batching; each answer is the one "
+                    "the request gets alone). On SIGTERM, requests in flight are answered, new ones get 503, "
+                    "then the process exits 0.")
     # Not checked by argparse: --model or $AIP_STORAGE_URI, a missing model exits 1 in one line either way.
     p.add_argument("--model", help="output folder of `detpipe export` (default: $AIP_STORAGE_URI)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--port", type=_positive_int, help="port (default: $AIP_HTTP_PORT, else 8080)")
-    p.add_argument("--max-instances", type=_positive_int, default=32,
-                   help="most images in one request (default 32)")
+    p.add_argument("--max-instances", type=_positive_int, default=DEFAULT_MAX_INSTANCES,
+                   help=f"most images in one request (default {DEFAULT_MAX_INSTANCES})")
+    p.add_argument("--max-batch-size", type=_positive_int, metavar="N",
+                   help="most images in one call of the model, gathered from concurrent requests; 1 turns "
+                        "batching off (default: on a CPU 7, the model's chunk of 8 less its last slot; with a GPU 32). A "
+                        "request is never split")
+    p.add_argument("--batch-timeout-ms", type=non_negative_float, metavar="MS",
+                   help=f"the longest a request waits for others to share its call (default {DEFAULT_TIMEOUT_MS:g})")
+    p.add_argument("--body-timeout-s", type=positive_float, default=DEFAULT_BODY_TIMEOUT_S, metavar="S",
+                   help=f"a request body must arrive within this (default {DEFAULT_BODY_TIMEOUT_S:g}); a slow or "
+                        "stalled sender gets 408")
     p.set_defaults(func=cmd_serve)

@@ -49,6 +49,7 @@ class ServingConfig:
     score_threshold: float
     threshold_source: str  # "evaluation (max F1 at IoU 0.5)" or "default"
     max_detections: int
+    model_batch: int = EXPORT_BATCH  # images the model computes at once (fewer are padded)
     input_name: str = INPUT_NAME
     signature: str = "serving_default"
     detect_signature: str = DETECT_SIGNATURE

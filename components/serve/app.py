@@ -2,12 +2,11 @@
 
 Routes and port come from the environment Vertex sets (`AIP_HTTP_PORT`, default 8080;
 `AIP_HEALTH_ROUTE`, default /health; `AIP_PREDICT_ROUTE`, default /predict). The model
-loads once, in a thread at start-up; until it has loaded, health and predict answer 503.
+loads once, in a thread at start-up; until it has loaded, health and predict answer 503,
+and again once the server drains to stop (components/serve/server.py).
 
-Request: {"instances": [{"image_bytes": {"b64": "..."}}, ...],
-          "parameters": {"score_threshold": 0.3, "max_detections": 100}}
-         An instance may also be {"b64": "..."}: what a Vertex AI batch prediction job with a
-         file list (instances_format "file-list") sends for each file.
+Request and its checks: components/serve/requests.py. Concurrent requests are answered by
+one call of the model (components/serve/batching.py).
 Response: {"predictions": [{"detection_boxes": [...], "detection_scores": [...],
            "detection_classes": [...], "detection_class_names": [...], "num_detections": N}]}
 A bad request gets a 4xx with one JSON line naming the problem ({"error": "instances[2]: ..."}).
@@ -15,28 +14,48 @@ A bad request gets a 4xx with one JSON line naming the problem ({"error": "insta
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
+import asyncio
 import logging
-import math
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
-from components.serve.predictor import BadImage, Predictor, model_image_bytes
+from components.serve.batching import Batcher, BatchPolicy, batch_policy
+from components.serve.predictor import Predictor
+from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES
+from components.serve.requests import RequestError, parse_request, read_body
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1_500_000  # Vertex AI's limit on an online prediction request
-DRAIN_LIMIT_BYTES = 64 * 1024 * 1024  # an oversized body is read and dropped up to this, then the connection ends
-DEFAULT_MAX_INSTANCES = 32
+
+@dataclass
+class ServeOptions:
+    """What `detpipe serve` takes besides the model and the address (its --help says each)."""
+
+    max_instances: int = DEFAULT_MAX_INSTANCES
+    max_batch_size: int | None = None  # None: what suits the machine (batching.batch_policy)
+    batch_timeout_ms: float | None = None
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+
+
+@dataclass
+class ServeState:
+    """What the routes and the server's stop share; read and written on the event loop."""
+
+    predictor: Predictor | None = None
+    error: str | None = None
+    batcher: Batcher | None = None
+    policy: BatchPolicy | None = None
+    draining: bool = False
+    in_flight: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,117 +70,86 @@ class Routes:
                    environ.get("AIP_PREDICT_ROUTE", "/predict"))
 
 
-class RequestError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
 
 
-def _number(params: dict, key: str, low: float, high: float, integer: bool = False):
-    value = params.get(key)
-    if value is None:
-        return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not low <= value <= high or (integer and value != int(value)):
-        kind = "a whole number" if integer else "a number"
-        raise RequestError(400, f"parameters.{key} must be {kind} in [{low:g}, {high:g}], got {json.dumps(value)}")
-    return int(value) if integer else float(value)
-
-
-def _image(index: int, instance) -> bytes:
-    where = f"instances[{index}]"
-    if isinstance(instance, dict) and "image_bytes" not in instance and set(instance) == {"b64"}:
-        instance = {"image_bytes": instance}  # a file of a Vertex AI batch job's file list
-    if not isinstance(instance, dict) or "image_bytes" not in instance:
-        raise RequestError(400, f'{where}: no "image_bytes"')
-    encoded = instance["image_bytes"]
-    if not isinstance(encoded, dict) or not isinstance(encoded.get("b64"), str):
-        raise RequestError(400, f'{where}: image_bytes must be {{"b64": "<base64 of a JPEG or PNG>"}}')
-    try:
-        data = base64.b64decode(encoded["b64"], validate=True)
-    except (binascii.Error, ValueError):
-        raise RequestError(400, f"{where}: image_bytes.b64 is not valid base64") from None
-    try:
-        return model_image_bytes(data)
-    except BadImage as err:
-        raise RequestError(400, f"{where}: {err}") from None
-
-
-def parse_request(body: bytes, max_instances: int, max_detections: int) -> tuple[list[bytes], float | None, int | None]:
-    """(model-ready image bytes, score threshold, max detections) of a predict request, or a
-    `RequestError` naming the first problem."""
-    if len(body) > MAX_BODY_BYTES:
-        raise RequestError(413, f"the request is {len(body):,} bytes, over the {MAX_BODY_BYTES:,}-byte limit "
-                                "of Vertex AI online prediction: send fewer or smaller images")
-    try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise RequestError(400, "the request body is not valid JSON") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("instances"), list):
-        raise RequestError(400, 'the request needs "instances": a list of {"image_bytes": {"b64": ...}}')
-    instances = payload["instances"]
-    if not instances:
-        raise RequestError(400, '"instances" is empty')
-    if len(instances) > max_instances:
-        raise RequestError(400, f"{len(instances)} instances, over the limit of {max_instances} a request")
-    params = payload.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise RequestError(400, '"parameters" must be an object')
-    threshold = _number(params, "score_threshold", 0.0, 1.0)
-    limit = _number(params, "max_detections", 1, max_detections, integer=True)
-    return [_image(i, instance) for i, instance in enumerate(instances)], threshold, limit
-
-
-def create_app(model_dir: str, routes: Routes = Routes(), max_instances: int = DEFAULT_MAX_INSTANCES,
+def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions = ServeOptions(),
                load: Callable[[str], Predictor] = Predictor.load) -> FastAPI:
-    """The server app; `load` runs once, in a thread, when the server starts."""
-    state: dict = {"predictor": None, "error": None}
+    """The server app; `load` runs once, in a thread, when the server starts. `app.state.serve`
+    is its `ServeState`."""
+    state = ServeState()
+    # Requests are checked (JSON, base64, each image decoded once by Pillow) on a few threads,
+    # not the event loop's nor one per request: at most this many images are decoded at once.
+    parsers = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="check-request")
 
     def load_model() -> None:
         try:
-            state["predictor"] = load(model_dir)
-            logger.info("serve: model loaded from %s", model_dir)
+            predictor = load(model_dir)
+            import tensorflow as tf
+
+            state.policy = batch_policy(options.max_batch_size, options.batch_timeout_ms,
+                                        predictor.config.model_batch, len(tf.config.list_physical_devices("GPU")))
+            if state.policy.enabled:
+                state.batcher = Batcher(predictor.detect, state.policy)
+            state.predictor = predictor
+            batching = (f"up to {state.policy.max_batch_size} images a call, waiting at most "
+                        f"{state.policy.timeout_ms:g} ms ({state.policy.reason})" if state.policy.enabled else "off")
+            logger.info("serve: model loaded from %s; batching %s", model_dir, batching)
         except Exception as err:  # the server stays up and says why in health
-            state["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-            logger.error("serve: could not load the model from %s: %s", model_dir, state["error"])
+            state.error = _first_line(err)
+            logger.error("serve: could not load the model from %s: %s", model_dir, state.error)
 
     @asynccontextmanager
     async def lifespan(_app):
         threading.Thread(target=load_model, name="load-model", daemon=True).start()
         yield
+        if state.batcher is not None:
+            state.batcher.close()
+            logger.info("serve: %s", state.batcher.stats.line())
+        parsers.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="detpipe", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.serve = state
 
-    def not_ready() -> JSONResponse:
-        reason = f"the model failed to load: {state['error']}" if state["error"] else "the model is loading"
+    def unavailable() -> JSONResponse:
+        if state.draining:
+            reason = "the server is stopping: send the request again (to another replica)"
+        elif state.error:
+            reason = f"the model failed to load: {state.error}"
+        else:
+            reason = "the model is loading"
         return JSONResponse({"error": reason}, status_code=503)
 
     @app.get(routes.health)
     def health():
-        return not_ready() if state["predictor"] is None else {"status": "ok"}
+        return unavailable() if state.predictor is None or state.draining else {"status": "ok"}
+
+    async def predictions(predictor: Predictor, images: list[bytes], threshold: float | None,
+                          limit: int | None) -> list[dict]:
+        if state.batcher is None or len(images) >= state.policy.max_batch_size:
+            return await run_in_threadpool(predictor.predict, images, threshold, limit)
+        own = predictor.config.score_threshold if threshold is None else threshold
+        out, first = await asyncio.wrap_future(state.batcher.submit(images, own))
+        return [predictor.answer(out, first + i, own, limit) for i in range(len(images))]
 
     @app.post(routes.predict)
     async def predict(request: Request):
-        predictor = state["predictor"]
-        if predictor is None:
-            return not_ready()
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            # Read (and drop) what the client is sending before answering: a server that
-            # answers mid-upload and closes makes the client see a broken pipe, not the 413.
-            drained = 0
-            async for chunk in request.stream():
-                drained += len(chunk)
-                if drained > DRAIN_LIMIT_BYTES:
-                    break
-            return JSONResponse({"error": f"the request is {int(declared):,} bytes, over the {MAX_BODY_BYTES:,}-byte "
-                                          "limit of Vertex AI online prediction"}, status_code=413)
+        predictor = state.predictor
+        if predictor is None or state.draining:
+            return unavailable()
+        state.in_flight += 1
         try:
-            images, threshold, limit = parse_request(await request.body(), max_instances,
-                                                     predictor.config.max_detections)
+            body = await read_body(request.stream(), request.headers.get("content-length"), options.body_timeout_s)
+            images, threshold, limit = await asyncio.get_running_loop().run_in_executor(
+                parsers, parse_request, body, options.max_instances, predictor.config.max_detections)
+            return {"predictions": await predictions(predictor, images, threshold, limit)}
         except RequestError as err:
             return JSONResponse({"error": err.message}, status_code=err.status)
-        return {"predictions": await run_in_threadpool(predictor.predict, images, threshold, limit)}
+        except ClientDisconnect:
+            return JSONResponse({"error": "the client went away"}, status_code=400)
+        finally:
+            state.in_flight -= 1
 
     @app.exception_handler(Exception)
     async def internal_error(_request, err):  # one JSON line, never a traceback in the response

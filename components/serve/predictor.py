@@ -36,14 +36,15 @@ def _refused(fmt: str) -> NotAnImage:
     return NotAnImage(f"{fmt} is not an image format the model takes ({MODEL_FORMATS})")
 
 
-def model_image_bytes(data: bytes) -> bytes:
+def model_image_bytes(data: bytes, max_pixels: int | None = None) -> bytes:
     """The bytes the model gets for one input image: checked, upright when its EXIF
     orientation says it is displayed turned, as PNG when its format is not JPEG or PNG
-    (beam/image_formats.py: as the data step writes it). Raises `BadImage`."""
+    (beam/image_formats.py: as the data step writes it). Raises `BadImage`, without decoding
+    it when it has more than `max_pixels`."""
     if not data:
         raise NotAnImage("empty image")
     try:
-        fmt, _, _, _, orientation = inspect_image(data)
+        fmt, _, _, _, orientation = inspect_image(data, max_pixels)
     except ImageTooLarge as err:
         raise BadImage(f"the image is too large to decode ({err})") from None
     except UnreadableFormat as err:
@@ -73,24 +74,41 @@ class Predictor:
         loaded = tf.saved_model.load(model_dir)
         return cls(ServingConfig.read(model_dir), loaded.signatures[DETECT_SIGNATURE])
 
+    def detect(self, images: list[bytes], score_threshold: float) -> dict[str, np.ndarray]:
+        """One call of the model on images already passed through `model_image_bytes`: its
+        outputs, one row per image, detections at or above `score_threshold` first, by score."""
+        out = self._detect(**{INPUT_NAME: tf.constant(images), "score_threshold": tf.constant(score_threshold,
+                                                                                               tf.float32)})
+        return {k: v.numpy() for k, v in out.items()}
+
+    def answer(self, out: dict[str, np.ndarray], row: int, score_threshold: float | None = None,
+               max_detections: int | None = None) -> dict:
+        """The prediction dict of image `row` of `detect`'s outputs: its detections scoring at
+        least `score_threshold` (default: the export's), at most `max_detections`.
+
+        `detect` ran at a threshold no higher: its rows come sorted by score, and the threshold
+        is applied to the model's detections after non-maximum suppression
+        (components/export/saved_model.py), so the rows at or above this threshold are those
+        a call at this threshold returns, in the same order. This is what lets `serve` answer
+        requests with different thresholds from one call of the model."""
+        threshold = self.config.score_threshold if score_threshold is None else score_threshold
+        limit = self.config.max_detections if max_detections is None else max_detections
+        scores = out["detection_scores"][row][:int(out["num_detections"][row])]
+        n = min(int(np.count_nonzero(scores >= np.float32(threshold))), limit)
+        return {
+            "detection_boxes": np.round(out["detection_boxes"][row][:n].astype(float), 6).tolist(),
+            "detection_scores": np.round(scores[:n].astype(float), 6).tolist(),
+            "detection_classes": [int(c) for c in out["detection_classes"][row][:n]],
+            "detection_class_names": [c.decode() for c in out["detection_class_names"][row][:n]],
+            "num_detections": n,
+        }
+
     def predict(self, images: list[bytes], score_threshold: float | None = None,
                 max_detections: int | None = None) -> list[dict]:
         """One prediction dict per image (bytes already passed through `model_image_bytes`),
         lists cut to `num_detections`."""
-        threshold = self.config.score_threshold if score_threshold is None else score_threshold
-        limit = self.config.max_detections if max_detections is None else max_detections
         if not images:
             return []
-        out = self._detect(**{INPUT_NAME: tf.constant(images), "score_threshold": tf.constant(threshold, tf.float32)})
-        out = {k: v.numpy() for k, v in out.items()}
-        predictions = []
-        for i in range(len(images)):
-            n = min(int(out["num_detections"][i]), limit)
-            predictions.append({
-                "detection_boxes": np.round(out["detection_boxes"][i][:n].astype(float), 6).tolist(),
-                "detection_scores": np.round(out["detection_scores"][i][:n].astype(float), 6).tolist(),
-                "detection_classes": [int(c) for c in out["detection_classes"][i][:n]],
-                "detection_class_names": [c.decode() for c in out["detection_class_names"][i][:n]],
-                "num_detections": n,
-            })
-        return predictions
+        threshold = self.config.score_threshold if score_threshold is None else score_threshold
+        out = self.detect(images, threshold)
+        return [self.answer(out, i, threshold, max_detections) for i in range(len(images))]
