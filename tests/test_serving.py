@@ -2,6 +2,7 @@
 `detpipe serve` answers over real HTTP what `detpipe predict` answers, and turns every bad
 request into one 4xx JSON line while it keeps serving. Servers listen on 127.0.0.1 only."""
 
+import asyncio
 import base64
 import json
 import os
@@ -143,37 +144,60 @@ def _call(port: int, body: bytes, path: str = "/predict") -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
+class Served:
+    """`detpipe serve` in a subprocess: its port, process and log file."""
+
+    def __init__(self, exported, log_path, *options: str):
+        self.port, self.log_path = _free_port(), log_path
+        # The server's log goes to a file: a pipe nobody reads while the tests run fills up
+        # (64 KiB of request lines) and then blocks the server.
+        self.log = open(log_path, "w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--model", str(exported),
+                                      "--host", "127.0.0.1", "--port", str(self.port), *options],
+                                     cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                                     stdout=subprocess.DEVNULL, stderr=self.log, text=True)
+        deadline, status = time.monotonic() + 180, None
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+                    status = response.status
+                    break
+            except urllib.error.HTTPError as err:
+                status = err.code  # 503 while the model loads
+            except OSError:
+                pass
+            time.sleep(0.5)
+        if status != 200:
+            self.proc.kill()
+            pytest.fail(f"server did not become healthy (last status {status}): {self.log_text()[-2000:]}")
+
+    def log_text(self) -> str:
+        self.log.flush()
+        with open(self.log_path) as handle:
+            return handle.read()
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as handle:
+            return next(int(line.split()[1]) for line in handle if line.startswith("VmRSS")) / 1024
+
+    def health(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=10) as response:
+            return json.loads(response.read())
+
+
+BODY_TIMEOUT_S = 3
+
+
 @pytest.fixture(scope="module")
 def server(exported, tmp_path_factory):
-    port = _free_port()
-    # The server's log goes to a file: a pipe nobody reads while the tests run fills up
-    # (64 KiB of request lines) and then blocks the server.
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w+")
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--model", str(exported), "--host",
-                             "127.0.0.1", "--port", str(port), "--max-instances", str(MAX_INSTANCES)],
-                            cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                            stdout=subprocess.DEVNULL, stderr=log, text=True)
-    deadline, status = time.monotonic() + 180, None
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                status = response.status
-                break
-        except urllib.error.HTTPError as err:
-            status = err.code  # 503 while the model loads
-        except OSError:
-            pass
-        time.sleep(0.5)
-    if status != 200:
-        proc.kill()
-        log.seek(0)
-        pytest.fail(f"server did not become healthy (last status {status}): {log.read()[-2000:]}")
-    yield port
-    proc.send_signal(signal.SIGINT)  # a Ctrl-C: the server shuts down, the command ends quietly
-    assert proc.wait(timeout=30) == 0
-    log.seek(0)
-    ending = log.read().split("Shutting down")[-1]
-    log.close()
+    """The server as deployed (batching at its default), a short body timeout for the tests."""
+    served = Served(exported, tmp_path_factory.mktemp("serve") / "serve.log", "--max-instances", str(MAX_INSTANCES),
+                    "--body-timeout-s", str(BODY_TIMEOUT_S))
+    yield served
+    served.proc.send_signal(signal.SIGINT)  # a Ctrl-C: the server shuts down, the command ends quietly
+    assert served.proc.wait(timeout=30) == 0
+    ending = served.log_text().split("Shutting down")[-1]
+    served.log.close()
     assert "Application shutdown complete" in ending and "Traceback" not in ending and "interrupted" not in ending
 
 
@@ -186,7 +210,7 @@ def _instances(*blobs: bytes, **parameters) -> bytes:
 
 def test_serve_over_http_answers_what_predict_answers_on_real_photos(server, exported, raccoon, tmp_path):
     paths = [raccoon / "images" / name for name in PHOTOS]
-    status, text = _call(server, _instances(*(p.read_bytes() for p in paths)))
+    status, text = _call(server.port, _instances(*(p.read_bytes() for p in paths)))
     assert status == 200, text
     served = json.loads(text)["predictions"]
     drawn = tmp_path / "drawn"
@@ -202,10 +226,10 @@ def test_serve_over_http_answers_what_predict_answers_on_real_photos(server, exp
         _assert_same(a, b)
         assert sorted(a["detection_class_names"]) == sorted(b["detection_class_names"])
     # The threshold of a request is honoured.
-    status, text = _call(server, _instances(paths[0].read_bytes(), score_threshold=1.0))
+    status, text = _call(server.port, _instances(paths[0].read_bytes(), score_threshold=1.0))
     assert status == 200 and json.loads(text)["predictions"][0]["num_detections"] == 0
     # A Vertex AI batch job over a file list sends each file as {"b64": ...}: the same answer.
-    status, text = _call(server, json.dumps({"instances": [{"b64": base64.b64encode(paths[0].read_bytes()).decode()}]})
+    status, text = _call(server.port, json.dumps({"instances": [{"b64": base64.b64encode(paths[0].read_bytes()).decode()}]})
                          .encode())
     assert status == 200, text
     _assert_same(json.loads(text)["predictions"][0], served[0])
@@ -215,15 +239,21 @@ def _jpeg(raccoon) -> bytes:
     return (raccoon / "images" / PHOTOS[0]).read_bytes()
 
 
-def _bomb() -> bytes:
-    """A 20,000 x 10,000 PNG of 24 kB: over Pillow's decompression-bomb limit."""
-    import io
+def _png(width: int, height: int) -> bytes:
+    """A real black 1-bit PNG of any size, a few kB to a few hundred: the picture a zip bomb
+    sends. Written row by row with zlib (Pillow would hold the whole picture to save it)."""
+    import struct
+    import zlib
 
-    from PIL import Image
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    data = io.BytesIO()
-    Image.new("1", (20_000, 10_000)).save(data, "PNG")
-    return data.getvalue()
+    pack, row, rows = zlib.compressobj(9), bytes(1 + (width + 7) // 8), []
+    for _ in range(height):
+        rows.append(pack.compress(row))
+    rows.append(pack.flush())
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1 bit, greyscale
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"".join(rows)) + chunk(b"IEND", b"")
 
 
 BAD_REQUESTS = {
@@ -237,7 +267,15 @@ BAD_REQUESTS = {
     "iPhone HEIF": (lambda r: _instances(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + bytes(64)), 400,
                     "instances[0]: HEIF is not an image format the model takes"),
     "empty image": (lambda r: _instances(b""), 400, "instances[0]: empty image"),
-    "image over 179 M pixels": (lambda r: _instances(_bomb()), 400, "instances[0]: the image is too large to decode"),
+    "PNG of 30,000 x 30,000": (lambda r: _instances(_jpeg(r), _png(30_000, 30_000)), 400,
+                               "instances[1]: the image is too large to decode"),
+    "zip-bomb PNG under Pillow's limit": (lambda r: _instances(_png(12_000, 12_000)), 400,
+                                          "12,000 x 12,000 pixels, over the limit of 50,000,000"),
+    "nested JSON": (lambda r: b'{"instances": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", 400, "nested too deeply"),
+    "a number of 5,000 digits": (lambda r: b'{"instances": [], "parameters": {"max_detections": ' + b"9" * 5000 + b"}}",
+                                 400, "a number too long to read"),
+    "duplicate key": (lambda r: b'{"instances": [], "instances": []}', 400, 'the key "instances" appears twice'),
+    "not UTF-8": (lambda r: b'{"instances": ["\xff\xfe"]}', 400, "not UTF-8"),
     "too many instances": (lambda r: _instances(*[_jpeg(r)] * (MAX_INSTANCES + 1)), 400, "over the limit of 4"),
     "body over 1.5 MB": (lambda r: _instances(b"\xff" * 1_200_000), 413, "1,500,000-byte limit"),
     "threshold above 1": (lambda r: _instances(_jpeg(r), score_threshold=1.5), 400,
@@ -248,12 +286,271 @@ BAD_REQUESTS = {
 @pytest.mark.parametrize("case", list(BAD_REQUESTS))
 def test_a_bad_request_gets_one_json_line_and_the_server_keeps_serving(server, raccoon, case):
     make, code, words = BAD_REQUESTS[case]
-    status, text = _call(server, make(raccoon))
+    status, text = _call(server.port, make(raccoon))
     assert status == code, text
     assert "\n" not in text.strip() and "Traceback" not in text
     assert words in json.loads(text)["error"]
-    status, text = _call(server, _instances(_jpeg(raccoon)))
+    status, text = _call(server.port, _instances(_jpeg(raccoon)))
     assert status == 200 and len(json.loads(text)["predictions"]) == 1
+
+
+_IMAGE = '{"image_bytes": {"b64": "%s"}}'
+# Malformed at every level: what `parse_request` answers, without a server (each is a 400).
+MALFORMED = {
+    "not JSON": (b"{not json", "not valid JSON (Expecting property name"),
+    "empty body": (b"", "not valid JSON"),
+    "null": (b"null", 'needs "instances"'),
+    "a list": (b"[]", 'needs "instances"'),
+    "instances a string": (b'{"instances": "a.jpg"}', 'needs "instances"'),
+    "instances empty": (b'{"instances": []}', '"instances" is empty'),
+    "instance a list": (b'{"instances": [[1, 2]]}', 'instances[0]: no "image_bytes"'),
+    "instance a number": (b'{"instances": [7]}', 'instances[0]: no "image_bytes"'),
+    "image_bytes a string": (b'{"instances": [{"image_bytes": "abc"}]}', 'image_bytes must be {"b64"'),
+    "b64 a number": (b'{"instances": [{"image_bytes": {"b64": 5}}]}', 'image_bytes must be {"b64"'),
+    "b64 null": (b'{"instances": [{"b64": null}]}', 'image_bytes must be {"b64"'),
+    "parameters a list": (b'{"instances": [%s], "parameters": [1]}', '"parameters" must be an object'),
+    "threshold a string": (b'{"instances": [%s], "parameters": {"score_threshold": "0.5"}}',
+                           'score_threshold must be a number in [0, 1], got "0.5"'),
+    "threshold true": (b'{"instances": [%s], "parameters": {"score_threshold": true}}', "got true"),
+    "threshold NaN": (b'{"instances": [%s], "parameters": {"score_threshold": NaN}}', "got NaN"),
+    "threshold 1e999": (b'{"instances": [%s], "parameters": {"score_threshold": 1e999}}', "got Infinity"),
+    "max_detections 2.5": (b'{"instances": [%s], "parameters": {"max_detections": 2.5}}', "a whole number"),
+    "max_detections 1e20": (b'{"instances": [%s], "parameters": {"max_detections": 1e20}}', "got 1e+20"),
+    "unknown parameter": (b'{"instances": [%s], "parameters": {"scoreThreshold": 0.5}}',
+                          'unknown parameter "scoreThreshold"'),
+    "empty key": (b'{"instances": [%s], "": 1}', 'unknown key "" in the request'),
+    "duplicate key deep down": (b'{"instances": [{"image_bytes": {"b64": "", "b64": ""}}]}', '"b64" appears twice'),
+    "nested objects": (b'{"instances": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000 + b"}", "nested too deeply"),
+    "UTF-16": ('{"instances": []}'.encode("utf-16"), '"instances" is empty'),  # JSON allows it
+    "Latin-1": ('{"instances": ["\u00e9"]}'.encode("latin-1"), "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_body_is_a_400_naming_the_problem(raccoon, case):
+    from components.serve.requests import RequestError, parse_request
+
+    body, words = MALFORMED[case]
+    if b"%s" in body:
+        body = body % (_IMAGE % base64.b64encode(_jpeg(raccoon)).decode()).encode()
+    with pytest.raises(RequestError) as raised:
+        parse_request(body, MAX_INSTANCES, 100)
+    assert raised.value.status == 400 and words in raised.value.message, raised.value.message
+    assert "\n" not in raised.value.message and len(raised.value.message) < 300
+
+
+def _stream(*parts, pause: float = 0.0, forever: bool = False):
+    async def chunks():
+        while True:
+            for part in parts:
+                if pause:
+                    await asyncio.sleep(pause)
+                yield part
+            if not forever:
+                return
+
+    return chunks()
+
+
+def test_a_body_is_read_within_its_bounds_however_it_is_sent():
+    """`read_body` holds at most the limit: a body over it (chunked, no length) is read to
+    its end and dropped, then a 413; a body that trickles in or stalls is a 408 at the time
+    limit."""
+    from components.serve.limits import MAX_BODY_BYTES
+    from components.serve.requests import RequestError, read_body
+
+    megabyte = b"x" * 1_000_000
+
+    def refused(stream, length=None, timeout=5.0) -> RequestError:
+        with pytest.raises(RequestError) as raised:
+            asyncio.run(read_body(stream, length, timeout))
+        return raised.value
+
+    assert asyncio.run(read_body(_stream(b'{"a"', b": 1}"), None)) == b'{"a": 1}'
+    assert asyncio.run(read_body(_stream(megabyte[:MAX_BODY_BYTES]), str(MAX_BODY_BYTES))) == megabyte[:MAX_BODY_BYTES]
+    err = refused(_stream(*[megabyte] * 50))
+    assert err.status == 413 and "at least 1,500,001 bytes" not in err.message
+    assert "50,000,000 bytes or more (sent without a Content-Length), over the 1,500,000-byte limit" in err.message
+    err = refused(_stream(megabyte), length="209715200")
+    assert err.status == 413 and "the request is 209,715,200 bytes" in err.message
+    err = refused(_stream(b"{", pause=10), timeout=0.2)
+    assert err.status == 408 and "did not arrive within 0.2 s (0 bytes came)" in err.message
+    err = refused(_stream(b"x", pause=0.02, forever=True), timeout=0.3)  # a trickle never stalls, yet ends
+    assert err.status == 408 and "did not arrive within 0.3 s" in err.message
+
+
+def _peak_rss_while(served: Served, work) -> tuple[float, float, object]:
+    """(RSS before, highest RSS while `work()` ran, its result), RSS in MiB."""
+    import threading
+
+    before, peak, done = served.rss_mib(), [served.rss_mib()], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], served.rss_mib())
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        watcher.join()
+    return before, peak[0], result
+
+
+def test_a_200_mb_chunked_body_is_refused_with_the_servers_memory_bounded(server, raccoon):
+    """Sent chunked (no Content-Length), the body is counted as it comes and dropped past the
+    limit: 413, memory grows by less than 64 MiB (it grew by 200 MB when the body was read whole)."""
+    import http.client
+
+    def send():
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+        connection.request("POST", "/predict", (b"x" * 65536 for _ in range(3200)), encode_chunked=True,
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+
+    before, peak, (status, text) = _peak_rss_while(server, send)
+    assert status == 413 and "209,715,200 bytes or more (sent without a Content-Length)" in text, text
+    assert peak - before < 64, f"the server's memory grew by {peak - before:.0f} MiB"
+    assert _call(server.port, _instances(_jpeg(raccoon)))[0] == 200
+
+
+def test_a_slow_sender_gets_408_at_the_time_limit(server):
+    """A body trickling in a byte at a time (never idle long) still ends at --body-timeout-s."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as connection:
+        connection.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: 100000\r\n\r\n")
+        started, answer = time.monotonic(), b""
+        connection.settimeout(0.2)
+        while time.monotonic() - started < BODY_TIMEOUT_S + 20 and b"\r\n\r\n" not in answer:
+            try:
+                connection.sendall(b"{")
+                answer += connection.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+        took = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert BODY_TIMEOUT_S - 0.5 < took < BODY_TIMEOUT_S + 10
+
+
+def test_concurrent_clients_share_calls_of_the_model_and_get_the_answers_they_get_alone(server, raccoon):
+    """8 clients, 240 requests (one or two photos, two thresholds): every answer 200 and equal,
+    to the last digit, to the request's answer when sent alone; the server made fewer calls of
+    the model than it got requests; memory after the load within 100 MiB of after the warm-up."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    photos = sorted((raccoon / "images").glob("*.jpg"))[:12]
+    requests = [(i,) for i in range(len(photos))] + [(i, (i + 5) % len(photos)) for i in range(len(photos))]
+    requests = [(chosen, threshold) for chosen in requests for threshold in (None, 0.5)]
+    bodies = {r: _instances(*(photos[i].read_bytes() for i in r[0]),
+                            **({"score_threshold": r[1]} if r[1] is not None else {})) for r in requests}
+    alone = {}
+    for r in requests:  # one at a time: each is a call of the model on its own
+        status, text = _call(server.port, bodies[r])
+        assert status == 200, text
+        alone[r] = json.loads(text)
+    before = server.health()["batching"]
+    warm = server.rss_mib()
+    rng = random.Random(0)
+    load = [rng.choice(requests) for _ in range(240)]
+
+    def client(k: int) -> list[str]:
+        problems = []
+        for r in load[k::8]:
+            status, text = _call(server.port, bodies[r])
+            if status != 200 or json.loads(text) != alone[r]:
+                problems.append(f"{r}: {status} {text[:300]}")
+        return problems
+
+    with ThreadPoolExecutor(8) as pool:
+        problems = [p for found in pool.map(client, range(8)) for p in found]
+    assert not problems, f"{len(problems)} of {len(load)} answers differ, first: {problems[0]}"
+    after = server.health()["batching"]
+    calls, served = after["calls"] - before["calls"], after["requests"] - before["requests"]
+    print(f"{served} requests in {calls} calls of the model; largest call {after['largest']} images; "
+          f"RSS {warm:.0f} -> {server.rss_mib():.0f} MiB")
+    assert served == len(load) and calls < 0.75 * served and after["largest"] <= after["max_batch_size"]
+    assert server.rss_mib() - warm < 100
+
+
+def test_the_batcher_gathers_concurrent_requests_and_gives_each_its_own_rows():
+    """Requests queued together share a call of at most max_batch_size images, run at their
+    lowest threshold; a request over the size is a call of its own; a request whose image
+    breaks a call is answered alone, the others of that call still get theirs."""
+    from components.serve.batching import Batcher, BatchPolicy
+
+    calls = []
+
+    def run(images, threshold):
+        calls.append((list(images), threshold))
+        if b"broken" in images:
+            raise ValueError("cannot decode")
+        return {"rows": np.array(images, dtype=object)}
+
+    batcher = Batcher(run, BatchPolicy(max_batch_size=4, timeout_ms=300))
+    requests = [([b"a"], 0.5), ([b"b", b"c"], 0.3), ([b"d"], 0.9), ([b"e", b"f"], 0.1), ([b"g"] * 5, 0.5)]
+    futures = [batcher.submit(images, threshold) for images, threshold in requests]
+    for (images, _), future in zip(requests, futures):
+        out, first = future.result(timeout=10)
+        assert list(out["rows"][first:first + len(images)]) == images
+    assert calls[0] == ([b"a", b"b", b"c", b"d"], 0.3)  # one call: four images, the lowest threshold
+    assert [len(images) for images, _ in calls] == [4, 2, 5]  # the next request did not fit; 5 alone
+    assert batcher.stats.requests == 5 and batcher.stats.calls == 3 and batcher.stats.largest == 5
+
+    calls.clear()
+    futures = [batcher.submit(images, 0.5) for images in ([b"x"], [b"broken"], [b"y"])]
+    assert futures[0].result(timeout=10)[0]["rows"][futures[0].result()[1]] == b"x"
+    with pytest.raises(ValueError, match="cannot decode"):
+        futures[1].result(timeout=10)
+    out, first = futures[2].result(timeout=10)
+    assert out["rows"][first] == b"y"
+    assert [images for images, _ in calls] == [[b"x", b"broken", b"y"], [b"x"], [b"broken"], [b"y"]]
+    batcher.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.submit([b"z"], 0.5)
+
+
+def test_sigterm_answers_requests_in_flight_and_503s_new_ones_then_exits_0(exported, raccoon, tmp_path):
+    """What Vertex AI does when it scales a replica down, on a server with batching off: a
+    request whose body is still arriving when SIGTERM comes is answered 200; health and a new
+    request get 503; then the process exits 0."""
+    served = Served(exported, tmp_path / "serve.log", "--max-batch-size", "1")
+    try:
+        assert served.health() == {"status": "ok", "batching": "off"}
+        body = _instances(_jpeg(raccoon))
+        head = (f"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        with socket.create_connection(("127.0.0.1", served.port), timeout=60) as in_flight:
+            in_flight.sendall(head + body[:100])
+            time.sleep(0.5)
+            served.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while "SIGTERM" not in served.log_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            status, text = _call(served.port, body)
+            assert status == 503 and "the server is stopping" in json.loads(text)["error"], text
+            with pytest.raises(urllib.error.HTTPError, match="503"):
+                served.health()
+            assert served.proc.poll() is None  # still answering the request in flight
+            in_flight.sendall(body[100:])
+            answer = b""
+            while chunk := in_flight.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["predictions"][0]["num_detections"] >= 0
+        assert served.proc.wait(timeout=30) == 0
+        log = served.log_text()
+        assert "SIGTERM: answering the 1 request(s) in flight" in log and "Traceback" not in log
+    finally:
+        if served.proc.poll() is None:
+            served.proc.kill()
+        served.log.close()
 
 
 @pytest.mark.parametrize("where", ["/nope", "empty folder"])
@@ -282,7 +579,10 @@ def test_health_answers_503_until_the_model_has_loaded():
     release = threading.Event()
 
     class Ready:
-        config = None
+        config = type("Config", (), {"model_batch": 8})
+
+        def detect(self, images, threshold):
+            raise AssertionError("not called")
 
     def slow_load(_path):
         release.wait(30)
@@ -295,7 +595,7 @@ def test_health_answers_503_until_the_model_has_loaded():
         deadline = time.monotonic() + 30
         while client.get("/health").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert client.get("/health").json() == {"status": "ok"}
+        assert client.get("/health").json()["status"] == "ok"
 
 
 def test_the_f1_threshold_keeps_the_right_detections():
@@ -413,7 +713,7 @@ def test_the_batch_job_answers_what_serve_answers_and_rejects_bad_files(server, 
     for line in lines:
         assert line["model_version"] == "v7" and line["model"] == str(exported)
         with open(line["image"], "rb") as handle:
-            status, text = _call(server, _instances(handle.read()))
+            status, text = _call(server.port, _instances(handle.read()))
         assert status == 200, text
         _assert_same(json.loads(text)["predictions"][0], line)
     # A Beam option's value after a space lands among IMAGE files: said, with the fix

@@ -15,6 +15,7 @@ A bad request gets a 4xx with one JSON line naming the problem ({"error": "insta
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
@@ -123,7 +124,13 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
 
     @app.get(routes.health)
     def health():
-        return unavailable() if state.predictor is None or state.draining else {"status": "ok"}
+        if state.predictor is None or state.draining:
+            return unavailable()
+        if state.batcher is None:
+            return {"status": "ok", "batching": "off"}
+        return {"status": "ok", "batching": {"max_batch_size": state.policy.max_batch_size,
+                                             "timeout_ms": state.policy.timeout_ms,
+                                             **dataclasses.asdict(state.batcher.stats)}}
 
     async def predictions(predictor: Predictor, images: list[bytes], threshold: float | None,
                           limit: int | None) -> list[dict]:

@@ -136,18 +136,23 @@ class Batcher:
 
     def _loop(self) -> None:
         while batch := self._next_batch():
-            images = [image for waiting in batch for image in waiting.images]
             try:
-                out = self._run(images, min(waiting.threshold for waiting in batch))
-            except Exception as err:  # each request of the call gets the error
+                self._answer(batch)
+            except Exception:  # one request's images broke the call: each is answered alone
                 for waiting in batch:
-                    waiting.future.set_exception(err)
-                continue
-            self.stats.requests += len(batch)
-            self.stats.calls += 1
-            self.stats.images += len(images)
-            self.stats.largest = max(self.stats.largest, len(images))
-            first = 0
-            for waiting in batch:
-                waiting.future.set_result((out, first))
-                first += len(waiting.images)
+                    try:
+                        self._answer([waiting])
+                    except Exception as err:
+                        waiting.future.set_exception(err)
+
+    def _answer(self, batch: list[_Waiting]) -> None:
+        images = [image for waiting in batch for image in waiting.images]
+        out = self._run(images, min(waiting.threshold for waiting in batch))
+        self.stats.requests += len(batch)
+        self.stats.calls += 1
+        self.stats.images += len(images)
+        self.stats.largest = max(self.stats.largest, len(images))
+        first = 0
+        for waiting in batch:
+            waiting.future.set_result((out, first))
+            first += len(waiting.images)
