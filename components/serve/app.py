@@ -92,7 +92,7 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
             state.policy = batch_policy(options.max_batch_size, options.batch_timeout_ms,
                                         predictor.config.model_batch, len(tf.config.list_physical_devices("GPU")))
             if state.policy.enabled:
-                state.batcher = Batcher(predictor.detect, state.policy)
+                state.batcher = Batcher(predictor.detect, state.policy, in_flight=lambda: state.in_flight)
             state.predictor = predictor
             batching = (f"up to {state.policy.max_batch_size} images a call, waiting at most "
                         f"{state.policy.timeout_ms:g} ms ({state.policy.reason})" if state.policy.enabled else "off")

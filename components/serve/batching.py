@@ -2,8 +2,9 @@
 of the model, as TF Serving's `--enable_batching` and Triton's dynamic batcher do.
 
 A request's images wait at most `timeout_ms` after the first request of a batch arrived,
-or less when the batch fills up (`max_batch_size` images); while the model runs a batch,
-the next one gathers. A request is never split: one with more images than `max_batch_size`
+less when the batch fills up (`max_batch_size` images), and not at all when no other request
+is on its way (a lone client pays no wait); while the model runs a batch, the next one
+gathers. A request is never split: one with more images than `max_batch_size`
 is a call of its own. Each request gets the answer it gets alone: the call runs at the
 lowest score threshold of its requests and each request keeps its own detections
 (`Predictor.answer`), and the exported model runs its images in fixed chunks (the
@@ -84,10 +85,13 @@ class BatchStats:
 
 class Batcher:
     """Gathers `submit`ted requests into calls of `run(images, threshold)`, which returns the
-    model's outputs with one row per image; each request's future gets its rows."""
+    model's outputs with one row per image; each request's future gets its rows.
+    `in_flight()`, when given, counts the server's requests under way, those queued here
+    included: a batch stops waiting when all of them are in it."""
 
-    def __init__(self, run: Callable[[list[bytes], float], dict[str, np.ndarray]], policy: BatchPolicy):
-        self._run, self.policy = run, policy
+    def __init__(self, run: Callable[[list[bytes], float], dict[str, np.ndarray]], policy: BatchPolicy,
+                 in_flight: Callable[[], int] | None = None):
+        self._run, self.policy, self._in_flight = run, policy, in_flight
         self._queue: deque[_Waiting] = deque()
         self._changed = threading.Condition()
         self._closed = False
@@ -124,7 +128,7 @@ class Batcher:
             deadline = self._queue[0].arrived + self.policy.timeout_ms / 1000
             while self._queued_images() < self.policy.max_batch_size and not self._closed:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or (self._in_flight is not None and self._in_flight() <= len(self._queue)):
                     break
                 self._changed.wait(left)
             batch = [self._queue.popleft()]
