@@ -150,7 +150,7 @@ def main() -> None:
     photos = sorted(Path(args.images).glob("*.jpg"))[:64]
     bodies = [json.dumps({"instances": [{"image_bytes": {"b64": base64.b64encode(p.read_bytes()).decode()}}]}).encode()
               for p in photos]
-    levels = [int(n) for n in args.clients.split(",")]
+    levels = list(dict.fromkeys(int(n) for n in args.clients.split(",")))
     batched_options = [*(["--max-batch-size", args.max_batch_size] if args.max_batch_size else []),
                        *(["--batch-timeout-ms", args.batch_timeout_ms] if args.batch_timeout_ms else [])]
     logs = Path(tempfile.mkdtemp(prefix="detpipe-serve-bench-"))
