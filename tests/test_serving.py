@@ -239,6 +239,14 @@ def _jpeg(raccoon) -> bytes:
     return (raccoon / "images" / PHOTOS[0]).read_bytes()
 
 
+def _jpeg_tensorflow_cannot_decode(raccoon) -> bytes:
+    """raccoon-1.jpg with one byte of its entropy-coded data set to 0xFF: Pillow decodes it
+    (libjpeg warns and goes on), TensorFlow's decoder fails ("Invalid JPEG data")."""
+    data = bytearray((raccoon / "images" / "raccoon-1.jpg").read_bytes())
+    data[36141] = 0xFF
+    return bytes(data)
+
+
 def _png(width: int, height: int) -> bytes:
     """A real black 1-bit PNG of any size, a few kB to a few hundred: the picture a zip bomb
     sends. Written row by row with zlib (Pillow would hold the whole picture to save it)."""
@@ -271,6 +279,8 @@ BAD_REQUESTS = {
                                "instances[1]: the image is too large to decode"),
     "zip-bomb PNG under Pillow's limit": (lambda r: _instances(_png(12_000, 12_000)), 400,
                                           "12,000 x 12,000 pixels, over the limit of 50,000,000"),
+    "JPEG Pillow reads and TensorFlow does not": (lambda r: _instances(_jpeg_tensorflow_cannot_decode(r)), 400,
+                                                  "the model cannot decode an image of the request"),
     "nested JSON": (lambda r: b'{"instances": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", 400, "nested too deeply"),
     "a number of 5,000 digits": (lambda r: b'{"instances": [], "parameters": {"max_detections": ' + b"9" * 5000 + b"}}",
                                  400, "a number too long to read"),

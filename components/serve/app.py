@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import tensorflow as tf
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -87,8 +88,6 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
     def load_model() -> None:
         try:
             predictor = load(model_dir)
-            import tensorflow as tf
-
             state.policy = batch_policy(options.max_batch_size, options.batch_timeout_ms,
                                         predictor.config.model_batch, len(tf.config.list_physical_devices("GPU")))
             if state.policy.enabled:
@@ -134,10 +133,14 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
 
     async def predictions(predictor: Predictor, images: list[bytes], threshold: float | None,
                           limit: int | None) -> list[dict]:
-        if state.batcher is None or len(images) >= state.policy.max_batch_size:
-            return await run_in_threadpool(predictor.predict, images, threshold, limit)
-        own = predictor.config.score_threshold if threshold is None else threshold
-        out, first = await asyncio.wrap_future(state.batcher.submit(images, own))
+        try:
+            if state.batcher is None:
+                return await run_in_threadpool(predictor.predict, images, threshold, limit)
+            own = predictor.config.score_threshold if threshold is None else threshold
+            out, first = await asyncio.wrap_future(state.batcher.submit(images, own))
+        except tf.errors.InvalidArgumentError as err:  # an image Pillow read and TensorFlow's decoder did not
+            raise RequestError(400, f"the model cannot decode an image of the request: "
+                                    f"{err.message.splitlines()[0][:200]}") from None
         return [predictor.answer(out, first + i, own, limit) for i in range(len(images))]
 
     @app.post(routes.predict)
