@@ -817,3 +817,18 @@ def test_the_batch_predict_pipeline_predicts_with_the_champion_in_the_local_runn
     assert (summary.images_in, summary.predicted, summary.rejected, summary.model_version) == (6, 4, 2, "v1")
     lines = [json.loads(line) for line in read_lines(str(out), PREDICTIONS)]
     assert len(lines) == 4 and {line["model_version"] for line in lines} == {"v1"}
+
+
+def test_a_serving_config_reads_across_versions(tmp_path):
+    """An export of an earlier version (no `model_batch`) serves with the chunk it was
+    exported with (8); one of a later version, with fields this one does not know, serves too."""
+    from components.export.export_files import SERVING_CONFIG_FILE
+    from components.export.saved_model import EXPORT_BATCH, ServingConfig
+
+    earlier = {"image_size": 128, "score_threshold": 0.3, "threshold_source": "default", "max_detections": 100,
+               "input_name": "image_bytes", "signature": "serving_default", "detect_signature": "detect"}
+    (tmp_path / SERVING_CONFIG_FILE).write_text(json.dumps(earlier))
+    assert ServingConfig.read(str(tmp_path)).model_batch == EXPORT_BATCH == 8
+    (tmp_path / SERVING_CONFIG_FILE).write_text(json.dumps({**earlier, "model_batch": 16, "anchors": "v9"}))
+    config = ServingConfig.read(str(tmp_path))
+    assert config.model_batch == 16 and config.image_size == 128

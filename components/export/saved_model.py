@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import keras
 import tensorflow as tf
@@ -59,8 +59,15 @@ class ServingConfig:
 
     @classmethod
     def read(cls, saved_model_dir: str) -> "ServingConfig":
+        """The config of an export; fields a later version added are left out (logged), so an
+        older server still serves a newer export (this one could not serve `model_batch`'s)."""
         with tf.io.gfile.GFile(f"{saved_model_dir.rstrip('/')}/{SERVING_CONFIG_FILE}") as handle:
-            return cls(**json.load(handle))
+            written = json.load(handle)
+        known = {f.name for f in fields(cls)}
+        if set(written) - known:
+            logger.warning("serving_config.json: leaving out fields of a later version: %s",
+                           ", ".join(sorted(set(written) - known)))
+        return cls(**{k: v for k, v in written.items() if k in known})
 
 
 def _class_names(label_map: dict[str, int]) -> list[str]:
