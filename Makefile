@@ -13,7 +13,7 @@ EPOCHS ?= 8
 # demo-data makes DEMO_TRAIN + DEMO_VAL images; the hash split takes about this share for val.
 VAL_FRACTION ?= 0.1
 
-.PHONY: help env run demo test test-fast compile clean
+.PHONY: help env run demo test test-fast compile docs clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -57,5 +57,8 @@ test-fast: $(VENV)/.synced $(IAC_VENV)/.synced  ## the tests without the slow en
 compile: $(VENV)/.synced  ## compile the pipeline to detpipe.yaml and print its sha256
 	$(DETPIPE) compile --output detpipe.yaml
 
+docs: $(VENV)/.synced  ## build the documentation site (docs/, mkdocs.yml) into site/; `make test` builds it strictly
+	$(VENV)/bin/mkdocs build --strict
+
 clean:  ## remove outputs (keeps .venv)
-	rm -rf $(DEMO) local_outputs detpipe.yaml
+	rm -rf $(DEMO) local_outputs detpipe.yaml site

@@ -137,7 +137,7 @@ def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
                         "are fitted at either; train_report.md says what was chosen and why")
     p.add_argument("--model-size", **declared("model_size"),
                    help="tiny (default): a small ResNet, a 64-wide FPN and no head convs, the recipe the "
-                        "README measures; small: a wider backbone with KerasHub's 256-wide FPN and 2 head convs; "
+                        "docs/training.md measures; small: a wider backbone with KerasHub's 256-wide FPN and 2 head convs; "
                         "resnet18: ResNet-18 with 4 head convs. Larger sizes cost more time and memory per image")
     p.add_argument("--seed", **declared("seed"), help="random seed (default 0)")
     p.add_argument("--precision", **declared("precision"),

@@ -331,7 +331,7 @@ PREFERRED_LOWEST_LEVEL = 3
 
 # Localisation needs the small boxes to span a few cells of the finest level: on the demo
 # (10th percentile of the shorter side 27 px at 128 px) P4-P5 (1.7 cells) reached mAP 0.67
-# and P3-P5 (3.4 cells) 0.84 in the same 8 epochs and about the same CPU time (README).
+# and P3-P5 (3.4 cells) 0.84 in the same 8 epochs and about the same CPU time (docs/training.md).
 MIN_CELLS_PER_BOX = 3
 
 

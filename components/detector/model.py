@@ -173,7 +173,7 @@ def count_params(model: keras.Model) -> int:
 # wide, and one such layer per head costs as much as the FPN level itself; with none, P3
 # fits in the compute P4-P5 with one took) and a 64-wide FPN (KerasHub's 256-wide one was
 # two thirds of its compute at 128 px). Demo, 8 epochs, P3-P5: mAP 0.837 with the 256-wide
-# FPN, 0.853 with 128, 0.856 with 64 in 0.66x the CPU time (README's table).
+# FPN, 0.853 with 128, 0.856 with 64 in 0.66x the CPU time (docs/training.md's table).
 MODEL_SIZES = {
     "tiny": ((64, 64, 96, 128), (1, 1, 1, 1), 0, 64),
     "small": ((64, 96, 128, 192), (1, 1, 1, 1), 2, KERAS_HUB_FPN_FILTERS),

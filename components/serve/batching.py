@@ -29,7 +29,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-# Defaults (README, "Serving"). On a CPU the exported model computes a whole chunk of
+# Defaults (docs/serving.md). On a CPU the exported model computes a whole chunk of
 # `model_batch` images for one image (it pads), so filling a chunk costs little and a second
 # one as much again; but a chunk's last image goes through the convolution kernels' tail path
 # (oneDNN): its numbers come out up to ~1e-7 apart from the same image in another slot, the

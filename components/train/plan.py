@@ -78,7 +78,7 @@ def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | No
 
 # A from-scratch run with fewer optimizer steps than this learns less from the same images:
 # on raccoon (157 train images, 30 epochs) batch 16 gives 270 steps and AP50 0.71-0.75, batch
-# 4 gives 1,170 and 0.79-0.85 in 1.2x the CPU time; batch 2 (2,340) 0.75 (README, issue 24).
+# 4 gives 1,170 and 0.79-0.85 in 1.2x the CPU time; batch 2 (2,340) 0.75 (docs/training.md, issue 24).
 # The demo's 8 epochs at 16 are 1,040 steps. So `--batch-size auto` takes at most the
 # largest power of two that keeps this many steps, and never fewer than MIN_AUTO_BATCH images
 # (batch norm's statistics get noisy below that).
@@ -119,7 +119,7 @@ def ema_momentum(total_steps: int) -> tuple[float, str]:
 
 
 # A warm start (warm_start.py) continues a trained model: fewer passes, a lower peak and a
-# short warmup. Measured on the demo (README, "Warm starts"): from a champion of 8 epochs,
+# short warmup. Measured on the demo (docs/promotion.md, "Warm starts"): from a champion of 8 epochs,
 # with 20% new images, 1 epoch reached the champion's mAP and 2 passed it by 0.015; peak
 # learning rates of 0.25x, 0.5x and 1x the from-scratch one scored the same within 0.004.
 FINE_TUNE_EPOCH_SHARE = 0.15

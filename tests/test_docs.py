@@ -1,0 +1,48 @@
+"""The documentation: the site builds with no broken link or anchor, the README stays short
+and its links resolve, and the troubleshooting page has a line for every reject reason of
+the data step and every check of the probe."""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MKDOCS = Path(sys.executable).parent / "mkdocs"
+
+
+def test_the_site_builds_strictly(tmp_path):
+    run = subprocess.run([str(MKDOCS), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    built = {p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("index.html")}
+    pages = {p.stem for p in (REPO / "docs").glob("*.md")}
+    assert built == {"index.html"} | {f"{page}/index.html" for page in pages - {"index"}}
+
+
+def test_the_readme_is_short_and_its_links_resolve():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) < 250
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert links and all((REPO / link).exists() for link in links), links
+    assert {Path(link).name for link in links if link.startswith("docs/")} == {
+        p.name for p in (REPO / "docs").glob("*.md") if p.name != "index.md"}
+
+
+def _string_constants(path: Path) -> dict[str, str]:
+    tree = ast.parse(path.read_text())
+    return {node.targets[0].id: node.value.value for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+
+
+def test_troubleshooting_names_every_reject_reason_and_probe_check():
+    page = (REPO / "docs" / "troubleshooting.md").read_text()
+    reasons = [value for name, value in _string_constants(REPO / "beam" / "record_checks.py").items()
+               if re.fullmatch(r"[a-z_]+", value) and name.isupper()]
+    checks = set(re.findall(r'CheckResult\(\s*"([a-z_]+)"', (REPO / "components" / "probe" / "checks.py").read_text()
+                            + (REPO / "components" / "probe" / "probe_report.py").read_text()))
+    assert len(reasons) >= 12 and len(checks) >= 12
+    missing = [name for name in [*reasons, *sorted(checks)] if f"| `{name}` |" not in page]
+    assert not missing, f"no line in docs/troubleshooting.md for {missing}"
