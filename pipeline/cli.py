@@ -279,7 +279,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_registry_commands(sub)
     add_model_commands(sub)
     add_vertex_commands(sub)
+    parser.epilog = f"The documentation: {DOCS}/index.md (`make docs` builds it as a site)."
+    for name, command in [*sub.choices.items(), ("data build", data.choices["build"])]:
+        if name in DOCS_PAGE:
+            command.epilog = f"More in {DOCS}/{DOCS_PAGE[name]}."
     return parser
+
+
+DOCS = "docs"  # the documentation's pages (mkdocs.yml), named at the end of each command's --help
+DOCS_PAGE = {
+    "demo-data": "getting-started.md", "data build": "data.md#what-data-build-checks",
+    "probe": "training.md#what-probe-checks", "train": "training.md#how-training-chooses-its-settings",
+    "tune": "training.md#how-training-chooses-its-settings", "evaluate": "promotion.md", "compile": "vertex.md",
+    "run": "getting-started.md", "registry": "promotion.md", "export": "serving.md", "predict": "serving.md",
+    "serve": "serving.md", "submit": "vertex.md", "schedule": "vertex.md", "batch-predict": "serving.md",
+    "deploy": "serving.md", "upload": "vertex.md",
+}
 
 
 def _quiet_libraries() -> None:

@@ -2,23 +2,46 @@
 and its links resolve, and the troubleshooting page has a line for every reject reason of
 the data step and every check of the probe."""
 
+import argparse
 import ast
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 MKDOCS = Path(sys.executable).parent / "mkdocs"
 
 
-def test_the_site_builds_strictly(tmp_path):
-    run = subprocess.run([str(MKDOCS), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=REPO,
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("docs") / "site"
+    run = subprocess.run([str(MKDOCS), "build", "--strict", "--site-dir", str(out)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    built = {p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("index.html")}
+    return out
+
+
+def test_the_site_builds_strictly(site):
+    built = {p.relative_to(site).as_posix() for p in site.rglob("index.html")}
     pages = {p.stem for p in (REPO / "docs").glob("*.md")}
     assert built == {"index.html"} | {f"{page}/index.html" for page in pages - {"index"}}
+
+
+def test_every_command_s_help_ends_with_its_page(site):
+    from pipeline.cli import DOCS_PAGE, build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) - {"data"} | {"data build"} == set(DOCS_PAGE)
+    for name, page in DOCS_PAGE.items():
+        command = commands["data"]._actions[-1].choices["build"] if name == "data build" else commands[name]
+        assert command.format_help().rstrip().endswith(f"More in docs/{page}."), name
+        file, _, anchor = page.partition("#")
+        html = (site / file.removesuffix(".md") / "index.html").read_text()
+        assert not anchor or f'id="{anchor}"' in html, f"{name}: no #{anchor} in {file}"
 
 
 def test_the_readme_is_short_and_its_links_resolve():
