@@ -10,8 +10,6 @@ import os
 import sys
 from pathlib import Path
 
-from beam.record_checks import BAD_BOX_MODES
-from pipeline.cli_types import add_exif_option as _add_exif_option
 from pipeline.interrupt import EXIT_INTERRUPTED, handle_interrupts, was_interrupted
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import count_range, pixel_range
@@ -50,7 +48,7 @@ def cmd_demo_data(args) -> int:
     from pipeline.demo_data import write_demo_dataset
 
     summary = write_demo_dataset(Path(args.out), num_train=args.train, num_val=args.val, seed=args.seed,
-                                 object_size=args.object_size, image_size=args.image_size, objects=args.objects)
+                                 object_size=args.object_size, image_size=args.photo_size, objects=args.objects)
     print(f"wrote {summary.num_images} images with {summary.num_objects} objects "
           f"({', '.join(f'{k}: {v}' for k, v in summary.objects_per_class.items())}) to {summary.output_dir}")
     return EXIT_OK
@@ -174,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val", type=_positive_int, default=128, help="number of extra images (default 128)")
     p.add_argument("--object-size", type=pixel_range, default=(26, 58), metavar="MIN-MAX",
                    help="side of the shapes in pixels, e.g. 9-22 for small objects (default 26-58)")
-    p.add_argument("--image-size", type=pixel_range, default=(128, 128), metavar="MIN-MAX",
+    # Not the pipeline's image_size (the model's input): the sizes of the demo's photos.
+    p.add_argument("--image-size", dest="photo_size", type=pixel_range, default=(128, 128), metavar="MIN-MAX",
                    help="width and height of the images in pixels, each drawn from the range, e.g. 280-400 "
                         "(default 128: squares)")
     p.add_argument("--objects", type=count_range, default=(1, 3), metavar="MIN-MAX",
@@ -213,19 +212,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reject-empty", action="store_true",
                    help="reject images with no boxes, also those whose every box was dropped (default: keep as "
                         "negatives)")
-    p.add_argument("--bad-box", choices=BAD_BOX_MODES, default=BAD_BOX_MODES[0],
+    p.add_argument("--bad-box", **declared("bad_box"),
                    help="a box that cannot be trusted on its own (empty, inverted, NaN, zero area once clipped, "
                         "outside the image): drop it and keep the image with its other boxes (default; each "
                         "dropped box is a row of rejects-*.jsonl), or reject-image: reject the whole image")
     p.add_argument("--max-pixels", type=_positive_int, default=50_000_000,
                    help="reject images with more pixels than this (default 50,000,000)")
-    p.add_argument("--split-file", type=existing_file, help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
+    p.add_argument("--split-file", **declared("split_file"), help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
                                         "split; images in neither list are rejected")
     p.add_argument("--val-annotations", **declared("val_annotations"),
                    help=BY_NAME["val_annotations"].help.replace("%", "%%"))
     p.add_argument("--val-images", **declared("val_images"), help=BY_NAME["val_images"].help.replace("%", "%%"))
     p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
-    _add_exif_option(p)
+    p.add_argument("--exif", **declared("exif"),
+                   help="photos with an EXIF orientation: 'auto' (default) writes them as displayed when the "
+                        "annotated size is the displayed one, as stored when it is the stored one, and as "
+                        "displayed when the sizes cannot tell (180-degree turns, flips, square images); "
+                        "'apply' always as displayed (CVAT, Label Studio, Roboflow); 'ignore' always as "
+                        "stored (LabelImg)")
     p.add_argument("--schema", type=existing_file, help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
     p.add_argument("--max-reject-fraction", **declared("max_reject_fraction"),
                    help="fail when more than this share of records is rejected (default 0.1)")

@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 
-from beam.exif import EXIF_MODES
 from pipeline import preflight
 from pipeline.template_registry import REPO_PATTERN
 
@@ -213,16 +212,6 @@ def positive_float(value: str) -> float:
 
 def non_negative_float(value: str) -> float:
     return _float_in(value, 0.0, float("inf"), False, "a number >= 0")
-
-
-def add_exif_option(p) -> None:
-    """--exif for `data build` and `run` (beam/exif.py)."""
-    p.add_argument("--exif", choices=EXIF_MODES, default="auto",
-                   help="photos with an EXIF orientation: 'auto' (default) writes them as displayed when the "
-                        "annotated size is the displayed one, as stored when it is the stored one, and as "
-                        "displayed when the sizes cannot tell (180-degree turns, flips, square images); "
-                        "'apply' always as displayed (CVAT, Label Studio, Roboflow); 'ignore' always as "
-                        "stored (LabelImg)")
 
 
 def error_line(err: Exception) -> str:

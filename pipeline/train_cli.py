@@ -18,7 +18,7 @@ from pipeline.cli_types import positive_float as _positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import unit_float as _unit_float
 from pipeline.model_cli import export_after_train
-from pipeline.params import declared
+from pipeline.params import BY_NAME, declared
 
 EXIT_OK = 0
 
@@ -206,8 +206,9 @@ def add_train_commands(sub) -> None:
                         "says why. A warm start trains --fine-tune-epochs at a quarter of the peak learning rate")
     p.add_argument("--fine-tune-epochs", type=_positive_int,
                    help="epochs of a warm-started run (default: 15%% of --epochs, rounded, at least 1)")
-    p.add_argument("--registry", help="model registry folder (local or gs://) for --init-from VERSION")
-    p.add_argument("--model-name", default="detpipe", help="model name in --registry (default detpipe)")
+    p.add_argument("--registry", **declared("registry"), help="model registry folder (local or gs://) for --init-from VERSION")
+    p.add_argument("--model-name", **declared("model_name"),
+                   help=f"model name in --registry (default {BY_NAME['model_name'].default})")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="search learning rate, weight decay and augmentation strength on short trials",

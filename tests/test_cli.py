@@ -267,3 +267,53 @@ def test_beams_own_notes_are_dropped_and_the_jobs_worker_lines_kept():
     ours = logging.LogRecord("components.serve.batch_job", logging.INFO, "/work/repo/components/serve/batch_job.py",
                              1, "predict: %d files", (3,), None)
     assert not_beam_chatter(ours)
+
+
+# Options that share a pipeline parameter's name but are another setting, and why.
+NOT_THE_PARAMETER = {
+    ("registry list", "--registry"): "the registry commands read the local run's folder by default",
+    ("registry show", "--registry"): "the registry commands read the local run's folder by default",
+    ("registry promote", "--registry"): "the registry commands read the local run's folder by default",
+    ("predict", "images"): "image files to predict, not the training images",
+}
+
+
+def _options(parser, command=""):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{command} {name}".strip())
+        elif action.dest != "help":
+            yield command, action
+
+
+def test_every_option_of_a_pipeline_parameter_agrees_with_its_declaration():
+    """An option that sets a pipeline parameter (`train --epochs`, `data build --exif`,
+    `registry promote --vertex-model`, every `run` option) takes the declaration's type (with
+    its checks), default and choices; a parameter without a default is a required option."""
+    import argparse
+
+    from pipeline.cli import build_parser
+    from pipeline.params import BY_NAME, REQUIRED, _bool_arg
+
+    checked, problems = 0, []
+    for command, action in _options(build_parser()):
+        name = action.option_strings[0] if action.option_strings else action.dest
+        if action.dest not in BY_NAME or (command, name) in NOT_THE_PARAMETER:
+            continue
+        param, checked = BY_NAME[action.dest], checked + 1
+        defaults = {param.default} | ({param.cli_default} if param.cli_default is not REQUIRED else set())
+        if isinstance(action, argparse._StoreTrueAction):
+            agrees = param.type is bool and param.default is False
+        elif param.default is REQUIRED and command != "run":
+            agrees = action.required and action.type is (param.cli_type or param.type)
+        else:
+            agrees = (action.default in defaults and tuple(action.choices or ()) == tuple(param.choices)
+                      and action.type is (param.cli_type or (_bool_arg if param.type is bool else param.type)))
+        if not agrees:
+            problems.append(f"{command} {name}: default {action.default!r}, type {action.type}, choices "
+                            f"{action.choices}; declared {param.default!r}, {param.cli_type or param.type}, "
+                            f"{param.choices}")
+    assert checked >= 60 and not problems, problems
