@@ -15,6 +15,8 @@ from pathlib import Path
 from beam.exif import EXIF_MODES
 from beam.record_checks import BAD_BOX_MODES
 from components.detector.precision import PRECISIONS, XLA_MODES
+from components.registry.decision import RULES, PromotionRule
+from components.train.config import TrainConfig
 from pipeline import cli_types
 
 REQUIRED = inspect.Parameter.empty
@@ -77,25 +79,25 @@ PARAMS: tuple[Param, ...] = (
           "launches a Dataflow job).", local=False),
     Param("beam_options", str, "", 'Extra Beam options for Dataflow, e.g. "--project=P --region=R '
           '--temp_location=gs://b/tmp".', local=False),
-    Param("epochs", int, 10, "Passes over the training split.", cli_type=cli_types.positive_int),
-    Param("batch_size", str, "auto", "Images per step, or auto to size it to the machine.",
+    Param("epochs", int, TrainConfig.epochs, "Passes over the training split.", cli_type=cli_types.positive_int),
+    Param("batch_size", str, TrainConfig.batch_size, "Images per step, or auto to size it to the machine.",
           cli_type=cli_types.batch_size_arg),
-    Param("image_size", str, "auto", "Square model input in pixels, or auto: fitted to the training boxes "
+    Param("image_size", str, TrainConfig.image_size, "Square model input in pixels, or auto: fitted to the training boxes "
           "(with the pyramid levels and anchors).", cli_type=cli_types.image_size_arg),
-    Param("allow_poor_anchors", bool, False, "Train (and tune) even when, after fitting the input size, levels "
+    Param("allow_poor_anchors", bool, TrainConfig.allow_poor_anchors, "Train (and tune) even when, after fitting the input size, levels "
           "and anchors, fewer than 75% of some class's training boxes can match an anchor (tiny objects in large "
           "images); the train report warns. A larger image_size is the better fix."),
     Param("warm_start", str, "auto", "Where training starts: auto (from the champion's weights when there is a "
           "champion and its model can be continued: the same model size, a shape that still covers the new boxes; "
           "then a shorter, gentler schedule), never (from scratch), or a registry version (e.g. v3).",
           cli_type=cli_types.warm_start_arg),
-    Param("model_size", str, "tiny", "Backbone and head size: tiny, small or resnet18.",
+    Param("model_size", str, TrainConfig.model_size, "Backbone and head size: tiny, small or resnet18.",
           choices=("tiny", "small", "resnet18")),
-    Param("precision", str, "auto", "Training precision: auto (float32 on a CPU, mixed_float16 on GPU compute "
+    Param("precision", str, TrainConfig.precision, "Training precision: auto (float32 on a CPU, mixed_float16 on GPU compute "
           "capability 7.x such as the T4, mixed_bfloat16 on 8.x and newer), or float32, mixed_float16, "
           "mixed_bfloat16 to force one (a mixed policy on a CPU runs the GPU path slowly, with a warning). The "
           "train report says which and why.", choices=PRECISIONS),
-    Param("xla", str, "auto", "Compile the train step with XLA: auto (on with one GPU, off on a CPU and "
+    Param("xla", str, TrainConfig.xla, "Compile the train step with XLA: auto (on with one GPU, off on a CPU and "
           "over several GPUs or machines), on or off. The train report says which and why.", choices=XLA_MODES),
     Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),
     Param("tune_trials", int, 0, "Hyperparameter search before training: 0 (off) or the number of candidates "
@@ -106,13 +108,13 @@ PARAMS: tuple[Param, ...] = (
           "pipeline root. Each run records a version there and compares with the champion.",
           cli_default="", path=True, cli_type=cli_types.output_dir),
     Param("model_name", str, "detpipe", "Name of the model in the registry (its folder)."),
-    Param("promote_if", str, "not_worse", "Promotion rule: not_worse (blessed unless the 95% interval of the "
+    Param("promote_if", str, PromotionRule.promote_if, "Promotion rule: not_worse (blessed unless the 95% interval of the "
           "mAP difference lies entirely below -max_regression) or better (the interval must lie above 0).",
-          choices=("not_worse", "better")),
-    Param("max_regression", float, 0.01, "How far below the champion's mAP the whole interval of the "
+          choices=RULES),
+    Param("max_regression", float, PromotionRule.max_regression, "How far below the champion's mAP the whole interval of the "
           "difference must lie for a challenger to lose under not_worse.",
           cli_type=cli_types.non_negative_float),
-    Param("min_map", float, 0.0, "A challenger below this mAP@[.5:.95] is never promoted, and the run fails "
+    Param("min_map", float, PromotionRule.min_map, "A challenger below this mAP@[.5:.95] is never promoted, and the run fails "
           "(after recording the version)."),
     Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
           "(alias champion when blessed); empty: no upload.", local=False),

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import keras
 import keras_hub
 
+from components.detector.geometry import FIXED_SIZE
 from components.detector.nms import GreedyNonMaxSuppression
 from components.detector.retinanet import (
     KERAS_HUB_FPN_FILTERS,
@@ -31,7 +32,7 @@ class ModelConfig:
     """Everything needed to rebuild the same untrained detector."""
 
     num_classes: int
-    image_size: int = 128
+    image_size: int = FIXED_SIZE
     backbone_filters: tuple[int, ...] = (64, 64, 96, 128)
     backbone_blocks: tuple[int, ...] = (1, 1, 1, 1)
     head_conv_layers: int = 2

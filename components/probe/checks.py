@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from beam.label_map import num_class_slots, read_dataset_label_map
+from components.detector.geometry import FIXED_SIZE
 from components.detector.precision import is_mixed, precision_for
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -42,7 +43,7 @@ class CheckResult:
 class Expectations:
     """What training will ask of the machine (from the pipeline's parameters)."""
 
-    image_size: int = 128
+    image_size: int = FIXED_SIZE
     model_size: str = "tiny"
     batch_size: int | None = None  # None: auto
     images_per_second: float | None = None  # expected training rate, for the storage check
@@ -69,7 +70,7 @@ class Expectations:
         without, 'auto' stands for the fixed 128 px shape."""
         batch = None if batch_size == "auto" else int(batch_size)
         if not data_dir:
-            size = 128 if image_size == "auto" else int(image_size)
+            size = FIXED_SIZE if image_size == "auto" else int(image_size)
             return cls(image_size=size, model_size=model_size, batch_size=batch,
                        shape=f"{size}px" + (" (auto without --data: the fixed shape)" if image_size == "auto" else ""))
         from components.detector.fitted_shape import gpu_visible, shape_for_data

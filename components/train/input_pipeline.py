@@ -22,6 +22,7 @@ from components.detector.records import (
     shard_files,
     to_model_image,
 )
+from components.detector.geometry import FIXED_SIZE
 from components.train import augment
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class InputConfig:
-    image_size: int = 128
+    image_size: int = FIXED_SIZE
     batch_size: int = 16
     augment: bool = True
     augment_strength: float = 0.25  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
