@@ -114,7 +114,7 @@ KEY_FIGURES["validate-and-convert"] = lambda out: (f"{out.get('written', '?')} w
 
 
 def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: str, batch_size: str,
-          precision: str, xla: str, allow_poor_anchors: bool,
+          precision: str, xla: str, allow_poor_anchors: bool, box_loss: str, ema: bool, flip: bool, preset: str,
           report: Output[Markdown], probe_json: Output[Artifact]) -> str:
     """Check the training machine (and read speed of the shards), and run a few steps of the
     real training there (the dry run); fails the run on FAIL. `probe_json` tells tune and
@@ -129,7 +129,8 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: 
     logging.basicConfig(level=logging.INFO)
     expect = Expectations.from_train_options(image_size, model_size, batch_size, data_dir=data.path)
     dry_run = TrainConfig(data_dir=data.path, output_dir="", image_size=image_size, model_size=model_size,
-                          precision=precision, xla=xla, allow_poor_anchors=allow_poor_anchors)
+                          precision=precision, xla=xla, allow_poor_anchors=allow_poor_anchors, box_loss=box_loss,
+                          ema=ema, flip=flip, preset=preset or None)
     result = run_probe(require_gpu=require_gpu, data_dir=data.path, output_dir=str(Path(report.path).parent),
                        expect=expect, dry_run=dry_run)
     write_probe(result, Path(probe_json.path), Path(report.path))
@@ -143,7 +144,8 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: str, model_size: str, seed: int,
-                         allow_poor_anchors: bool, precision: str, xla: str, hparams: Output[Artifact],
+                         allow_poor_anchors: bool, precision: str, xla: str, box_loss: str, ema: bool, flip: bool,
+                         preset: str, hparams: Output[Artifact],
                          report: Output[Markdown]) -> float:
     """Search learning rate, weight decay and augmentation strength on short trials
     (`trials` 0: no search, the defaults). Returns the best val mAP (-1 without a search:
@@ -161,7 +163,8 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tria
                              seed=seed, train={"batch_size": batch_size, "image_size": image_size,
                                                "model_size": model_size, "probe": advice,
                                                "allow_poor_anchors": allow_poor_anchors,
-                                               "precision": precision, "xla": xla}))
+                                               "precision": precision, "xla": xla, "box_loss": box_loss,
+                                               "ema": ema, "flip": flip, "preset": preset or None}))
     best_map = result.best_score if math.isfinite(result.best_score) else -1.0
     hparams.metadata.update({**result.best, "best_map": best_map, "trials": len(result.trials)})
     shutil.copyfile(f"{hparams.path}/{REPORT_FILE}", report.path)
@@ -174,7 +177,8 @@ KEY_FIGURES["tune-hyperparameters"] = lambda out: (
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
           model_size: str, seed: int, registry: str, model_name: str, warm_start: str, allow_poor_anchors: bool,
-          precision: str, xla: str, model: Output[Model], report: Output[Markdown]) -> NamedTuple(
+          precision: str, xla: str, box_loss: str, ema: bool, flip: bool, preset: str, model: Output[Model],
+          report: Output[Markdown]) -> NamedTuple(
         "TrainOutputs", [("images_per_second", float), ("started_from", str)]):
     """Train the detector with the tune step's hyperparameters; with `warm_start` auto (or a
     version) from the champion's (that version's) weights when they can be continued.
@@ -201,8 +205,8 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
         result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
                                             batch_size=batch_size, image_size=image_size, model_size=model_size,
                                             seed=seed, probe=advice, allow_poor_anchors=allow_poor_anchors,
-                                            precision=precision, xla=xla,
-                                            init_from=source.folder, init_name=source.name,
+                                            precision=precision, xla=xla, box_loss=box_loss, ema=ema, flip=flip,
+                                            preset=preset or None, init_from=source.folder, init_name=source.name,
                                             init_note=source.note, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
     started_from = source.version if result.warm_start["used"] else ""
     outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from"])(result.images_per_second, started_from)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from beam.exif import EXIF_MODES
 from beam.record_checks import BAD_BOX_MODES
+from components.detector.box_losses import BOX_LOSSES
 from components.detector.precision import PRECISIONS, XLA_MODES
 from components.registry.decision import RULES, PromotionRule
 from components.train.config import TrainConfig
@@ -99,6 +100,15 @@ PARAMS: tuple[Param, ...] = (
           "train report says which and why.", choices=PRECISIONS),
     Param("xla", str, TrainConfig.xla, "Compile the train step with XLA: auto (on with one GPU, off on a CPU and "
           "over several GPUs or machines), on or off. The train report says which and why.", choices=XLA_MODES),
+    Param("box_loss", str, TrainConfig.box_loss, "Box regression loss: " + "; ".join(
+          f"{name}: {what}" for name, what in BOX_LOSSES.items()) + ".", choices=tuple(BOX_LOSSES)),
+    Param("ema", bool, TrainConfig.ema, "Evaluate and export a moving average of the weights over about the last "
+          "tenth of training; false: the last step's weights."),
+    Param("flip", bool, TrainConfig.flip, "Horizontal flips when augmenting; false for text or classes that "
+          "differ left from right."),
+    Param("preset", str, "", "A KerasHub RetinaNet preset (retinanet_resnet50_fpn_coco, a kaggle:// or gs:// "
+          "handle) whose pretrained backbone replaces model_size's; needs network access on the training machine. "
+          "Empty: none."),
     Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),
     Param("tune_trials", int, 0, "Hyperparameter search before training: 0 (off) or the number of candidates "
           "(e.g. 6)."),
@@ -178,6 +188,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         kwargs = {"dest": p.name, "default": default, "type": p.cli_type or (_bool_arg if p.type is bool else p.type)}
         if p.choices:
             kwargs["choices"] = p.choices
+        if p.type is bool:
+            kwargs["metavar"] = "true|false"
         shown = f" (default {default})" if default not in ("", None) else ""
         parser.add_argument(p.option, help=(p.help + shown).replace("%", "%%"), **kwargs)  # argparse formats help
 

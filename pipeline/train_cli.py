@@ -39,8 +39,8 @@ def _hparams_over_defaults(args) -> dict:
 def _common_train_config(args) -> dict:
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     return {"batch_size": batch, "image_size": args.image_size, "model_size": args.model_size,
-            "preset": args.preset, "cache": args.cache, "flip": not args.no_flip,
-            "allow_poor_anchors": args.allow_poor_anchors, "box_loss": args.box_loss, "ema": not args.no_ema,
+            "preset": args.preset or None, "cache": args.cache, "flip": args.flip,
+            "allow_poor_anchors": args.allow_poor_anchors, "box_loss": args.box_loss, "ema": args.ema,
             "precision": args.precision, "xla": args.xla}
 
 
@@ -74,7 +74,7 @@ def cmd_train(args) -> int:
     from components.train.trainer import TrainConfig, train_detector
 
     hparams = _hparams_over_defaults(args)
-    config = {**_common_train_config(args), "augment": not args.no_flip or hparams["augment_strength"] > 0}
+    config = {**_common_train_config(args), "augment": args.flip or hparams["augment_strength"] > 0}
     # (with --no-flip and strength 0 there is nothing left to augment)
     try:
         with _fetch_folder(args) as fetched:
@@ -123,6 +123,7 @@ def cmd_evaluate(args) -> int:
 
 
 def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
+    """Options of `train` and `tune` that are also pipeline parameters (pipeline/params.py)."""
     if epochs:
         p.add_argument("--epochs", **declared("epochs"), help="passes over the train split (default %(default)s)")
     p.add_argument("--batch-size", **declared("batch_size"),
@@ -147,23 +148,26 @@ def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
     p.add_argument("--xla", **declared("xla"),
                    help="compile the train step with XLA: auto (default; on with one GPU, off on a CPU and over "
                         "several GPUs or machines), on, or off. train_report.md says which and why")
-
-
-def _add_local_train_options(p: argparse.ArgumentParser) -> None:
-    """Options of `train` and `tune` that the pipeline does not take."""
-    p.add_argument("--preset", help="start from the pretrained backbone of a KerasHub RetinaNet preset "
-                                     "(retinanet_resnet50_fpn_coco, a kaggle:// or gs:// handle, or a local preset "
-                                     "folder) instead of --model-size; needs network access or a copy")
-    p.add_argument("--no-flip", action="store_true", help="no horizontal flips (e.g. text or left/right classes)")
+    p.add_argument("--preset", **declared("preset"),
+                   help="start from the pretrained backbone of a KerasHub RetinaNet preset (retinanet_resnet50_fpn_coco, "
+                        "a kaggle:// or gs:// handle, or a local preset folder) instead of --model-size; needs network "
+                        "access or a copy")
+    p.add_argument("--no-flip", dest="flip", action="store_false",
+                   help="no horizontal flips (e.g. text or left/right classes)")
     p.add_argument("--allow-poor-anchors", action="store_true",
                    help="train even when, after fitting the shape, fewer than 75%% of some class's training boxes "
                         "can match an anchor with IoU 0.5 (default: refuse, since such boxes only train an anchor "
                         "that overlaps them poorly)")
-    p.add_argument("--box-loss", choices=tuple(BOX_LOSSES), default="giou",
-                   help="; ".join(f"{name}: {what}" for name, what in BOX_LOSSES.items()) + " (default giou)")
-    p.add_argument("--no-ema", action="store_true",
+    p.add_argument("--box-loss", **declared("box_loss"),
+                   help="; ".join(f"{name}: {what}" for name, what in BOX_LOSSES.items())
+                   + f" (default {BY_NAME['box_loss'].default})")
+    p.add_argument("--no-ema", dest="ema", action="store_false",
                    help="evaluate and export the last step's weights instead of their moving average over "
                         "about the last tenth of training (the default; train_report.md says the window)")
+
+
+def _add_local_train_options(p: argparse.ArgumentParser) -> None:
+    """Options of `train` and `tune` that the pipeline does not take."""
     p.add_argument("--cache", metavar="memory|PATH",
                    help="keep the encoded training records after the first epoch, in memory or in files "
                         "at PATH; saves re-reading slow storage such as gs://")

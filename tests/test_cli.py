@@ -305,8 +305,8 @@ def test_every_option_of_a_pipeline_parameter_agrees_with_its_declaration():
             continue
         param, checked = BY_NAME[action.dest], checked + 1
         defaults = {param.default} | ({param.cli_default} if param.cli_default is not REQUIRED else set())
-        if isinstance(action, argparse._StoreTrueAction):
-            agrees = param.type is bool and param.default is False
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):  # --flag / --no-flag
+            agrees = param.type is bool and param.default is isinstance(action, argparse._StoreFalseAction)
         elif param.default is REQUIRED and command != "run":
             agrees = action.required and action.type is (param.cli_type or param.type)
         else:

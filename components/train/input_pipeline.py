@@ -24,6 +24,7 @@ from components.detector.records import (
 )
 from components.detector.geometry import FIXED_SIZE
 from components.train import augment
+from components.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class InputConfig:
     batch_size: int = 16
     augment: bool = True
     augment_strength: float = 0.25  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
-    flip: bool = True  # horizontal flips when augmenting
+    flip: bool = TrainConfig.flip  # horizontal flips when augmenting
     cache: str | None = None  # "memory", or a file path prefix for a disk cache of the encoded records
     shuffle_buffer: int = 1024
     seed: int = 0
