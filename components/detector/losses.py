@@ -27,6 +27,7 @@ Example (a prediction equal to the target costs nothing; a shifted one costs mor
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from components.detector.box_losses import BOX_LOSSES
@@ -98,6 +99,34 @@ def use_weight_average(model: keras.Model) -> None:
     AveragedAdamW as its `inner_optimizer` (the wrapper has no `use_averages`)."""
     optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
     optimizer.use_averages(model.trainable_variables)
+
+
+def finite_on_every_replica(model: keras.Model) -> None:
+    """Under mixed_float16 with several replicas (GPUs, or machines), make the
+    LossScaleOptimizer decide "apply or skip" on every replica's gradients together.
+
+    Keras 3.15's LossScaleOptimizer checks the finiteness of the replica's own gradients and
+    all-reduces them only inside the "apply" branch (the inner optimizer's update). A replica
+    whose gradients overflow skips while another applies: across machines the one that applies
+    waits for the all-reduce forever (the two-worker test hung in about one run of three),
+    on one machine the first replica's check decides for all (another's inf is averaged into
+    the weights). Here the check is all-reduced (finite only if finite everywhere), so every
+    replica takes the same branch, with the same loss scale. Written
+    here because Keras has no option for it."""
+    optimizer = model.optimizer
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return
+    local_check = optimizer.check_finite
+
+    def check_finite(grads):
+        finite = local_check(grads)
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return finite
+        not_finite = tf.cast(tf.logical_not(finite), tf.float32)  # ReduceOp has no MIN: count the others
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, not_finite) < 0.5
+
+    optimizer.check_finite = check_finite
 
 
 GIOU_WEIGHT = 2.0  # as mmdetection's GIoU RetinaNet configs weigh it against the focal loss

@@ -55,8 +55,8 @@ class StopRequest:
     """A SIGTERM on any worker, seen by every worker at the end of the same step.
 
     The handler only sets an event; before the next step the flag variable is raised, and
-    the train step all-reduces it (a sum over every replica of every worker) into `seen`, so
-    all workers stop after the same step without any other coordination."""
+    the train step all-reduces it first (a sum over every replica of every worker) into `seen`,
+    so all workers stop after the same step without any other coordination."""
 
     def __init__(self):
         self.event = threading.Event()
@@ -78,13 +78,16 @@ class StopRequest:
         self.event.set()
 
     def reported(self, train_step):
-        """A train step that also all-reduces the stop flag into `seen`."""
+        """A train step that also all-reduces the stop flag into `seen`, before anything else
+        of the step: with no data dependency between them, two workers could start this and the
+        gradients' all-reduce in opposite orders, and on a CPU with few threads each then waits
+        for the other (seen as a hang of the two-worker test under mixed_float16)."""
 
         def step(data):
-            logs = train_step(data)
             context = tf.distribute.get_replica_context()
-            self.seen.assign(context.all_reduce(tf.distribute.ReduceOp.SUM, self.flag.read_value()))
-            return logs
+            reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, self.flag.read_value())
+            with tf.control_dependencies([self.seen.assign(reduced)]):
+                return train_step(data)
 
         return step
 

@@ -29,7 +29,7 @@ from components.detector.artifacts import (
     TrainConfigFile,
 )
 from components.detector.fitted_shape import FittedShape, read_box_sample, shape_for_sample
-from components.detector.losses import AveragedAdamW, compile_detector, use_weight_average
+from components.detector.losses import AveragedAdamW, compile_detector, finite_on_every_replica, use_weight_average
 from components.detector.precision import choose_precision, choose_xla
 from components.detector.model import build_detector, count_params
 from components.detector.records import count_records
@@ -201,6 +201,7 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         compile_detector(model, AveragedAdamW(schedule, weight_decay=config.weight_decay,
                                               global_clipnorm=config.clipnorm, use_ema=config.ema,
                                               ema_momentum=plan.ema_momentum), config.box_loss)
+        finite_on_every_replica(model)
         checkpoints = StepCheckpoints(model, str(out / CHECKPOINT_DIR), str(write_dir / CHECKPOINT_DIR),
                                       lr_scale=schedule.scale, micro_batches=micro_batches)
     steps_done = checkpoints.restore()
