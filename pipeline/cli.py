@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite-unrecognised", action="store_true",
                    help="with --overwrite, also build into a non-empty folder that is not an earlier build (its own "
                         "files are kept)")
-    p.add_argument("--val-fraction", **declared("val_fraction"), help="share of images for val (default 0.2)")
+    p.add_argument("--val-fraction", **declared("val_fraction"), help="share of images for val (default %(default)s)")
     p.add_argument("--seed", **declared("seed"), help="seed of the train/val split hash (default 0)")
     p.add_argument("--label-map", type=existing_file, help="JSON file {class name: id}; classes not in it are rejected")
     p.add_argument("--reject-empty", action="store_true",
