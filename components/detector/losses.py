@@ -111,8 +111,8 @@ def finite_on_every_replica(model: keras.Model) -> None:
     waits for the all-reduce forever (the two-worker test hung in about one run of three),
     on one machine the first replica's check decides for all (another's inf is averaged into
     the weights). Here the check is all-reduced (finite only if finite everywhere), so every
-    replica takes the same branch, with the same loss scale. Written
-    here because Keras has no option for it."""
+    replica takes the same branch, with the same loss scale. Written here because Keras has
+    no option for it."""
     optimizer = model.optimizer
     if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return

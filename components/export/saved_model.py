@@ -63,11 +63,10 @@ class ServingConfig:
         older server still serves a newer export (this one could not serve `model_batch`'s)."""
         with tf.io.gfile.GFile(f"{saved_model_dir.rstrip('/')}/{SERVING_CONFIG_FILE}") as handle:
             written = json.load(handle)
-        known = {f.name for f in fields(cls)}
-        if set(written) - known:
-            logger.warning("serving_config.json: leaving out fields of a later version: %s",
-                           ", ".join(sorted(set(written) - known)))
-        return cls(**{k: v for k, v in written.items() if k in known})
+        later = sorted(set(written) - {f.name for f in fields(cls)})
+        if later:
+            logger.warning("serving_config.json: leaving out fields of a later version: %s", ", ".join(later))
+        return cls(**{k: v for k, v in written.items() if k not in later})
 
 
 def _class_names(label_map: dict[str, int]) -> list[str]:

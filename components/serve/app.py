@@ -30,9 +30,9 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from components.serve.batching import Batcher, BatchPolicy, batch_policy
-from components.serve.predictor import Predictor
+from components.serve.batching import Batcher, batch_policy
 from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES
+from components.serve.predictor import Predictor
 from components.serve.requests import RequestError, parse_request, read_body
 
 logger = logging.getLogger(__name__)
@@ -54,8 +54,7 @@ class ServeState:
 
     predictor: Predictor | None = None
     error: str | None = None
-    batcher: Batcher | None = None
-    policy: BatchPolicy | None = None
+    batcher: Batcher | None = None  # None: batching off (its policy is the batcher's)
     draining: bool = False
     in_flight: int = 0
 
@@ -88,13 +87,13 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
     def load_model() -> None:
         try:
             predictor = load(model_dir)
-            state.policy = batch_policy(options.max_batch_size, options.batch_timeout_ms,
-                                        predictor.config.model_batch, len(tf.config.list_physical_devices("GPU")))
-            if state.policy.enabled:
-                state.batcher = Batcher(predictor.detect, state.policy, in_flight=lambda: state.in_flight)
+            policy = batch_policy(options.max_batch_size, options.batch_timeout_ms, predictor.config.model_batch,
+                                  len(tf.config.list_physical_devices("GPU")))
+            if policy.enabled:
+                state.batcher = Batcher(predictor.detect, policy, in_flight=lambda: state.in_flight)
             state.predictor = predictor
-            batching = (f"up to {state.policy.max_batch_size} images a call, waiting at most "
-                        f"{state.policy.timeout_ms:g} ms ({state.policy.reason})" if state.policy.enabled else "off")
+            batching = (f"up to {policy.max_batch_size} images a call, waiting at most {policy.timeout_ms:g} ms "
+                        f"({policy.reason})" if policy.enabled else "off")
             logger.info("serve: model loaded from %s; batching %s", model_dir, batching)
         except Exception as err:  # the server stays up and says why in health
             state.error = _first_line(err)
@@ -127,8 +126,8 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
             return unavailable()
         if state.batcher is None:
             return {"status": "ok", "batching": "off"}
-        return {"status": "ok", "batching": {"max_batch_size": state.policy.max_batch_size,
-                                             "timeout_ms": state.policy.timeout_ms,
+        return {"status": "ok", "batching": {"max_batch_size": state.batcher.policy.max_batch_size,
+                                             "timeout_ms": state.batcher.policy.timeout_ms,
                                              **dataclasses.asdict(state.batcher.stats)}}
 
     async def predictions(predictor: Predictor, images: list[bytes], threshold: float | None,
@@ -136,7 +135,7 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
         try:
             if state.batcher is None:
                 return await run_in_threadpool(predictor.predict, images, threshold, limit)
-            own = predictor.config.score_threshold if threshold is None else threshold
+            own = predictor.threshold(threshold)
             out, first = await asyncio.wrap_future(state.batcher.submit(images, own))
         except tf.errors.InvalidArgumentError as err:  # an image Pillow read and TensorFlow's decoder did not
             raise RequestError(400, f"the model cannot decode an image of the request: "

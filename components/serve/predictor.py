@@ -74,6 +74,10 @@ class Predictor:
         loaded = tf.saved_model.load(model_dir)
         return cls(ServingConfig.read(model_dir), loaded.signatures[DETECT_SIGNATURE])
 
+    def threshold(self, requested: float | None) -> float:
+        """The score threshold of a request: the one it asked for, else the export's."""
+        return self.config.score_threshold if requested is None else requested
+
     def detect(self, images: list[bytes], score_threshold: float) -> dict[str, np.ndarray]:
         """One call of the model on images already passed through `model_image_bytes`: its
         outputs, one row per image, detections at or above `score_threshold` first, by score."""
@@ -91,7 +95,7 @@ class Predictor:
         (components/export/saved_model.py), so the rows at or above this threshold are those
         a call at this threshold returns, in the same order. This is what lets `serve` answer
         requests with different thresholds from one call of the model."""
-        threshold = self.config.score_threshold if score_threshold is None else score_threshold
+        threshold = self.threshold(score_threshold)
         limit = self.config.max_detections if max_detections is None else max_detections
         scores = out["detection_scores"][row][:int(out["num_detections"][row])]
         n = min(int(np.count_nonzero(scores >= np.float32(threshold))), limit)
@@ -109,6 +113,6 @@ class Predictor:
         lists cut to `num_detections`."""
         if not images:
             return []
-        threshold = self.config.score_threshold if score_threshold is None else score_threshold
+        threshold = self.threshold(score_threshold)
         out = self.detect(images, threshold)
         return [self.answer(out, i, threshold, max_detections) for i in range(len(images))]

@@ -128,10 +128,8 @@ def _image(index: int, instance) -> bytes:
 
 
 def parse_request(body: bytes, max_instances: int, max_detections: int) -> tuple[list[bytes], float | None, int | None]:
-    """(model-ready image bytes, score threshold, max detections) of a predict request, or a
-    `RequestError` naming the first problem."""
-    if len(body) > MAX_BODY_BYTES:
-        raise _too_large(f"{len(body):,} bytes")
+    """(model-ready image bytes, score threshold, max detections) of a predict request (a body
+    `read_body` bounded), or a `RequestError` naming the first problem."""
     payload = _json(body)
     if not isinstance(payload, dict) or not isinstance(payload.get("instances"), list):
         raise RequestError(400, 'the request needs "instances": a list of {"image_bytes": {"b64": ...}}')
