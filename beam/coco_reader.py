@@ -16,10 +16,9 @@ from collections import Counter, defaultdict
 from apache_beam.io.filesystems import FileSystems
 from pycocotools import mask as mask_utils
 
-from beam.record_checks import BAD_ANNOTATION
-from beam.source_records import (
-    AnnotationError, Reject, SourceBox, SourceRecord, image_id_from_filename, number_or_nan, optional_size,
-)
+from beam.contract.rejects import BAD_ANNOTATION, Reject
+from beam.source_records import (AnnotationError, SourceBox, SourceRecord, image_id_from_filename, number_or_nan,
+                                 optional_size)
 
 
 def annotation_box(ann: dict) -> list:

@@ -24,19 +24,20 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam import job_transforms as jt
 from beam import record_checks as rc
 from beam.coco_reader import read_coco
+from beam.contract.files import read_rejects, write_json
+from beam.contract.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCounts, Manifest, is_rejects_file,
+                                    near_duplicate_line, output_folder_problem, rejects_file_count, stats_file_name,
+                                    written_by_build)
+from beam.contract.rejects import Reject
 from beam.csv_reader import read_csv
 from beam.data_workers import WORKER_MALLOC_ENV, default_workers, usable_cpu_count, worker_skips
 from beam.dataset_gates import GateOptions, dataset_problems, normalised_coordinates_problems
 from beam.feature_batches import read_batches
-from beam.job_outputs import (EXAMPLES_KEPT, JOB_DIR, JobSummary, features_files, job_path, publish,
-                              read_job_outputs)
+from beam.job_outputs import EXAMPLES_KEPT, JOB_DIR, JobSummary, features_files, job_path, publish, read_job_outputs
 from beam.local_worker import failing_when_a_worker_dies
-from beam.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCounts, Manifest, is_rejects_file,
-                           near_duplicate_line, output_folder_problem, rejects_file_count, stats_file_name,
-                           written_by_build)
-from beam.output_files import read_rejects, write_json
+from beam.runner import runner_and_options
 from beam.shard_writer import DEFAULT_MIN_SHARDS, DEFAULT_TARGET_SHARD_BYTES
-from beam.source_records import AnnotationError, Reject
+from beam.source_records import AnnotationError
 from beam.split import TRAIN, VAL, GivenSplit, given_split_conflict, read_split_file
 from beam.tfdv_checks import feature_statistics
 from beam.voc_reader import list_voc_files
@@ -69,7 +70,7 @@ class ConvertOptions:
     gzip: bool = False
     overwrite: bool = False  # remove what an earlier build wrote in the output folder (else refuse a non-empty one)
     overwrite_unrecognised: bool = False  # with overwrite: also build into a folder that is not an earlier build
-    exif: str = "auto"  # auto | apply | ignore: the frame of the annotations (beam/exif.py)
+    exif: str = "auto"  # auto | apply | ignore: the frame of the annotations (beam/contract/exif.py)
     bad_box: str = rc.DROP_BOX  # drop | reject-image: what a box that cannot be trusted costs
     gates: GateOptions = field(default_factory=GateOptions)
     allow_anomalies: bool = False
@@ -143,61 +144,6 @@ def job_options(options: ConvertOptions, records: int) -> tuple[object, Pipeline
                               options.num_workers or default_workers(records, usable_cpu_count()), WORKER_MALLOC_ENV,
                               worker_skips((options.images, options.annotations, options.output,
                                             options.val_annotations, options.val_images)))
-
-
-def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...]:
-    """A pipeline step's Beam arguments: its `beam_options` string split as a shell does,
-    plus, on Dataflow, the step's own image for the workers (they run the same code).
-
-    >>> step_beam_args("--project=p --region=r", "DataflowRunner", "img:1")
-    ('--project=p', '--region=r', '--sdk_container_image=img:1')
-    """
-    import shlex
-
-    args = shlex.split(beam_options)
-    if runner == "DataflowRunner":
-        args.append(f"--sdk_container_image={image}")
-    return tuple(args)
-
-
-def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int, worker_env: dict[str, str] | None = None,
-                       worker_skips: tuple[str, ...] = ()) -> tuple[object, PipelineOptions]:
-    """The runner and its options. Locally (DirectRunner) a job runs on Beam's FnApiRunner
-    (DirectRunner would first try the Prism runner, which downloads a binary), in `workers`
-    worker processes as Dataflow runs it: every function pickled, nothing shared with the
-    driver. The worker processes run `beam.local_worker` (Beam's SDK harness, a faster exit),
-    with `worker_env` in their environment and without the modules `worker_skips` names.
-    One worker runs in-process.
-    `--direct_num_workers` / `--direct_running_mode` among the Beam arguments win (with the
-    latter, Beam starts its own workers). Any other runner is Beam's."""
-    args = list(beam_args)
-    if runner != "DirectRunner":
-        return runner, PipelineOptions(args, runner=runner)
-    from apache_beam.options.pipeline_options import DirectOptions
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    from apache_beam.transforms.environments import SubprocessSDKEnvironment
-
-    from beam.local_worker import worker_command
-
-    if any(a == "--direct_num_workers" or a.startswith("--direct_num_workers=") for a in args):
-        workers = PipelineOptions(args).view_as(DirectOptions).direct_num_workers  # Beam's parser: either spelling
-    else:
-        args.append(f"--direct_num_workers={workers}")
-    if any(a.startswith("--direct_running_mode") for a in args) or workers <= 1:
-        return FnApiRunner(), PipelineOptions(args)
-    # Beam's "multi_processing" mode would start its own worker command; the runner's own
-    # environment argument starts ours, in its default running mode, which Beam then says
-    # gives no parallelism: that note is dropped, it is not so here.
-    logging.getLogger(_FN_RUNNER_LOGGER).addFilter(_not_the_running_mode_note)
-    environment = SubprocessSDKEnvironment.from_command_string(worker_command(worker_env, worker_skips))
-    return FnApiRunner(default_environment=environment), PipelineOptions(args)
-
-
-_FN_RUNNER_LOGGER = "apache_beam.runners.portability.fn_api_runner.fn_runner"
-
-
-def _not_the_running_mode_note(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("If direct_num_workers is not equal to 1, direct_running_mode")
 
 
 def _list_sources(options: ConvertOptions) -> list:

@@ -11,10 +11,9 @@ import io
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam.record_checks import BAD_ANNOTATION
-from beam.source_records import (
-    AnnotationError, Reject, SourceBox, SourceRecord, image_id_from_filename, number_or_nan, optional_size,
-)
+from beam.contract.rejects import BAD_ANNOTATION, Reject
+from beam.source_records import (AnnotationError, SourceBox, SourceRecord, image_id_from_filename, number_or_nan,
+                                 optional_size)
 
 COLUMNS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax")
 BOX_COLUMNS = COLUMNS[3:]

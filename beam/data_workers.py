@@ -1,5 +1,5 @@
-"""The data job's local worker processes: how many, with what settings, and starting them
-early. This module imports neither Beam nor TensorFlow, so that a command can start the
+"""The data job's local worker processes: how many (from the CPUs this process may use, which the
+probe reports too), with what settings, and starting them early. This module imports neither Beam nor TensorFlow, so that a command can start the
 workers (`prestarted_data_workers`) before its own imports of them (~4.5 s on one core, with
 the job's other cores idle), and the job's first stage does not wait ~1 s for them.
 """
@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
+import math
 import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 # A worker process costs ~1.2-1.6 CPU-seconds to start (Beam's import; the workers do without
 # TensorFlow) before it checks a record, and Beam's portable runner moves each stage's
@@ -37,7 +42,7 @@ WORKER_SKIPPED_IMPORTS = ("pandas", "google.cloud.bigquery", "google.cloud.bigqu
 
 # What the job's stages import in a worker (unpickled, and their own lazy imports): a worker
 # started early imports them while it waits. None of them imports TensorFlow.
-JOB_MODULES = ("beam.job_transforms", "beam.example_codec", "beam.feature_batches", "beam.output_files",
+JOB_MODULES = ("beam.job_transforms", "beam.example_codec", "beam.feature_batches", "beam.contract.files",
                "beam.split", "PIL.JpegImagePlugin", "PIL.PngImagePlugin")
 
 
@@ -51,10 +56,30 @@ def default_workers(records: int, usable_cpus: int, per_worker: int = RECORDS_PE
     return max(1, min(usable_cpus, records // per_worker))
 
 
-def usable_cpu_count() -> int:
-    """The CPUs this process may use, counted as the probe counts them (cgroup- and affinity-aware)."""
-    from components.probe.machine_facts import usable_cpus
+def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:
+    """CPUs this process may really use: affinity, then any cgroup v2/v1 CPU quota."""
+    visible = os.cpu_count() or 1
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else visible
+    quota = None
+    v2 = cgroup_root / "cpu.max"
+    v1_quota, v1_period = cgroup_root / "cpu" / "cpu.cfs_quota_us", cgroup_root / "cpu" / "cpu.cfs_period_us"
+    try:
+        if v2.exists():
+            limit, period = v2.read_text().split()[:2]
+            if limit != "max":
+                quota = int(limit) / int(period)
+        elif v1_quota.exists() and v1_period.exists():
+            limit = int(v1_quota.read_text())
+            if limit > 0:
+                quota = limit / int(v1_period.read_text())
+    except (OSError, ValueError) as err:
+        logger.debug("cgroup cpu quota unreadable: %s", err)
+    usable = affinity if quota is None else max(1, min(affinity, math.floor(quota)))
+    return {"visible": visible, "affinity": affinity, "cgroup_quota": quota, "usable": usable}
 
+
+def usable_cpu_count() -> int:
+    """The CPUs this process may use (`usable_cpus`): what the probe reports and every local Beam job sizes its workers by."""
     return usable_cpus()["usable"]
 
 

@@ -12,18 +12,11 @@ from dataclasses import dataclass, replace
 import tensorflow_data_validation as tfdv
 from apache_beam.io.filesystems import FileSystems
 
-from beam.manifest import stats_file_name
-from beam.output_files import write_text
+from beam.contract import feature_keys as K
+from beam.contract.files import write_text
+from beam.contract.manifest import stats_file_name
 from beam.split import TRAIN, VAL
-from beam import feature_keys as K
-from beam.tfdv_checks import (
-    add_drift_checks,
-    anomaly_lines,
-    class_domain,
-    find_anomalies,
-    statistics_html,
-    task_schema,
-)
+from beam.tfdv_checks import add_drift_checks, anomaly_lines, class_domain, find_anomalies, statistics_html, task_schema
 
 logger = logging.getLogger(__name__)
 

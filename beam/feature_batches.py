@@ -9,8 +9,8 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam import feature_keys as K
-from beam.example_codec import BYTES, FEATURE_KINDS, FLOATS, INTS
+from beam.contract import feature_keys as K
+from beam.contract.codec import BYTES, FEATURE_KINDS, FLOATS, INTS
 
 # Derived for statistics only (not written to the shards): box sizes, so that TFDV can
 # show their distribution and catch their drift between dataset versions.

@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam.manifest import JOB_DIR
+from beam.contract.manifest import JOB_DIR
+
 LABEL_MAP_OUTPUT = "label_map"
 SHARD_LIST_OUTPUT = "shards"
 SHARD_COUNTS_OUTPUT = "shard_counts"
@@ -123,7 +124,7 @@ def _json_line(value) -> str:
 def _write_part(value, folder: str, encode) -> None:
     import hashlib
 
-    from beam.output_files import write_text
+    from beam.contract.files import write_text
 
     line = encode(value)
     write_text(FileSystems.join(folder, hashlib.sha256(line.encode()).hexdigest()[:20] + ".json"), line + "\n")

@@ -15,14 +15,17 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from beam import record_checks as rc
+from beam.contract import rejects as rj
+from beam.contract.images import IMAGE_SUFFIXES
+from beam.contract.label_map import derive_label_map, extend_label_map
+from beam.contract.manifest import rejects_file_name
+from beam.contract.rejects import Reject
 from beam.file_bytes import FileSystemOf, read_bytes
 from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_COUNTS_OUTPUT, SHARD_LIST_OUTPUT, SUMMARY_OUTPUT,
                               CombineSummaries, JobSummary, features_file_name, job_path, write_parts)
-from beam.manifest import rejects_file_name
-from beam.label_map import derive_label_map, extend_label_map
 from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
-from beam.source_records import (IMAGE_SUFFIXES, AnnotationError, CheckedRecord, Records, Reject, SourceRecord,
-                                 base_name, has_image_suffix, image_id_from_filename)
+from beam.source_records import (AnnotationError, CheckedRecord, Records, SourceRecord, base_name, has_image_suffix,
+                                 image_id_from_filename)
 from beam.split import TRAIN, VAL, GivenSplit, assign_split, stable_fraction
 from beam.voc_reader import read_voc_file
 
@@ -36,7 +39,7 @@ def _parse(source, filesystem_of=FileSystems.get_filesystem) -> SourceRecord | R
     try:
         return read_voc_file(source, filesystem_of)
     except AnnotationError as err:
-        return Reject(image_id_from_filename(source), rc.BAD_ANNOTATION, f"annotation cannot be read: {err}", source)
+        return Reject(image_id_from_filename(source), rj.BAD_ANNOTATION, f"annotation cannot be read: {err}", source)
 
 
 # Records travel between the job's stages in lists of this many, not one element each:
@@ -185,7 +188,7 @@ class _CheckChunk(beam.DoFn):
         for position, record in enumerate(records):
             first = duplicates.get((index, position))
             if first is not None:
-                record = Reject(record.image_id, rc.DUPLICATE_IMAGE_ID, f"image id also annotated in {first}",
+                record = Reject(record.image_id, rj.DUPLICATE_IMAGE_ID, f"image id also annotated in {first}",
                                 record.source_ref)
             elif not isinstance(record, Reject):
                 record = self._check(record)
@@ -228,7 +231,7 @@ def _place(records: list[CheckedRecord], val_fraction: float, seed: int, split_o
         elif record.image_id in split_of:
             placed.append((split_of[record.image_id], record))
         else:
-            rejects.append(Reject(record.image_id, rc.NOT_IN_SPLIT_FILE, f"image id not listed in {split_file}",
+            rejects.append(Reject(record.image_id, rj.NOT_IN_SPLIT_FILE, f"image id not listed in {split_file}",
                                   record.source_ref))
     if placed:
         yield beam.pvalue.TaggedOutput(RECORDS, placed)
@@ -330,7 +333,8 @@ class _WriteShard(beam.DoFn):
         self._gzip = gzip
 
     def process(self, item, counts, label_map):
-        from beam.example_codec import example_bytes, record_features, written_image
+        from beam.contract.codec import example_bytes
+        from beam.example_codec import record_features, written_image
         from beam.feature_batches import FeaturesWriter
 
         (split, index), lists = item
@@ -408,7 +412,7 @@ def write_empty_shards(output: str, counts: dict[str, int], listed: list[dict], 
 def _write_rejects(item, output: str, count: int) -> str:
     import json
 
-    from beam.output_files import write_text
+    from beam.contract.files import write_text
 
     index, lists = item
     rows = sorted((r.to_dict() for rejects in lists for r in rejects),
@@ -443,7 +447,7 @@ class WriteRejects(beam.PTransform):
 def write_empty_rejects(output: str, count: int) -> None:
     """Write into OUTPUT/_job/ each of the `count` rejects files the job did not (empty), so
     every name `-of-N` exists."""
-    from beam.output_files import write_text
+    from beam.contract.files import write_text
 
     for index in range(count):
         path = job_path(output, rejects_file_name(index, count))

@@ -1,38 +1,21 @@
 """Per-record checks: a `SourceRecord` becomes a `CheckedRecord` or a `Reject`.
 
-Reason codes are stable strings that the rejects files and `manifest.json` use.
+The reason codes are in beam/contract/rejects.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 from dataclasses import dataclass
 
-from PIL import Image, UnidentifiedImageError
-
-from beam import image_formats
-from beam.exif import apply_orientation, check_exif_mode, displayed_size, orientation_of
-from beam.image_formats import needs_conversion, unreadable_format, written_format
-from beam.source_records import (IMAGE_SUFFIXES, CheckedRecord, Reject, SourceBox, SourceRecord, base_name,
-                                 has_image_suffix)
-
-MISSING_IMAGE = "missing_image"
-UNREADABLE_IMAGE = "unreadable_image"
-UNSUPPORTED_FORMAT = "unsupported_format"
-SIZE_MISMATCH = "size_mismatch"
-INVALID_BOX = "invalid_box"
-BOX_OUTSIDE_IMAGE = "box_outside_image"
-UNKNOWN_CLASS = "unknown_class"
-DUPLICATE_IMAGE_ID = "duplicate_image_id"
-IMAGE_TOO_LARGE = "image_too_large"
-NO_BOXES = "no_boxes"
-BAD_ANNOTATION = "bad_annotation"
-NOT_IN_SPLIT_FILE = "not_in_split_file"
-
-# What `inspect_image` says of bytes in no image format Pillow knows (a text file named .jpg).
-NOT_AN_IMAGE = "not an image file (no image format Pillow knows)"
+from beam.contract import images
+from beam.contract.exif import apply_orientation, check_exif_mode, displayed_size
+from beam.contract.images import (IMAGE_SUFFIXES, MAX_IMAGE_PIXELS, ImageTooLarge, UnreadableFormat, inspect_image,
+                                  needs_conversion, written_format)
+from beam.contract.rejects import (BAD_ANNOTATION, BOX_OUTSIDE_IMAGE, IMAGE_TOO_LARGE, INVALID_BOX, MISSING_IMAGE,
+                                   NO_BOXES, SIZE_MISMATCH, UNKNOWN_CLASS, UNREADABLE_IMAGE, UNSUPPORTED_FORMAT, Reject)
+from beam.source_records import CheckedRecord, SourceBox, SourceRecord, base_name, has_image_suffix
 
 # What a box that cannot be trusted on its own (empty, inverted, NaN, zero area after
 # clipping, outside the image) costs: itself (the image is written with its other boxes, as
@@ -47,10 +30,10 @@ class CheckOptions:
 
     # A box may stick out of the image by this many pixels and is clipped; beyond, rejected.
     clip_tolerance_px: float = 2.0
-    max_pixels: int = 50_000_000
+    max_pixels: int = MAX_IMAGE_PIXELS
     keep_empty: bool = True
     label_map: dict[str, int] | None = None
-    exif: str = "auto"  # beam/exif.py: which frame the annotations were made in
+    exif: str = "auto"  # beam/contract/exif.py: which frame the annotations were made in
     bad_box: str = DROP_BOX  # one of BAD_BOX_MODES
 
     def __post_init__(self):
@@ -64,46 +47,8 @@ def _reject(record: SourceRecord, reason: str, message: str) -> Reject:
 
 
 def _unsupported(record: SourceRecord, fmt: str) -> Reject:
-    message = f"image {record.filename!r} is {fmt}; accepted: {image_formats.ACCEPTED}"
+    message = f"image {record.filename!r} is {fmt}; accepted: {images.ACCEPTED}"
     return _reject(record, UNSUPPORTED_FORMAT, message)
-
-
-class ImageTooLarge(ValueError):
-    """An image over Pillow's decompression-bomb limit (about 179 M pixels), refused unread."""
-
-
-class UnreadableFormat(ValueError):
-    """An image in a format Pillow cannot open (HEIF); the message is the format's name."""
-
-
-def inspect_image(data: bytes, max_pixels: int | None = None) -> tuple[str, int, int, str, int]:
-    """(PIL format, stored width, stored height, mode, EXIF orientation) after decoding the
-    whole image, a JPEG at 1/8 scale: libjpeg's DCT-domain scaling still entropy-decodes
-    every coefficient (so a truncated or corrupt stream fails as in a full decode) but
-    skips most of the inverse DCT and colour conversion, which nothing here needs.
-
-    Raises `ValueError` for data Pillow cannot decode (corrupt or truncated), `ImageTooLarge`
-    for an image too large to decode at all or, given `max_pixels`, over it (said from the
-    header, before any pixel is decoded: a small file can hold a huge picture), `UnreadableFormat`
-    for an image in a format Pillow cannot open.
-    """
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            fmt, (width, height), mode = image.format, image.size, image.mode
-            orientation = orientation_of(image)
-            if max_pixels is not None and width * height > max_pixels:
-                raise ImageTooLarge(f"it is {width:,} x {height:,} pixels, over the limit of {max_pixels:,}")
-            if fmt in ("JPEG", "MPO"):  # MPO: a JPEG with more pictures after it (beam/image_formats.py)
-                image.draft(mode, (max(1, width // 8), max(1, height // 8)))
-            image.load()  # decodes the whole stream: catches truncated files
-    except UnidentifiedImageError:  # Pillow's message names the BytesIO object and its address
-        known = unreadable_format(data)
-        raise (UnreadableFormat(known) if known else ValueError(NOT_AN_IMAGE)) from None
-    except Image.DecompressionBombError as err:  # said before any pixel is decoded
-        raise ImageTooLarge(str(err).split(", could be")[0]) from None
-    except (OSError, SyntaxError) as err:
-        raise ValueError(str(err) or type(err).__name__) from err
-    return fmt or "unknown", width, height, mode, orientation
 
 
 def check_record(

@@ -2,7 +2,7 @@
 are sorted by key inside it, so the same input always gives byte-identical files.
 
 Written through Beam's file systems (local, gs://), not TensorFlow's writer: the job's
-workers do without TensorFlow (beam/example_proto.py says why).
+workers do without TensorFlow (beam/contract/example_proto.py says why).
 """
 
 from __future__ import annotations

@@ -5,14 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from beam.contract.images import IMAGE_SUFFIXES
+from beam.contract.rejects import Reject
+
 
 class AnnotationError(ValueError):
     """An annotation file that cannot be parsed into records at all."""
-
-
-# The file suffixes of the image formats the data step takes (beam/image_formats.py), for
-# finding an image whose annotation names it without one and for telling an images folder.
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".avif", ".jfif", ".jpe")
 
 
 def has_image_suffix(filename: str) -> bool:
@@ -91,49 +89,6 @@ class SourceRecord:
 
 
 @dataclass(frozen=True)
-class Reject:
-    """A record that was not written, or one box of a written record that was dropped, with a
-    reason code and a one-line message. One row of a rejects file (`rejects-*.jsonl`): its writer
-    (`beam/job_transforms.py::WriteRejects`) and every reader go through `to_dict`/`from_dict`.
-
-    A box-level reject (`box_index` set) names the box's index in its annotation and its
-    class; the image it came from was written, with its other boxes, to `split`.
-
-    >>> row = Reject("img1", "invalid_box", "box 2 is empty", "a/img1.xml", box_index=2, class_text="cat",
-    ...              split="train").to_dict()
-    >>> row["box"], row["class"], Reject.from_dict(row).is_box
-    (2, 'cat', True)
-    """
-
-    image_id: str
-    reason: str
-    message: str
-    source_ref: str
-    box_index: int | None = None
-    class_text: str | None = None
-    split: str | None = None  # where the image of a dropped box was written
-
-    @property
-    def is_box(self) -> bool:
-        return self.box_index is not None
-
-    def to_dict(self) -> dict:
-        row = {"image_id": self.image_id, "reason": self.reason, "message": self.message,
-               "source": self.source_ref, "level": "box" if self.is_box else "image"}
-        if self.is_box:
-            row.update({"box": self.box_index, "class": self.class_text, "split": self.split})
-        return row
-
-    @classmethod
-    def from_dict(cls, row: dict) -> "Reject":
-        """The row `to_dict` wrote; a missing key raises KeyError (a renamed field fails at once)."""
-        box = row["level"] == "box"
-        return cls(image_id=row["image_id"], reason=row["reason"], message=row["message"], source_ref=row["source"],
-                   box_index=row["box"] if box else None, class_text=row["class"] if box else None,
-                   split=row["split"] if box else None)
-
-
-@dataclass(frozen=True)
 class CheckedRecord:
     """A record that passed every check, with boxes normalised to [0, 1].
 
@@ -147,7 +102,7 @@ class CheckedRecord:
     image_path: str
     image_sha256: str
     image_size: int  # bytes
-    image_format: str  # "jpeg" | "png": the format the shard holds (beam/image_formats.py)
+    image_format: str  # "jpeg" | "png": the format the shard holds (beam/contract/images.py)
     width: int
     height: int
     color_mode: str  # PIL mode of the source image ("RGB", "L", "CMYK", ...)
@@ -157,7 +112,7 @@ class CheckedRecord:
     source_ref: str
     notes: tuple[str, ...] = field(default=())
     exif_orientation: int = 1  # the image's EXIF orientation (1: none)
-    # The shard gets the image as displayed (EXIF applied, beam/exif.py), and width,
+    # The shard gets the image as displayed (EXIF applied, beam/contract/exif.py), and width,
     # height and boxes are in that frame.
     orientation_applied: bool = False
     # Boxes of this record that could not be trusted on their own (--bad-box drop): each a

@@ -15,7 +15,7 @@ import tensorflow_data_validation as tfdv
 from tensorflow_data_validation.statistics import stats_impl
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
-from beam import feature_keys as K
+from beam.contract import feature_keys as K
 from beam.feature_batches import BOX_HEIGHT, BOX_WIDTH
 
 logger = logging.getLogger(__name__)

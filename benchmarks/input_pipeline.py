@@ -78,7 +78,7 @@ def ceiling_dataset(data_dir: str, image_size: int, batch_size: int):
     """Read + decode + resize with every core, nothing else."""
     import tensorflow as tf
 
-    from beam import feature_keys as K
+    from beam.contract import feature_keys as K
     from components.train import input_pipeline as ip
 
     files = ip.shard_files(data_dir, "train")

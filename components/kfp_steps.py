@@ -79,8 +79,9 @@ def validate_and_convert(
     import tempfile
     from collections import namedtuple
 
-    from beam.convert_job import ConvertOptions, build_dataset, step_beam_args
+    from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions, with_champion
+    from beam.runner import step_beam_args
     from components.registry.registry import Registry
     from components.report.run_report import write_dataset_page
 

@@ -10,31 +10,21 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.interrupt import EXIT_INTERRUPTED, handle_interrupts, was_interrupted
+from beam.contract.manifest import output_folder_problem
+from pipeline.cli_types import (CheckFailed, DetpipeParser, UsageError, count_range, error_line, existing_file,
+                                existing_path)
+from pipeline.cli_types import fail_lines as _fail_lines
+from pipeline.cli_types import images_dir, output_dir, output_file, pixel_range
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.cli_types import count_range, pixel_range
-from pipeline.cli_types import (
-    CheckFailed,
-    DetpipeParser,
-    error_line,
-    tensorflow_error_line,
-    UsageError,
-    fail_lines as _fail_lines,
-    existing_file,
-    existing_path,
-    images_dir,
-    output_dir,
-    output_file,
-    shards_dir,
-)
-from beam.manifest import output_folder_problem
+from pipeline.cli_types import shards_dir, tensorflow_error_line
+from pipeline.compile_cli import add_compile_command
+from pipeline.interrupt import EXIT_INTERRUPTED, handle_interrupts, was_interrupted
+from pipeline.model_cli import add_model_commands
 from pipeline.params import BY_NAME, declared
 from pipeline.preflight import annotations_problem, given_split_problem
-from pipeline.model_cli import add_model_commands
-from pipeline.compile_cli import add_compile_command
+from pipeline.registry_cli import add_registry_commands
 from pipeline.run_cli import add_run_command
 from pipeline.train_cli import add_train_commands
-from pipeline.registry_cli import add_registry_commands
 from pipeline.vertex_cli import add_vertex_commands, cloud_error_line
 
 logger = logging.getLogger("detpipe")
@@ -83,10 +73,10 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
 
 
 def _data_build(args, beam_args: list[str]) -> int:
+    from beam.contract.label_map import read_label_map
+    from beam.contract.manifest import REJECTS_GLOB, near_duplicate_line
     from beam.convert_job import ConvertOptions, build_dataset
     from beam.dataset_gates import GateOptions
-    from beam.label_map import read_label_map
-    from beam.manifest import REJECTS_GLOB, near_duplicate_line
 
     options = ConvertOptions(
         images=args.images, annotations=args.annotations, output=args.output, format=args.format,
@@ -131,9 +121,7 @@ def _data_build(args, beam_args: list[str]) -> int:
 
 def cmd_probe(args) -> int:
     from components.probe.checks import Expectations
-    from components.probe.probe_report import (
-        difference_lines, load_baseline, probe_markdown, run_probe, write_probe,
-    )
+    from components.probe.probe_report import difference_lines, load_baseline, probe_markdown, run_probe, write_probe
 
     baseline = load_baseline(Path(args.baseline)) if args.baseline else None
     if args.dry_run and not args.data:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from kfp import local
 
-from beam.output_files import read_manifest
+from beam.contract.files import read_manifest
+from components.detector.artifacts import TrainConfigFile
 from components.evaluate.metrics_file import EvalMetrics
 from components.registry.decision import DecisionRecord, comparison_line
-from components.detector.artifacts import TrainConfigFile
 from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline
 

@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam.exif import EXIF_MODES
+from beam.contract.exif import EXIF_MODES
 from beam.record_checks import BAD_BOX_MODES
 from components.detector.box_losses import BOX_LOSSES
 from components.detector.precision import PRECISIONS, XLA_MODES

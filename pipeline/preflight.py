@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from beam.source_records import IMAGE_SUFFIXES
+from beam.contract.images import IMAGE_SUFFIXES
 from beam.split import given_split_conflict
 from components.detector.artifacts import CONFIG_FILE, MODEL_FILE
 from components.export.export_files import SAVED_MODEL_FILE

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from beam.exif import ORIENTATION_TAG
+from beam.contract.exif import ORIENTATION_TAG
 
 PREFIX = "dirty-"
 

@@ -10,10 +10,10 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from beam import feature_keys as K
+from beam.contract import feature_keys as K
+from beam.contract.codec import decode_example
 from beam.convert_job import ConvertOptions, DataBuildError, build_dataset
 from beam.dataset_gates import GateOptions
-from beam.example_codec import decode_example
 from beam.shard_writer import shard_count
 
 
@@ -151,7 +151,7 @@ def _bad_corpus(demo_dir: Path, root: Path) -> tuple[Path, Path, dict[str, str],
     (annotations / "broken.xml").write_text("<annotation><filename>x.jpg</filename")
     expected["broken"] = "bad_annotation"
     # Accepted colour modes: written, and counted in the manifest.
-    # A GIF and a TIFF are written as PNG (beam/image_formats.py).
+    # A GIF and a TIFF are written as PNG (beam/contract/images.py).
     modes = {"cmyk": ("CMYK", "JPEG", "jpg"), "palette": ("P", "PNG", "png"), "alpha": ("RGBA", "PNG", "png"),
              "grey": ("L", "PNG", "png"), "gif": ("P", "GIF", "gif"), "tiff": ("CMYK", "TIFF", "tif")}
     for name, (mode, fmt, ext) in modes.items():

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-
-from beam import feature_keys as K
-from beam import record_checks as rc
-from beam.convert_job import ConvertOptions, build_dataset
-from beam.example_codec import decode_example
-from beam.output_files import read_manifest, read_rejects
-from components.report.run_report import write_dataset_page
 from dirty_data import PREFIX, make_dirty_copy, split_of
 
-EVERY_REASON = {value for name, value in vars(rc).items() if name.isupper() and isinstance(value, str)
-                and name not in ("DROP_BOX", "REJECT_IMAGE", "NOT_AN_IMAGE")}  # modes, a message
+from beam import record_checks as rc
+from beam.contract import feature_keys as K
+from beam.contract import rejects as rj
+from beam.contract.codec import decode_example
+from beam.contract.files import read_manifest, read_rejects
+from beam.convert_job import ConvertOptions, build_dataset
+from components.report.run_report import write_dataset_page
+
+EVERY_REASON = {value for name, value in vars(rj).items() if name.isupper() and isinstance(value, str)}
 
 
 def _build(dirty, out: Path, **options):
@@ -54,11 +54,11 @@ def _shard_records(out: Path) -> dict[str, tuple[str, dict]]:
 
 def test_the_shards_are_what_tensorflow_would_write(dirty, built, tmp_path, monkeypatch):
     """The job's workers write Examples and TFRecord framing without TensorFlow
-    (beam/example_proto.py, beam/shard_writer.py): the same build with TensorFlow's own
+    (beam/contract/example_proto.py, beam/shard_writer.py): the same build with TensorFlow's own
     Example classes writes the same shards, and each shard is the file TensorFlow's writer
     makes of its records."""
     out, _ = built
-    monkeypatch.setattr("beam.example_codec.pb", tf.train)  # in-process: the one worker sees it
+    monkeypatch.setattr("beam.contract.codec.pb", tf.train)  # in-process: the one worker sees it
     _build(dirty, tmp_path / "tf", num_workers=1)
     shards = sorted(out.glob("*.tfrecord"))
     assert len(shards) >= 2 and [s.name for s in shards] == sorted(p.name for p in (tmp_path / "tf").glob("*.tfrecord"))
@@ -78,7 +78,7 @@ def test_every_reason_the_checks_know_is_produced_by_a_real_input(dirty):
 def test_rejects_are_what_the_dirty_inputs_should_give(dirty, built):
     out, _ = built
     rejects = read_rejects(str(out))
-    images = {r.image_id + ("#duplicate" if r.reason == rc.DUPLICATE_IMAGE_ID else ""): r.reason
+    images = {r.image_id + ("#duplicate" if r.reason == rj.DUPLICATE_IMAGE_ID else ""): r.reason
               for r in rejects if not r.is_box}
     boxes = {(r.image_id, r.box_index): r.reason for r in rejects if r.is_box}
     assert images == dirty.image_rejects and boxes == dirty.box_rejects
@@ -179,30 +179,37 @@ def test_bad_box_reject_image_keeps_the_old_behaviour(dirty, tmp_path):
     result = _build(dirty, tmp_path / "out", bad_box="reject-image")
     ((image_id, _),) = dirty.kept_boxes.items()
     rejects = {r.image_id: r for r in read_rejects(str(tmp_path / "out"))}
-    assert rejects[image_id].reason == rc.INVALID_BOX and not rejects[image_id].is_box
+    assert rejects[image_id].reason == rj.INVALID_BOX and not rejects[image_id].is_box
     assert not any(r.is_box for r in rejects.values()) and result.manifest.boxes_rejected_by_reason == {}
 
 
 def test_an_image_whose_every_box_is_dropped_follows_reject_empty():
-    from beam.source_records import SourceBox, SourceRecord
-    from PIL import Image
     import io
+
+    from PIL import Image
+
+    from beam.source_records import SourceBox, SourceRecord
 
     buffer = io.BytesIO()
     Image.new("RGB", (20, 10)).save(buffer, format="PNG")
     record = SourceRecord("a", "a.png", 20, 10, (SourceBox("cat", 5, 5, 5, 8), SourceBox("cat", 1, 1, 40, 9)), "a.xml")
     rejected = rc.check_record(record, buffer.getvalue(), rc.CheckOptions(keep_empty=False))
-    assert rejected.reason == rc.NO_BOXES and "all 2 box(es) dropped" in rejected.message
+    assert rejected.reason == rj.NO_BOXES and "all 2 box(es) dropped" in rejected.message
     kept = rc.check_record(record, buffer.getvalue(), rc.CheckOptions())
-    assert kept.boxes == () and [r.reason for r in kept.dropped_boxes] == [rc.INVALID_BOX, rc.BOX_OUTSIDE_IMAGE]
+    assert kept.boxes == () and [r.reason for r in kept.dropped_boxes] == [rj.INVALID_BOX, rj.BOX_OUTSIDE_IMAGE]
 
 
 def test_the_examples_in_the_definitions_run():
+    """Every module of beam/ and of the shard contract (beam/contract/): its examples run."""
     import doctest
+    import importlib
+    import pkgutil
 
-    from beam import (convert_job, data_workers, dataset_gates, job_outputs, job_transforms, local_worker, manifest,
-                      shard_writer, source_records)
+    import beam
+    import beam.contract
 
-    for module in (manifest, source_records, rc, job_transforms, job_outputs, convert_job, shard_writer, local_worker,
-                   data_workers, dataset_gates):
+    names = [f"beam.{m.name}" for m in pkgutil.iter_modules(beam.__path__)]
+    names += [f"beam.contract.{m.name}" for m in pkgutil.iter_modules(beam.contract.__path__)]
+    assert "beam.contract.manifest" in names and "beam.record_checks" in names
+    for module in (importlib.import_module(name) for name in names if name != "beam.contract"):
         assert doctest.testmod(module).failed == 0, module.__name__

@@ -62,7 +62,7 @@ def _string_constants(path: Path) -> dict[str, str]:
 
 def test_troubleshooting_names_every_reject_reason_and_probe_check():
     page = (REPO / "docs" / "troubleshooting.md").read_text()
-    reasons = [value for name, value in _string_constants(REPO / "beam" / "record_checks.py").items()
+    reasons = [value for name, value in _string_constants(REPO / "beam" / "contract" / "rejects.py").items()
                if re.fullmatch(r"[a-z_]+", value) and name.isupper()]
     checks = set(re.findall(r'CheckResult\(\s*"([a-z_]+)"', (REPO / "components" / "probe" / "checks.py").read_text()
                             + (REPO / "components" / "probe" / "probe_report.py").read_text()))

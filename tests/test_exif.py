@@ -10,11 +10,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from beam import feature_keys as K
+from beam.contract import feature_keys as K
+from beam.contract.codec import decode_example
+from beam.contract.exif import ORIENTATION_TAG, upright
+from beam.contract.rejects import SIZE_MISMATCH
 from beam.convert_job import ConvertOptions, build_dataset
-from beam.example_codec import decode_example
-from beam.exif import ORIENTATION_TAG, upright
-from beam.record_checks import SIZE_MISMATCH, CheckOptions, check_record
+from beam.record_checks import CheckOptions, check_record
 from beam.source_records import SourceBox, SourceRecord
 from pipeline.demo_data import DemoObject, coco_instances, csv_rows, voc_xml
 

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from beam.convert_job import ConvertOptions, build_dataset
 from beam.coco_reader import parse_coco
+from beam.contract.rejects import Reject
+from beam.convert_job import ConvertOptions, build_dataset
 from beam.csv_reader import parse_csv
-from beam.source_records import Reject, SourceRecord
+from beam.source_records import SourceRecord
 from beam.voc_reader import read_voc_file
 
 
@@ -85,8 +86,8 @@ def test_csv_negatives_and_sizes_not_given_are_built(demo_dir, tmp_path):
     disagreement (NaN != NaN); rows giving a size and rows not giving one do disagree."""
     import csv
 
-    from beam.output_files import read_manifest, read_rejects
-    from beam.record_checks import BAD_ANNOTATION
+    from beam.contract.files import read_manifest, read_rejects
+    from beam.contract.rejects import BAD_ANNOTATION
 
     rows = list(csv.DictReader((demo_dir / "labels.csv").open()))
     names = sorted({r["filename"] for r in rows})
@@ -149,7 +150,7 @@ def test_split_file_assigns_and_rejects_unlisted(demo_dir, tmp_path):
 
 
 def test_split_file_ids_that_match_no_image_are_named_and_fail_the_build(demo_dir, tmp_path, capsys):
-    from beam.output_files import read_manifest
+    from beam.contract.files import read_manifest
     from pipeline.cli import main
 
     ids = sorted(p.stem for p in (demo_dir / "annotations").glob("*.xml"))
@@ -188,7 +189,7 @@ def test_coco_faults_each_reject_their_image_with_a_reason_that_says_which(demo_
     reject of the real build, one line naming what is wrong; everything else is written."""
     import shutil
 
-    from beam.output_files import read_manifest, read_rejects
+    from beam.contract.files import read_manifest, read_rejects
     from pipeline.cli import main
 
     doc = json.loads((demo_dir / "coco.json").read_text())
@@ -234,7 +235,7 @@ def test_file_names_with_the_exporters_folders_or_another_case_are_found(demo_di
     missing_image reject naming the name as written."""
     import shutil
 
-    from beam.output_files import read_rejects
+    from beam.contract.files import read_rejects
 
     images = tmp_path / "images"
     shutil.copytree(demo_dir / "images", images)
@@ -260,7 +261,7 @@ def test_near_duplicate_boxes_are_kept_counted_and_shown(demo_dir, tmp_path, cap
     import re
     import shutil
 
-    from beam.output_files import read_manifest
+    from beam.contract.files import read_manifest
     from pipeline.cli import main
 
     annotations = tmp_path / "annotations"
@@ -292,7 +293,7 @@ def test_image_formats_reach_training_and_serving_as_the_same_bytes(demo_dir, tm
     import numpy as np
     from PIL import Image
 
-    from beam.exif import ORIENTATION_TAG
+    from beam.contract.exif import ORIENTATION_TAG
     from components.detector.records import decode_rgb
     from components.serve.predictor import model_image_bytes
 
@@ -343,7 +344,7 @@ def test_voc_without_a_file_name_or_its_suffix_finds_the_image_it_names(demo_dir
     import shutil
     import xml.etree.ElementTree as ET
 
-    from beam.output_files import read_rejects
+    from beam.contract.files import read_rejects
 
     images, annotations = tmp_path / "images", tmp_path / "annotations"
     images.mkdir(), annotations.mkdir()

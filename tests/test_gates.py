@@ -3,7 +3,7 @@
 
 import pytest
 
-from beam import feature_keys as K
+from beam.contract import feature_keys as K
 from beam.convert_job import ConvertOptions, build_dataset
 from beam.dataset_gates import GateOptions
 from pipeline.cli import main
@@ -59,7 +59,7 @@ def test_label_drift_beyond_threshold_fails_and_allow_passes(demo_dir, reference
 def test_look_alike_class_names_fail_the_build_and_allow_keeps_them_apart(demo_dir, tmp_path, capsys):
     """'Square' beside 'square' (one class labelled two ways) is an anomaly naming both; with
     --allow-anomalies they are two classes."""
-    from beam.output_files import read_manifest
+    from beam.contract.files import read_manifest
 
     rows = iter(range(10**6))
     renamed = _csv_variant(demo_dir, tmp_path, lambda row: row.replace(",square,", ",Square,")

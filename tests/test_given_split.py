@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from beam import feature_keys as K
+from beam.contract import feature_keys as K
+from beam.contract.codec import decode_example
+from beam.contract.files import read_rejects
 from beam.convert_job import ConvertOptions, DataBuildError, build_dataset
-from beam.example_codec import decode_example
-from beam.output_files import read_rejects
 from pipeline.cli import main
 
 

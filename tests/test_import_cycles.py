@@ -141,3 +141,67 @@ def test_a_step_reaches_another_only_through_a_declared_interface():
 def test_an_undeclared_import_between_steps_would_be_found():
     assert _step("components.train.model") == "train" and _step("components.detector.model") is None
     assert _step("components.kfp_steps") is None and _step("pipeline.cli") is None
+
+
+# The Beam side. beam/contract/ is the shard contract (feature keys, codec, manifest, label map,
+# rejects rows, images): everything a step knows of a dataset comes from there. Besides it, a
+# step may use only the plumbing every Beam job of the project runs on (the batch prediction
+# job is one), and only the pipeline's adapters (pipeline/, components/kfp_*.py) start the
+# data job itself through its entry modules.
+CONTRACT = "beam.contract"
+BEAM_PLUMBING = {
+    "beam.data_workers": "how many local workers a job gets, from the CPUs this process may use (the probe reports them)",
+    "beam.runner": "a job's runner and options, locally or on Dataflow",
+    "beam.local_worker": "the local worker processes and the check that one died",
+}
+BEAM_ENTRY = {
+    "beam.convert_job": "build_dataset and ConvertOptions: the data step",
+    "beam.dataset_gates": "GateOptions and the champion's gates: the data step's settings",
+    "beam.record_checks": "BAD_BOX_MODES: the choices of the data step's --bad-box",
+    "beam.split": "given_split_conflict: the pre-flight check of a dataset that comes split",
+}
+ADAPTERS = ("pipeline.", "components.kfp_steps", "components.kfp_batch_steps")
+
+
+def _beam_imports_allowed(importer: str, dep: str) -> bool:
+    if not dep.startswith("beam.") or dep == CONTRACT or dep.startswith(CONTRACT + "."):
+        return True
+    if dep in BEAM_PLUMBING:
+        return True
+    return dep in BEAM_ENTRY and importer.startswith(ADAPTERS)
+
+
+def test_the_shard_contract_imports_nothing_but_itself():
+    graph = import_graph()
+    contract = {name: deps for name, deps in graph.items() if name.startswith(CONTRACT + ".")}
+    assert {"beam.contract.feature_keys", "beam.contract.manifest", "beam.contract.label_map",
+            "beam.contract.rejects", "beam.contract.codec"} <= set(contract)
+    outside = sorted((name, dep) for name, deps in contract.items() for dep in deps
+                     if not (dep == CONTRACT or dep.startswith(CONTRACT + ".")))
+    assert outside == [], f"the shard contract imports beyond itself: {outside}"
+
+
+def test_beam_imports_nothing_above_it():
+    graph = import_graph()
+    upward = sorted((name, dep) for name, deps in graph.items() if name.startswith("beam.")
+                    for dep in deps if dep.startswith(("components", "pipeline")))
+    assert upward == [], f"beam/ imports a step or the pipeline: {upward}"
+
+
+def test_the_steps_know_the_beam_job_only_through_the_contract():
+    graph = import_graph()
+    reaching = sorted((name, dep) for name, deps in graph.items() if name.startswith(("components", "pipeline"))
+                      for dep in deps if not _beam_imports_allowed(name, dep))
+    assert reaching == [], f"an import of the Beam job's internals; use beam.contract or declare it: {reaching}"
+    used = {dep for name, deps in graph.items() if name.startswith(("components", "pipeline")) for dep in deps}
+    assert set(BEAM_PLUMBING) | set(BEAM_ENTRY) <= used, sorted(set(BEAM_PLUMBING) | set(BEAM_ENTRY) - used)
+    for reader in ("components.detector.records", "components.evaluate.evaluator", "components.serve.predictor",
+                   "components.train.trainer"):
+        assert any(dep.startswith(CONTRACT + ".") for dep in graph[reader]), reader
+
+
+def test_an_import_of_the_job_s_internals_would_be_found():
+    assert _beam_imports_allowed("components.train.trainer", "beam.contract.label_map")
+    assert not _beam_imports_allowed("components.train.trainer", "beam.convert_job")
+    assert _beam_imports_allowed("pipeline.cli", "beam.convert_job")
+    assert not _beam_imports_allowed("pipeline.cli", "beam.job_transforms")

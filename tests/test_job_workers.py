@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from dirty_data import make_dirty_copy
 
+from beam.contract.files import read_rejects
+from beam.contract.manifest import MANIFEST_FILE, REJECTS_GLOB
 from beam.convert_job import ConvertOptions, build_dataset, job_options
 from beam.data_workers import default_workers
-from beam.manifest import MANIFEST_FILE, REJECTS_GLOB
-from beam.output_files import read_rejects
-from dirty_data import make_dirty_copy
 
 
 def _build(dirty, out: Path, workers: int):
@@ -169,8 +169,9 @@ def test_workers_started_early_in_a_long_tmpdir_listen_in_a_short_folder(tmp_pat
     import tempfile
     import time
 
-    from beam.local_worker import MODULE, READY, SOCKET_PATH_MAX, STARTING, WAIT_FLAG, _pools, prestarted
     from conftest import REPO
+
+    from beam.local_worker import MODULE, READY, SOCKET_PATH_MAX, STARTING, WAIT_FLAG, _pools, prestarted
 
     long = tmp_path / ("x" * 60) / ("y" * 60)
     long.mkdir(parents=True)
@@ -213,13 +214,12 @@ def test_the_job_workers_do_without_tensorflow(tmp_path):
     import subprocess
     import sys
 
-    from beam.data_workers import JOB_MODULES
-
     from apache_beam.internal import pickler
+    from conftest import REPO
 
     from beam import job_transforms as jt
+    from beam.data_workers import JOB_MODULES
     from beam.record_checks import CheckOptions
-    from conftest import REPO
 
     stages = [jt._CheckChunk("images", CheckOptions(), 10), jt._WriteShard("out", False), jt._parse_chunk,
               jt._by_shard, jt._by_rejects_file, jt._write_rejects, jt.chunk_summary, jt.dropped_boxes,
@@ -246,7 +246,7 @@ def test_a_worker_that_dies_mid_job_fails_it_at_once_instead_of_hanging(tmp_path
     code = """
 import sys
 import apache_beam as beam
-from beam.convert_job import runner_and_options
+from beam.runner import runner_and_options
 from beam.local_worker import WorkerDied, failing_when_a_worker_dies, prestarted
 
 def die_on_5(x):
@@ -286,8 +286,8 @@ def test_a_ctrl_c_stops_the_command_and_its_workers_with_one_line(demo_dir, tmp_
     import time
 
     import psutil
-
     from conftest import REPO
+
     from pipeline.interrupt import EXIT_INTERRUPTED
 
     images = tmp_path / "images"

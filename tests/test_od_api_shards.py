@@ -67,8 +67,8 @@ def write_od_api_dataset(folder, num_train=24, num_val=8, num_shards=2):
 
 
 def test_od_api_shards_train_and_evaluate_without_change(tmp_path):
-    from components.evaluate.evaluator import evaluate_detector
     from components.detector.records import count_records
+    from components.evaluate.evaluator import evaluate_detector
     from components.train.trainer import TrainConfig, train_detector
 
     data = tmp_path / "odapi"
@@ -89,7 +89,7 @@ def test_od_api_shards_train_and_evaluate_without_change(tmp_path):
 def test_pbtxt_label_maps_are_read_and_bad_ones_named(tmp_path):
     import pytest
 
-    from beam.label_map import parse_pbtxt_label_map
+    from beam.contract.label_map import parse_pbtxt_label_map
 
     text = 'item {\n  name: "cat"\n  id: 1\n  display_name: "Cat"\n}\nitem { id: 2 display_name: "dog" }\n'
     assert parse_pbtxt_label_map(text) == {"cat": 1, "dog": 2}

@@ -1,17 +1,17 @@
 """The real DAG, end to end, with the KFP local runner on a tiny demo dataset."""
 
-import pytest
 import json
-import shutil
 import math
 import re
+import shutil
 
+import pytest
 import tensorflow as tf
-
-from beam import feature_keys as K
-from beam.example_codec import decode_example
-from beam.output_files import read_manifest, read_rejects
 from dirty_data import make_dirty_copy, split_of
+
+from beam.contract import feature_keys as K
+from beam.contract.codec import decode_example
+from beam.contract.files import read_manifest, read_rejects
 from pipeline.cli import main
 
 

@@ -244,8 +244,8 @@ def test_memory_estimate_uses_the_fitted_shape(demo_shards):
     # the loss's anchor matching grows with the densest training image's boxes
     import tensorflow as tf
 
-    from beam import feature_keys as K
-    from beam.example_codec import decode_example
+    from beam.contract import feature_keys as K
+    from beam.contract.codec import decode_example
 
     train = [decode_example(r.numpy()) for r in tf.data.TFRecordDataset(sorted(map(str, demo_shards.glob("train-*"))))]
     assert auto.boxes_per_image == max(len(ex[K.XMIN]) for ex in train) > 1

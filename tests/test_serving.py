@@ -6,8 +6,8 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from beam import feature_keys as K
-from beam.example_codec import decode_example
-from components.detector.detect import BatchDetector
+from beam.contract import feature_keys as K
+from beam.contract.codec import decode_example
 from components.detector.artifacts import load_trained
-from components.export.saved_model import export_saved_model
+from components.detector.detect import BatchDetector
 from components.detector.records import compression_type, decode_rgb, shard_files, to_model_image
+from components.export.saved_model import export_saved_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Non-square real photos, one of them greyscale (raccoon-150).
@@ -672,7 +672,7 @@ def photo_folder(raccoon, tmp_path_factory):
 
     from PIL import Image
 
-    from beam.exif import ORIENTATION_TAG
+    from beam.contract.exif import ORIENTATION_TAG
 
     folder = tmp_path_factory.mktemp("photos")
     for name in PHOTOS[:3]:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from beam.label_map import read_dataset_label_map
+from beam.contract.label_map import read_dataset_label_map
 from components.detector.artifacts import WARM_START_FILES, TrainConfigFile
 from components.detector.fitted_shape import fit_shape, read_box_sample
 from components.detector.geometry import BoxSample

@@ -14,25 +14,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from components.detector.geometry import (
-    FAIL_COVERAGE,
-    FIXED_SIZE,
-    FIXED_SPEC,
-    MIN_CLASS_BOXES,
-    POSITIVE_IOU,
-    PREFERRED_LOWEST_LEVEL,
-    SIZE_STEP,
-    AnchorFit,
-    AnchorSpec,
-    BoxSample,
-    CostModel,
-    best_anchor_iou,
-    choose_image_size,
-    choose_max_detections,
-    coverage,
-    fit_anchors,
-    size_cap,
-)
+from components.detector.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC, MIN_CLASS_BOXES, POSITIVE_IOU,
+                                          PREFERRED_LOWEST_LEVEL, SIZE_STEP, AnchorFit, AnchorSpec, BoxSample,
+                                          CostModel, best_anchor_iou, choose_image_size, choose_max_detections,
+                                          coverage, fit_anchors, size_cap)
 from components.detector.model import ModelConfig, model_config_for
 
 logger = logging.getLogger(__name__)
@@ -184,7 +169,7 @@ def shape_for_data(data_dir: str, model_size: str, num_classes: int, requested_s
                    preset: str | None = None, allow_poor_anchors: bool = False) -> FittedShape:
     """`fit_shape` of the model size's (or preset's) detector on the train split of the
     shards in `data_dir`."""
-    from beam.label_map import read_dataset_label_map
+    from beam.contract.label_map import read_dataset_label_map
 
     sample = read_box_sample(data_dir, label_map=read_dataset_label_map(data_dir))
     return shape_for_sample(sample, model_size, num_classes, requested_size, on_gpu, preset, allow_poor_anchors)

@@ -1,4 +1,4 @@
-"""The shards as every step reads them (TF OD API keys, from beam/feature_keys.py): which
+"""The shards as every step reads them (TF OD API keys, from beam/contract/feature_keys.py): which
 files make a split (the manifest's list, checked), parsing, decoding to RGB, the model's
 resize, and the evaluation order. Training's augmented stream is built on these in
 components/train/input_pipeline.py.
@@ -10,8 +10,8 @@ import json
 
 import tensorflow as tf
 
-from beam import feature_keys as K
-from beam.manifest import MANIFEST_FILE, Manifest
+from beam.contract import feature_keys as K
+from beam.contract.manifest import MANIFEST_FILE, Manifest
 
 AUTOTUNE = tf.data.AUTOTUNE
 

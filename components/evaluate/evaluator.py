@@ -17,28 +17,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from beam import feature_keys as K
-from beam.label_map import read_dataset_label_map
+from beam.contract import feature_keys as K
+from beam.contract.label_map import read_dataset_label_map
 from components.detector.artifacts import load_trained
 from components.detector.detect import BatchDetector
 from components.detector.geometry import COCO_MAX_DETECTIONS
-from components.detector.records import (
-    eval_examples,
-    read_records,
-    shard_files,
-    to_model_image,
-)
-from components.evaluate.coco_metrics import (
-    ImageDetections,
-    ImageTruth,
-    coco_box_metrics,
-)
-from components.evaluate.metrics_file import (
-    METRICS_FILE,
-    DetectionCap,
-    EvalMetrics,
-    Gate,
-)
+from components.detector.records import eval_examples, read_records, shard_files, to_model_image
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
+from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
 from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
 from components.evaluate.threshold import best_f1_threshold
 

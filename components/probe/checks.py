@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from beam.label_map import num_class_slots, read_dataset_label_map
+from beam.contract.label_map import num_class_slots, read_dataset_label_map
 from components.detector.geometry import FIXED_SIZE
 from components.detector.precision import is_mixed, precision_for
 

@@ -7,40 +7,18 @@ other machines by passing other facts to the checks (components/probe/checks.py)
 from __future__ import annotations
 
 import logging
-import math
-import os
 import platform
 import shutil
 import sys
 import time
 from pathlib import Path
 
+# Counted where every local Beam job counts them, at the bottom of the imports (beam/ imports no step).
+from beam.data_workers import usable_cpus
+
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
-
-
-def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:
-    """CPUs this process may really use: affinity, then any cgroup v2/v1 CPU quota."""
-    visible = os.cpu_count() or 1
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else visible
-    quota = None
-    v2 = cgroup_root / "cpu.max"
-    v1_quota, v1_period = cgroup_root / "cpu" / "cpu.cfs_quota_us", cgroup_root / "cpu" / "cpu.cfs_period_us"
-    try:
-        if v2.exists():
-            limit, period = v2.read_text().split()[:2]
-            if limit != "max":
-                quota = int(limit) / int(period)
-        elif v1_quota.exists() and v1_period.exists():
-            limit = int(v1_quota.read_text())
-            if limit > 0:
-                quota = limit / int(v1_period.read_text())
-    except (OSError, ValueError) as err:
-        logger.debug("cgroup cpu quota unreadable: %s", err)
-    usable = affinity if quota is None else max(1, min(affinity, math.floor(quota)))
-    return {"visible": visible, "affinity": affinity, "cgroup_quota": quota, "usable": usable}
-
 
 
 def memory(meminfo: Path = Path("/proc/meminfo"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import matplotlib
 
-from beam.manifest import MANIFEST_FILE, near_duplicate_line
-from beam.output_files import read_manifest, read_rejects
-from beam.source_records import Reject
+from beam.contract.files import read_manifest, read_rejects
+from beam.contract.manifest import MANIFEST_FILE, near_duplicate_line
+from beam.contract.rejects import Reject
+from components.detector.artifacts import CONFIG_FILE, LOSS_CURVE_FILE, TrainConfigFile
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
 from components.registry.decision import DecisionRecord, comparison_line
-from components.detector.artifacts import CONFIG_FILE, LOSS_CURVE_FILE, TrainConfigFile
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -91,7 +91,7 @@ def _box_size_histogram(features) -> str | None:
 def dataset_section(dataset_dir: str | Path) -> dict | None:
     """Counts, rejected images and dropped boxes by reason with examples, class and box-size
     histograms, anomalies. Reads `manifest.json` and the `rejects-*.jsonl` files through their one
-    definition (beam/manifest.py, beam/source_records.py)."""
+    definition (beam/contract/manifest.py, beam/source_records.py)."""
     folder = Path(dataset_dir)
     if not (folder / MANIFEST_FILE).is_file():
         return None

@@ -32,9 +32,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import DirectOptions
 
-from beam.convert_job import runner_and_options
 from beam.data_workers import default_workers, usable_cpu_count
 from beam.local_worker import failing_when_a_worker_dies
+from beam.runner import runner_and_options
 from components.serve.batch_workers import IMAGES_PER_WORKER, image_pattern
 
 logger = logging.getLogger(__name__)

@@ -3,9 +3,9 @@
 
 Each image is checked before it reaches the model (an image format the data step takes,
 fully decodable, not empty); a phone photo with an EXIF orientation is turned upright first
-(beam/exif.py), as the data step writes photos annotated the way a person sees them, and a
+(beam/contract/exif.py), as the data step writes photos annotated the way a person sees them, and a
 BMP, GIF, TIFF, WEBP or AVIF is converted to PNG, as the data step writes it
-(beam/image_formats.py).
+(beam/contract/images.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from beam.image_formats import MODEL_FORMATS, model_image, needs_conversion, written_format
-from beam.record_checks import NOT_AN_IMAGE, ImageTooLarge, UnreadableFormat, inspect_image
+from beam.contract.images import (MODEL_FORMATS, NOT_AN_IMAGE, ImageTooLarge, UnreadableFormat, inspect_image,
+                                  model_image, needs_conversion, written_format)
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
 from components.serve.model_files import check_model_dir
 
@@ -39,7 +39,7 @@ def _refused(fmt: str) -> NotAnImage:
 def model_image_bytes(data: bytes, max_pixels: int | None = None) -> bytes:
     """The bytes the model gets for one input image: checked, upright when its EXIF
     orientation says it is displayed turned, as PNG when its format is not JPEG or PNG
-    (beam/image_formats.py: as the data step writes it). Raises `BadImage`, without decoding
+    (beam/contract/images.py: as the data step writes it). Raises `BadImage`, without decoding
     it when it has more than `max_pixels`."""
     if not data:
         raise NotAnImage("empty image")

@@ -18,44 +18,25 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from beam.label_map import num_class_slots, read_dataset_label_map
-from components.detector.artifacts import (
-    CHECKPOINT_DIR,
-    HISTORY_FILE,
-    LOSS_CURVE_FILE,
-    MODEL_FILE,
-    REPORT_FILE,
-    TENSORBOARD_DIR,
-    TrainConfigFile,
-)
+from beam.contract.label_map import num_class_slots, read_dataset_label_map
+from components.detector.artifacts import (CHECKPOINT_DIR, HISTORY_FILE, LOSS_CURVE_FILE, MODEL_FILE, REPORT_FILE,
+                                           TENSORBOARD_DIR, TrainConfigFile)
 from components.detector.fitted_shape import FittedShape, read_box_sample, shape_for_sample
 from components.detector.losses import AveragedAdamW, compile_detector, finite_on_every_replica, use_weight_average
-from components.detector.precision import choose_precision, choose_xla
 from components.detector.model import build_detector, count_params
+from components.detector.precision import choose_precision, choose_xla
 from components.detector.records import count_records
 from components.train.accumulation import use_micro_batches
 from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
 from components.train.config import ProbeAdvice, TrainConfig
-from components.train.distribution import (
-    ClusterRole,
-    cluster_role,
-    fit_across_workers,
-    make_strategy,
-    synchronise_batch_norm,
-    vector_logs,
-    weights_digest,
-)
+from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers, make_strategy,
+                                           synchronise_batch_norm, vector_logs, weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
 from components.train.input_pipeline import InputConfig
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
-from components.train.plan import (
-    MachineFacts,
-    TrainPlan,
-    auto_batch_ceiling,
-    plan_training,
-)
+from components.train.plan import MachineFacts, TrainPlan, auto_batch_ceiling, plan_training
 from components.train.process_state import training_state
 from components.train.schedules import ScaledSchedule
 from components.train.train_report import training_report

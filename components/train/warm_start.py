@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from beam.label_map import num_class_slots
+from beam.contract.label_map import num_class_slots
 from components.detector.artifacts import MODEL_FILE, TrainConfigFile
 from components.detector.fitted_shape import FittedShape, kept_shape
 from components.detector.geometry import CLASS_TARGET_COVERAGE, TARGET_COVERAGE, BoxSample

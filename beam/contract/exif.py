@@ -13,7 +13,7 @@ The rule (`apply_orientation`), by `--exif` mode:
   image; no size in the annotation): apply, as the tools that show photos the way a person
   sees them do.
 
-Applied orientations are written upright and without EXIF (beam/image_formats.py's
+Applied orientations are written upright and without EXIF (beam/contract/images.py's
 `model_image`: a JPEG is re-encoded at quality 95, a PNG stays lossless). `upright` is the one
 function that turns a photo the way a person sees it, for everything that reads photos.
 

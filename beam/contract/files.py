@@ -6,8 +6,8 @@ import json
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam.manifest import MANIFEST_FILE, REJECTS_GLOB, Manifest
-from beam.source_records import Reject
+from beam.contract.manifest import MANIFEST_FILE, REJECTS_GLOB, Manifest
+from beam.contract.rejects import Reject
 
 
 def write_text(path: str, text: str) -> None:

@@ -3,7 +3,7 @@
 One definition for its writer (`beam/convert_job.py`) and every reader (the CLI, the data
 step's component, the run report, the local run's summary, the trainer's shard list): a
 renamed or missing field fails `Manifest.from_dict` at once instead of a template or a
-summary far downstream. Pure data; `beam/output_files.py::read_manifest` reads the file.
+summary far downstream. Pure data; `beam/contract/files.py::read_manifest` reads the file.
 
 >>> boxes = BoxCounts(boxes_in=5, written=4, rejected_by_reason={"invalid_box": 1})
 >>> boxes.rejected, BoxCounts.from_dict(boxes.to_dict()) == boxes
@@ -20,7 +20,7 @@ MANIFEST_FILE = "manifest.json"
 LABEL_MAP_FILE = "label_map.json"
 # Rejects: `rejects-00000-of-00001.jsonl`, one file per REJECTS_PER_FILE input records (most
 # datasets: one file), one row per rejected image or dropped box, sorted by source inside
-# each; `beam/output_files.py::read_rejects` reads them all.
+# each; `beam/contract/files.py::read_rejects` reads them all.
 REJECTS_PER_FILE = 100_000
 REJECTS_GLOB = "rejects-*.jsonl"
 _REJECTS_FILE = re.compile(r"^rejects-\d{5}-of-\d{5}\.jsonl$")
@@ -160,7 +160,7 @@ class Manifest:
     split_file: dict | None = None
     # Same-class box pairs on one image with IoU above "iou_above": {"iou_above", "pairs", "examples"}.
     near_duplicates: dict = field(default_factory=lambda: {"iou_above": 0.8, "pairs": 0, "examples": []})
-    # Images written as PNG, by the source's format (beam/image_formats.py): {"BMP": 3, ...}.
+    # Images written as PNG, by the source's format (beam/contract/images.py): {"BMP": 3, ...}.
     converted_formats: dict[str, int] = field(default_factory=dict)
 
     @property

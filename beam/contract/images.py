@@ -28,9 +28,18 @@ from __future__ import annotations
 
 import io
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
-from beam.exif import upright
+from beam.contract.exif import orientation_of, upright
+
+# The file suffixes of the image formats the data step takes (below), for finding an image
+# whose annotation names it without one and for telling an images folder.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".avif", ".jfif", ".jpe")
+# The largest image the data step writes and `serve` decodes, in pixels (width x height):
+# beyond, a reject (`image_too_large`) or a 413, said from the header before any pixel is decoded.
+MAX_IMAGE_PIXELS = 50_000_000
+# What `inspect_image` says of bytes in no image format Pillow knows (a text file named .jpg).
+NOT_AN_IMAGE = "not an image file (no image format Pillow knows)"
 
 # Pillow's format name -> `image/format` of the bytes written as they are.
 KEPT_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png"}
@@ -85,3 +94,41 @@ def model_image(data: bytes, turn: bool) -> bytes:
             picture = picture.convert("RGBA" if picture.has_transparency_data else "RGB")
         picture.save(out, format="PNG")
     return out.getvalue()
+
+
+class ImageTooLarge(ValueError):
+    """An image over Pillow's decompression-bomb limit (about 179 M pixels), refused unread."""
+
+
+class UnreadableFormat(ValueError):
+    """An image in a format Pillow cannot open (HEIF); the message is the format's name."""
+
+
+def inspect_image(data: bytes, max_pixels: int | None = None) -> tuple[str, int, int, str, int]:
+    """(PIL format, stored width, stored height, mode, EXIF orientation) after decoding the
+    whole image, a JPEG at 1/8 scale: libjpeg's DCT-domain scaling still entropy-decodes
+    every coefficient (so a truncated or corrupt stream fails as in a full decode) but
+    skips most of the inverse DCT and colour conversion, which nothing here needs.
+
+    Raises `ValueError` for data Pillow cannot decode (corrupt or truncated), `ImageTooLarge`
+    for an image too large to decode at all or, given `max_pixels`, over it (said from the
+    header, before any pixel is decoded: a small file can hold a huge picture), `UnreadableFormat`
+    for an image in a format Pillow cannot open.
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            fmt, (width, height), mode = image.format, image.size, image.mode
+            orientation = orientation_of(image)
+            if max_pixels is not None and width * height > max_pixels:
+                raise ImageTooLarge(f"it is {width:,} x {height:,} pixels, over the limit of {max_pixels:,}")
+            if fmt in ("JPEG", "MPO"):  # MPO: a JPEG with more pictures after it (above)
+                image.draft(mode, (max(1, width // 8), max(1, height // 8)))
+            image.load()  # decodes the whole stream: catches truncated files
+    except UnidentifiedImageError:  # Pillow's message names the BytesIO object and its address
+        known = unreadable_format(data)
+        raise (UnreadableFormat(known) if known else ValueError(NOT_AN_IMAGE)) from None
+    except Image.DecompressionBombError as err:  # said before any pixel is decoded
+        raise ImageTooLarge(str(err).split(", could be")[0]) from None
+    except (OSError, SyntaxError) as err:
+        raise ValueError(str(err) or type(err).__name__) from err
+    return fmt or "unknown", width, height, mode, orientation
