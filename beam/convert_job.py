@@ -4,7 +4,7 @@ Every input record ends up either in a shard or in a rejects file (`rejects-*.js
 `manifest.json` reconciles the counts. Runs on the DirectRunner locally and takes
 DataflowRunner options through `beam_args`.
 
-Example (the CLI does the same)::
+Example (the CLI does the same; the options are declared in beam/options.py)::
 
     build_dataset(ConvertOptions(images="imgs", annotations="xml", output="out"))
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import apache_beam as beam
 import tensorflow as tf
@@ -31,60 +31,18 @@ from beam.contract.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB,
 from beam.contract.rejects import Reject
 from beam.csv_reader import read_csv
 from beam.data_workers import WORKER_MALLOC_ENV, default_workers, usable_cpu_count, worker_skips
-from beam.dataset_gates import GateOptions, dataset_problems, normalised_coordinates_problems
+from beam.dataset_gates import dataset_problems, normalised_coordinates_problems
 from beam.feature_batches import read_batches
 from beam.job_outputs import EXAMPLES_KEPT, JOB_DIR, JobSummary, features_files, job_path, publish, read_job_outputs
 from beam.local_worker import failing_when_a_worker_dies
+from beam.options import FORMATS, ConvertOptions
 from beam.runner import runner_and_options
-from beam.shard_writer import DEFAULT_MIN_SHARDS, DEFAULT_TARGET_SHARD_BYTES
 from beam.source_records import AnnotationError
-from beam.split import TRAIN, VAL, GivenSplit, given_split_conflict, read_split_file
+from beam.split import TRAIN, VAL, given_split_conflict, read_split_file
 from beam.tfdv_checks import feature_statistics
 from beam.voc_reader import list_voc_files
 
 logger = logging.getLogger(__name__)
-
-FORMATS = ("voc", "coco", "csv")
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    images: str
-    annotations: str
-    output: str
-    format: str = "voc"
-    val_fraction: float = 0.2
-    seed: int = 0
-    label_map: dict[str, int] | None = None
-    # Ids to keep (the champion's): its classes keep their ids, new ones get the next ids.
-    base_label_map: dict[str, int] | None = None
-    keep_empty: bool = True
-    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
-    min_shards: int = DEFAULT_MIN_SHARDS
-    max_pixels: int = rc.CheckOptions.max_pixels
-    split_file: str | None = None  # JSON {"train": [ids], "val": [ids]} instead of the hash split
-    # A dataset that comes split: the val split's own annotations (VOC folder, COCO/CSV file)
-    # and images (default: `images`); `annotations` then holds the train split only.
-    val_annotations: str | None = None
-    val_images: str | None = None
-    gzip: bool = False
-    overwrite: bool = False  # remove what an earlier build wrote in the output folder (else refuse a non-empty one)
-    overwrite_unrecognised: bool = False  # with overwrite: also build into a folder that is not an earlier build
-    exif: str = "auto"  # auto | apply | ignore: the frame of the annotations (beam/contract/exif.py)
-    bad_box: str = rc.DROP_BOX  # drop | reject-image: what a box that cannot be trusted costs
-    gates: GateOptions = field(default_factory=GateOptions)
-    allow_anomalies: bool = False
-    runner: str = "DirectRunner"
-    num_workers: int | None = None  # DirectRunner worker processes; None: default_workers()
-    beam_args: tuple[str, ...] = field(default=())
-
-    @property
-    def given_split(self) -> GivenSplit | None:
-        """The split the dataset comes with (`val_annotations`), else None (a split file or the hash)."""
-        if not self.val_annotations:
-            return None
-        return GivenSplit(self.val_annotations, self.val_images or self.images)
-
 
 @dataclass
 class ConvertResult:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, replace
 
 import tensorflow_data_validation as tfdv
 from apache_beam.io.filesystems import FileSystems
@@ -15,31 +14,11 @@ from apache_beam.io.filesystems import FileSystems
 from beam.contract import feature_keys as K
 from beam.contract.files import write_text
 from beam.contract.manifest import stats_file_name
+from beam.options import GateOptions
 from beam.split import TRAIN, VAL
 from beam.tfdv_checks import add_drift_checks, anomaly_lines, class_domain, find_anomalies, statistics_html, task_schema
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    schema_file: str | None = None  # pin a schema (schema.pbtxt of an earlier run)
-    max_reject_fraction: float = 0.1
-    previous_stats: str | None = None  # stats-train.pb of an earlier run
-    drift_threshold: float = 0.1
-    # With a pinned (champion's) schema: accept classes it does not list. New classes shift
-    # the class distribution, so that drift check is left out when there are any (it would
-    # only repeat them); box sizes are still compared.
-    allow_new_classes: bool = False
-    pinned_by: str = ""  # who pinned the schema, for the messages (e.g. "champion v3")
-
-
-def with_champion(options: GateOptions, files: dict[str, str], version: str) -> GateOptions:
-    """Validate against a champion's files (`schema.pbtxt`, `stats-train.pb`, as the
-    registry keeps them) instead of inferring from this data alone."""
-    return replace(options, schema_file=files.get("schema.pbtxt") or options.schema_file,
-                   previous_stats=files.get("stats-train.pb") or options.previous_stats,
-                   pinned_by=f"champion {version}")
 
 
 def _new_classes(pinned, label_map: dict[str, int]) -> list[str]:

@@ -20,9 +20,6 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam.split import stable_fraction
 
-DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
-DEFAULT_MIN_SHARDS = 4
-
 
 @dataclass(frozen=True)
 class ShardInfo:

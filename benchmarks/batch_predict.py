@@ -35,7 +35,8 @@ LOOP_BATCH = 16
 
 def _model(work: Path) -> Path:
     """A small trained and exported detector (cached under `work`)."""
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
     from components.export.saved_model import export_trained
     from components.train.trainer import TrainConfig, train_detector
     from pipeline.demo_data import write_demo_dataset

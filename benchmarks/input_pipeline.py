@@ -41,7 +41,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def make_shards(workdir: Path, count: int) -> Path:
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
     from pipeline.demo_data import write_demo_dataset
 
     shards = workdir / f"shards-{count}"

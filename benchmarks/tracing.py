@@ -66,7 +66,8 @@ def run(data: str, out: str, steps: int, image_size: int, baseline: bool) -> dic
 
 
 def _shards(work: Path) -> str:
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
     from pipeline.demo_data import write_demo_dataset
 
     shards = work / "shards"

@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from beam.convert_job import ConvertOptions, build_dataset
+from beam.convert_job import build_dataset
+from beam.options import ConvertOptions
 from components.detector.artifacts import TrainConfigFile
 from components.evaluate.champion import evaluate_against_champion
 from components.evaluate.metrics_file import METRICS_FILE

@@ -79,8 +79,8 @@ def validate_and_convert(
     import tempfile
     from collections import namedtuple
 
-    from beam.convert_job import ConvertOptions, build_dataset
-    from beam.dataset_gates import GateOptions, with_champion
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions, GateOptions, with_champion
     from beam.runner import step_beam_args
     from components.registry.registry import Registry
     from components.report.run_report import write_dataset_page
@@ -116,7 +116,7 @@ KEY_FIGURES["validate-and-convert"] = lambda out: (f"{out.get('written', '?')} w
 
 def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: str, batch_size: str,
           precision: str, xla: str, allow_poor_anchors: bool, box_loss: str, ema: bool, flip: bool, preset: str,
-          report: Output[Markdown], probe_json: Output[Artifact]) -> str:
+          deterministic: bool, report: Output[Markdown], probe_json: Output[Artifact]) -> str:
     """Check the training machine (and read speed of the shards), and run a few steps of the
     real training there (the dry run); fails the run on FAIL. `probe_json` tells tune and
     train a starting batch, the precision and the parallelism. Returns the verdict."""
@@ -131,7 +131,7 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: 
     expect = Expectations.from_train_options(image_size, model_size, batch_size, data_dir=data.path)
     dry_run = TrainConfig(data_dir=data.path, output_dir="", image_size=image_size, model_size=model_size,
                           precision=precision, xla=xla, allow_poor_anchors=allow_poor_anchors, box_loss=box_loss,
-                          ema=ema, flip=flip, preset=preset or None)
+                          ema=ema, flip=flip, preset=preset or None, deterministic=deterministic)
     result = run_probe(require_gpu=require_gpu, data_dir=data.path, output_dir=str(Path(report.path).parent),
                        expect=expect, dry_run=dry_run)
     write_probe(result, Path(probe_json.path), Path(report.path))
@@ -146,10 +146,11 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: str, model_size: str, seed: int,
                          allow_poor_anchors: bool, precision: str, xla: str, box_loss: str, ema: bool, flip: bool,
-                         preset: str, hparams: Output[Artifact],
-                         report: Output[Markdown]) -> float:
-    """Search learning rate, weight decay and augmentation strength on short trials
-    (`trials` 0: no search, the defaults). Returns the best val mAP (-1 without a search:
+                         preset: str, cache: str, deterministic: bool, base_lr_per_64: float, weight_decay: float,
+                         augment_strength: float, hparams: Output[Artifact], report: Output[Markdown]) -> float:
+    """Search learning rate, weight decay and augmentation strength on short trials, from
+    `base_lr_per_64`, `weight_decay` and `augment_strength` as the first candidate (`trials` 0:
+    no search, those values). Returns the best val mAP (-1 without a search:
     KFP metadata and outputs cannot hold NaN)."""
     import logging
     import math
@@ -165,7 +166,10 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tria
                                                "model_size": model_size, "probe": advice,
                                                "allow_poor_anchors": allow_poor_anchors,
                                                "precision": precision, "xla": xla, "box_loss": box_loss,
-                                               "ema": ema, "flip": flip, "preset": preset or None}))
+                                               "ema": ema, "flip": flip, "preset": preset or None,
+                                               "cache": cache, "deterministic": deterministic},
+                             start={"base_lr_per_64": base_lr_per_64, "weight_decay": weight_decay,
+                                    "augment_strength": augment_strength}))
     best_map = result.best_score if math.isfinite(result.best_score) else -1.0
     hparams.metadata.update({**result.best, "best_map": best_map, "trials": len(result.trials)})
     shutil.copyfile(f"{hparams.path}/{REPORT_FILE}", report.path)
@@ -178,7 +182,8 @@ KEY_FIGURES["tune-hyperparameters"] = lambda out: (
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
           model_size: str, seed: int, registry: str, model_name: str, warm_start: str, allow_poor_anchors: bool,
-          precision: str, xla: str, box_loss: str, ema: bool, flip: bool, preset: str, model: Output[Model],
+          precision: str, xla: str, box_loss: str, ema: bool, flip: bool, preset: str, cache: str,
+          deterministic: bool, checkpoint_every: int, max_steps: int, fine_tune_epochs: int, model: Output[Model],
           report: Output[Markdown]) -> NamedTuple(
         "TrainOutputs", [("images_per_second", float), ("started_from", str)]):
     """Train the detector with the tune step's hyperparameters; with `warm_start` auto (or a
@@ -207,7 +212,10 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
                                             batch_size=batch_size, image_size=image_size, model_size=model_size,
                                             seed=seed, probe=advice, allow_poor_anchors=allow_poor_anchors,
                                             precision=precision, xla=xla, box_loss=box_loss, ema=ema, flip=flip,
-                                            preset=preset or None, init_from=source.folder, init_name=source.name,
+                                            preset=preset or None, cache=cache, deterministic=deterministic,
+                                            checkpoint_every=checkpoint_every, max_steps=max_steps,
+                                            fine_tune_epochs=fine_tune_epochs, init_from=source.folder,
+                                            init_name=source.name,
                                             init_note=source.note, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
     started_from = source.version if result.warm_start["used"] else ""
     outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from"])(result.images_per_second, started_from)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from beam.contract.manifest import output_folder_problem
+from beam.options import ConvertOptions
 from pipeline.cli_types import (CheckFailed, DetpipeParser, UsageError, count_range, error_line, existing_file,
                                 existing_path)
 from pipeline.cli_types import fail_lines as _fail_lines
@@ -75,8 +76,8 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
 def _data_build(args, beam_args: list[str]) -> int:
     from beam.contract.label_map import read_label_map
     from beam.contract.manifest import REJECTS_GLOB, near_duplicate_line
-    from beam.convert_job import ConvertOptions, build_dataset
-    from beam.dataset_gates import GateOptions
+    from beam.convert_job import build_dataset
+    from beam.options import GateOptions
 
     options = ConvertOptions(
         images=args.images, annotations=args.annotations, output=args.output, format=args.format,
@@ -156,8 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo-data", help="write the synthetic demo dataset (Pascal VOC layout)")
     p.add_argument("out", type=output_dir, help="output folder; gets images/ and annotations/")
-    p.add_argument("--train", type=_positive_int, default=1024, help="number of training-sized images (default 1024)")
-    p.add_argument("--val", type=_positive_int, default=128, help="number of extra images (default 128)")
+    p.add_argument("--train", type=_positive_int, default=1024, help="number of training-sized images (default %(default)s)")
+    p.add_argument("--val", type=_positive_int, default=128, help="number of extra images (default %(default)s)")
     p.add_argument("--object-size", type=pixel_range, default=(26, 58), metavar="MIN-MAX",
                    help="side of the shapes in pixels, e.g. 9-22 for small objects (default 26-58)")
     # Not the pipeline's image_size (the model's input): the sizes of the demo's photos.
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objects", type=count_range, default=(1, 3), metavar="MIN-MAX",
                    help="objects in each image, drawn from the range, e.g. 100-150 for dense images (default 1-3; "
                         "an image keeps fewer when no free place is left)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
     p.set_defaults(func=cmd_demo_data)
 
     data = sub.add_parser("data", help="dataset commands").add_subparsers(
@@ -194,43 +195,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite-unrecognised", action="store_true",
                    help="with --overwrite, also build into a non-empty folder that is not an earlier build (its own "
                         "files are kept)")
-    p.add_argument("--val-fraction", **declared("val_fraction"), help="share of images for val (default %(default)s)")
-    p.add_argument("--seed", **declared("seed"), help="seed of the train/val split hash (default 0)")
+    p.add_argument("--val-fraction", **declared("val_fraction"))
+    p.add_argument("--seed", **declared("seed", help="seed of the train/val split hash (default %(default)s)"))
     p.add_argument("--label-map", type=existing_file, help="JSON file {class name: id}; classes not in it are rejected")
     p.add_argument("--reject-empty", action="store_true",
                    help="reject images with no boxes, also those whose every box was dropped (default: keep as "
                         "negatives)")
-    p.add_argument("--bad-box", **declared("bad_box"),
-                   help="a box that cannot be trusted on its own (empty, inverted, NaN, zero area once clipped, "
-                        "outside the image): drop it and keep the image with its other boxes (default; each "
-                        "dropped box is a row of rejects-*.jsonl), or reject-image: reject the whole image")
-    p.add_argument("--max-pixels", type=_positive_int, default=50_000_000,
-                   help="reject images with more pixels than this (default 50,000,000)")
-    p.add_argument("--split-file", **declared("split_file"), help='JSON {"train": [image ids], "val": [image ids]} instead of the hash '
-                                        "split; images in neither list are rejected")
-    p.add_argument("--val-annotations", **declared("val_annotations"),
-                   help=BY_NAME["val_annotations"].help.replace("%", "%%"))
-    p.add_argument("--val-images", **declared("val_images"), help=BY_NAME["val_images"].help.replace("%", "%%"))
+    p.add_argument("--bad-box", **declared("bad_box"))
+    p.add_argument("--max-pixels", type=_positive_int, default=ConvertOptions.max_pixels,
+                   help="reject images with more pixels than this (default %(default)s)")
+    for name in ("split_file", "val_annotations", "val_images"):
+        p.add_argument(BY_NAME[name].option, **declared(name))
     p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
-    p.add_argument("--exif", **declared("exif"),
-                   help="photos with an EXIF orientation: 'auto' (default) writes them as displayed when the "
-                        "annotated size is the displayed one, as stored when it is the stored one, and as "
-                        "displayed when the sizes cannot tell (180-degree turns, flips, square images); "
-                        "'apply' always as displayed (CVAT, Label Studio, Roboflow); 'ignore' always as "
-                        "stored (LabelImg)")
+    p.add_argument("--exif", **declared("exif"))
     p.add_argument("--schema", type=existing_file, help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
-    p.add_argument("--max-reject-fraction", **declared("max_reject_fraction"),
-                   help="fail when more than this share of records is rejected (default 0.1)")
+    p.add_argument("--max-reject-fraction", **declared("max_reject_fraction"))
     p.add_argument("--previous-stats", type=existing_file, help="stats-train.pb of an earlier run: fail on drift of the class "
                                             "distribution or box sizes beyond --drift-threshold")
-    p.add_argument("--drift-threshold", **declared("drift_threshold"),
-                   help="L-infinity distance for classes, Jensen-Shannon divergence for box sizes (default 0.1)")
+    p.add_argument("--drift-threshold", **declared("drift_threshold"))
     p.add_argument("--allow-new-classes", action="store_true",
                    help="with --schema: accept classes the schema does not list (and skip the class drift check)")
     p.add_argument("--allow-anomalies", action="store_true",
                    help="write the dataset and exit 0 despite anomalies (they are still reported)")
-    p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default="DirectRunner",
-                   help="Beam runner (default DirectRunner)")
+    p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default=ConvertOptions.runner,
+                   help="Beam runner (default %(default)s)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
                    help="DirectRunner: check and write in N worker processes, every function pickled to them as "
                         "Dataflow does; 1 runs in this process (default: one per 4,000 records, at most one per "
@@ -247,19 +235,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=shards_dir, help="folder of shards (output of `data build`) to measure storage read speed on")
     p.add_argument("--baseline", type=existing_file, help="probe.json written on another machine (e.g. your laptop) to compare with")
     p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
-    p.add_argument("--image-size", **declared("image_size"),
-                   help="model input the memory check assumes, or 'auto' (default): fitted to --data's training "
-                        "boxes as training fits it (128 without --data)")
-    p.add_argument("--model-size", **declared("model_size"),
-                   help="model the memory check assumes (default tiny)")
-    p.add_argument("--batch-size", **declared("batch_size"), help="batch the memory check assumes (default auto)")
+    p.add_argument("--image-size", **declared("image_size", help="model input the memory check assumes, or 'auto' "
+                                                               "(default): fitted to --data's training boxes as "
+                                                               "training fits it"))
+    p.add_argument("--model-size", **declared("model_size", help="model the memory check assumes (default "
+                                                               "%(default)s)"))
+    p.add_argument("--batch-size", **declared("batch_size", help="batch the memory check assumes (default "
+                                                               "%(default)s)"))
     p.add_argument("--dry-run", action="store_true",
                    help="also run the real training here for a few steps on --data's shards (the fitted model, "
                         "--precision, --xla and this machine's devices as training will use them), save a "
                         "checkpoint, swap in the weight average and export it: PASS, or the first error and its "
                         "fix, in about a minute (the pipeline's probe step always does this)")
-    p.add_argument("--precision", **declared("precision"), help="precision the dry run trains in (default auto)")
-    p.add_argument("--xla", **declared("xla"), help="XLA choice the dry run trains with (default auto)")
+    p.add_argument("--precision", **declared("precision", help="precision the dry run trains in (default "
+                                                             "%(default)s)"))
+    p.add_argument("--xla", **declared("xla", help="XLA choice the dry run trains with (default %(default)s)"))
     p.add_argument("--allow-poor-anchors", action="store_true",
                    help="let the dry run train when few boxes can match an anchor, as `train --allow-poor-anchors`")
     p.set_defaults(func=cmd_probe)

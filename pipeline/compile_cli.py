@@ -6,39 +6,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.cli_types import (
-    cpu_arg,
-    duration_arg,
-    memory_arg,
-    non_negative_int,
-    output_file,
-    positive_int,
-)
+from pipeline.cli_types import cpu_arg, duration_arg, memory_arg, non_negative_int, output_file, positive_int
 
 EXIT_OK = 0
 
 
 def add_compile_options(p) -> None:
     p.add_argument("--image", default=None, help="container image of every step (default detpipe:latest)")
-    p.add_argument("--data-cpu", default="4", type=cpu_arg, help="CPU limit of the data step (default 4)")
-    p.add_argument("--data-memory", default="16G", type=memory_arg, help="memory limit of the data step (default 16G)")
+    p.add_argument("--data-cpu", default="4", type=cpu_arg, help="CPU limit of the data step (default %(default)s)")
+    p.add_argument("--data-memory", default="16G", type=memory_arg, help="memory limit of the data step (default %(default)s)")
     p.add_argument("--accelerator-type", default="NVIDIA_TESLA_T4",
-                   help="GPU of the probe and train steps, a Vertex accelerator name (default NVIDIA_TESLA_T4)")
-    p.add_argument("--accelerator-count", type=positive_int, default=1, help="GPUs per probe/train step (default 1)")
-    p.add_argument("--train-cpu", default="8", type=cpu_arg, help="CPU limit of the probe and train steps (default 8)")
+                   help="GPU of the probe and train steps, a Vertex accelerator name (default %(default)s)")
+    p.add_argument("--accelerator-count", type=positive_int, default=1, help="GPUs per probe/train step (default %(default)s)")
+    p.add_argument("--train-cpu", default="8", type=cpu_arg, help="CPU limit of the probe and train steps (default %(default)s)")
     p.add_argument("--train-memory", default="32G", type=memory_arg,
-                   help="memory limit of the probe and train steps (default 32G)")
+                   help="memory limit of the probe and train steps (default %(default)s)")
     p.add_argument("--evaluate-on-gpu", action="store_true", help="run evaluation on the accelerator too")
     p.add_argument("--train-retries", type=non_negative_int, default=2,
-                   help="retries of the train step after preemption (default 2)")
+                   help="retries of the train step after preemption (default %(default)s)")
     p.add_argument("--train-runner", choices=("task", "customjob"), default="task",
                    help="tune and train as pipeline tasks on one VM (task, default) or as Vertex AI custom jobs "
                         "(customjob: replicas, spot VMs, timeout); `detpipe run --local` always uses task")
     p.add_argument("--train-replicas", type=positive_int, default=1,
                    help="customjob: machines for training, 1 chief + N-1 workers, trained in lockstep with "
-                        "MultiWorkerMirroredStrategy; --batch-size is per machine (default 1)")
+                        "MultiWorkerMirroredStrategy; --batch-size is per machine (default %(default)s)")
     p.add_argument("--train-machine-type", default="n1-standard-8",
-                   help="customjob: machine type of every replica (default n1-standard-8)")
+                   help="customjob: machine type of every replica (default %(default)s)")
     p.add_argument("--spot", action="store_true", help="customjob: spot VMs (cheaper; on the SIGTERM before a "
                                                        "preemption every replica saves a checkpoint at the current "
                                                        "step, and the restarted job resumes from it)")
@@ -80,7 +73,7 @@ def cmd_compile(args) -> int:
 def add_compile_command(sub) -> None:
     p = sub.add_parser("compile", help="compile the pipeline YAML and print its sha256")
     p.add_argument("--output", default="detpipe.yaml", type=output_file,
-                   help="YAML file to write (default detpipe.yaml)")
+                   help="YAML file to write (default %(default)s)")
     p.add_argument("--pipeline", choices=("detpipe", "batch-predict"), default="detpipe",
                    help="detpipe (default): train, evaluate and register; batch-predict: predict every image under "
                         "a folder or gs:// prefix with the registry's champion (its step has no accelerator)")

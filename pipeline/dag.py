@@ -109,7 +109,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         probe = steps.probe(data=dataset, require_gpu=p.require_gpu, image_size=p.image_size,
                             model_size=p.model_size, batch_size=p.batch_size, precision=p.precision, xla=p.xla,
                             allow_poor_anchors=p.allow_poor_anchors, box_loss=p.box_loss, ema=p.ema, flip=p.flip,
-                            preset=p.preset)
+                            preset=p.preset, deterministic=p.deterministic)
         probe.set_caching_options(False)  # the machine may differ from one run to the next
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]
@@ -117,14 +117,17 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             data=dataset, probe_json=advice, trials=p.tune_trials, trial_steps=p.tune_trial_steps,
             batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
             allow_poor_anchors=p.allow_poor_anchors, precision=p.precision, xla=p.xla, box_loss=p.box_loss,
-            ema=p.ema, flip=p.flip, preset=p.preset)
+            ema=p.ema, flip=p.flip, preset=p.preset, cache=p.cache, deterministic=p.deterministic,
+            base_lr_per_64=p.base_lr_per_64, weight_decay=p.weight_decay, augment_strength=p.augment_strength)
         tuned.set_display_name("tune")
         trained = train_step(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, epochs=p.epochs,
                               batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size,
                               seed=p.seed, registry=registry, model_name=p.model_name,
                               warm_start=p.warm_start, allow_poor_anchors=p.allow_poor_anchors,
                               precision=p.precision, xla=p.xla, box_loss=p.box_loss, ema=p.ema, flip=p.flip,
-                              preset=p.preset)
+                              preset=p.preset, cache=p.cache, deterministic=p.deterministic,
+                              checkpoint_every=p.checkpoint_every, max_steps=p.max_steps,
+                              fine_tune_epochs=p.fine_tune_epochs)
         if not custom:  # a custom job's machines are in its worker pool specs
             _on_accelerator(tuned, resources)
             _on_accelerator(trained, resources)

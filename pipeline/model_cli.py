@@ -11,9 +11,9 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.cli_types import (UsageError, non_negative_float, output_dir, positive_float, saved_model_dir,
-                                trained_model_dir)
+from pipeline.cli_types import UsageError, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
+from pipeline.cli_types import saved_model_dir, trained_model_dir
 from pipeline.cli_types import unit_float as _unit_float
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -21,9 +21,8 @@ PREDICT_CHUNK = 16  # images per call of the model in `detpipe predict`
 
 
 def cmd_export(args) -> int:
-    from components.export.saved_model import export_trained
-
     from components.evaluate.metrics_file import METRICS_FILE
+    from components.export.saved_model import export_trained
 
     metrics_file = str(Path(args.evaluation) / METRICS_FILE) if args.evaluation else None
     config = export_trained(args.model, args.output, metrics_file=metrics_file, score_threshold=args.score_threshold)
@@ -170,7 +169,7 @@ def add_model_commands(sub) -> None:
     p.add_argument("--draw", action="store_true", help="--images: also OUTPUT/drawn/, copies with the boxes drawn "
                                                        "(for small local runs)")
     p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default="DirectRunner",
-                   help="--images: Beam runner (default DirectRunner)")
+                   help="--images: Beam runner (default %(default)s)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
                    help="--images, DirectRunner: predict in N worker processes, each loading the model (default: "
                         "one per 2,500 images, at most one per usable CPU: a second worker pays only on larger sets); 1 "
@@ -188,10 +187,10 @@ def add_model_commands(sub) -> None:
                     "then the process exits 0.")
     # Not checked by argparse: --model or $AIP_STORAGE_URI, a missing model exits 1 in one line either way.
     p.add_argument("--model", help="output folder of `detpipe export` (default: $AIP_STORAGE_URI)")
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=_positive_int, help="port (default: $AIP_HTTP_PORT, else 8080)")
     p.add_argument("--max-instances", type=_positive_int, default=DEFAULT_MAX_INSTANCES,
-                   help=f"most images in one request (default {DEFAULT_MAX_INSTANCES})")
+                   help="most images in one request (default %(default)s)")
     p.add_argument("--max-batch-size", type=_positive_int, metavar="N",
                    help="most images in one call of the model, gathered from concurrent requests; 1 turns "
                         "batching off (default: on a CPU 7, the model's chunk of 8 less its last slot; with a GPU 32). A "
@@ -199,6 +198,6 @@ def add_model_commands(sub) -> None:
     p.add_argument("--batch-timeout-ms", type=non_negative_float, metavar="MS",
                    help=f"the longest a request waits for others to share its call (default {DEFAULT_TIMEOUT_MS:g})")
     p.add_argument("--body-timeout-s", type=positive_float, default=DEFAULT_BODY_TIMEOUT_S, metavar="S",
-                   help=f"a request body must arrive within this (default {DEFAULT_BODY_TIMEOUT_S:g}); a slow or "
+                   help="a request body must arrive within this (default %(default)s); a slow or "
                         "stalled sender gets 408")
     p.set_defaults(func=cmd_serve)

@@ -13,11 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam.contract.exif import EXIF_MODES
-from beam.record_checks import BAD_BOX_MODES
+from beam.options import FORMATS, ConvertOptions, GateOptions
+from beam.record_checks import BAD_BOX_MODES, CheckOptions
 from components.detector.box_losses import BOX_LOSSES
 from components.detector.precision import PRECISIONS, XLA_MODES
 from components.registry.decision import RULES, PromotionRule
+from components.registry.registry import DEFAULT_MODEL_NAME
 from components.train.config import TrainConfig
+from components.train.tuning import TuneConfig
 from pipeline import cli_types
 
 REQUIRED = inspect.Parameter.empty
@@ -48,9 +51,9 @@ PARAMS: tuple[Param, ...] = (
     Param("annotations", str, REQUIRED, "VOC folder of *.xml, COCO instances JSON, or CSV "
           "(filename,width,height,class,xmin,ymin,xmax,ymax).", cli_default="demo-data/annotations", path=True,
           cli_type=cli_types.existing_path),
-    Param("data_format", str, "voc", "Annotation format: voc, coco or csv.", flag="--format",
-          choices=("voc", "coco", "csv")),
-    Param("val_fraction", float, 0.2, "Share of images for validation (hash of the image id).",
+    Param("data_format", str, ConvertOptions.format, "Annotation format: voc, coco or csv.", flag="--format",
+          choices=FORMATS),
+    Param("val_fraction", float, ConvertOptions.val_fraction, "Share of images for validation (hash of the image id).",
           cli_type=cli_types.fraction_arg),
     Param("split_file", str, "", 'The split you already have instead of val_fraction\'s hash: a JSON file '
           '{"train": [image ids], "val": [image ids]}, local or gs://; images listed in neither are rejected '
@@ -63,20 +66,20 @@ PARAMS: tuple[Param, ...] = (
           path=True, cli_type=cli_types.optional_existing_path),
     Param("val_images", str, "", "Folder of the val split's images when they are not in images (e.g. a "
           "Roboflow export's valid/); empty: images.", path=True, cli_type=cli_types.optional_images_dir),
-    Param("bad_box", str, "drop", "A box that cannot be trusted on its own (empty, inverted, NaN, zero area once "
+    Param("bad_box", str, CheckOptions.bad_box, "A box that cannot be trusted on its own (empty, inverted, NaN, zero area once "
           "clipped, outside the image): drop it and keep its image with the other boxes, or reject-image.",
           choices=BAD_BOX_MODES),
-    Param("seed", int, 0, "Seed of the split, of training and of the bootstrap."),
-    Param("max_reject_fraction", float, 0.1, "Fail the data step when more records than this share are rejected."),
-    Param("allow_anomalies", bool, False, "Let the data step pass despite dataset anomalies (still reported)."),
-    Param("allow_new_classes", bool, False, "Let the data step pass when it finds classes the champion never saw; "
+    Param("seed", int, TrainConfig.seed, "Seed of the split, of training and of the bootstrap."),
+    Param("max_reject_fraction", float, GateOptions.max_reject_fraction, "Fail the data step when more records than this share are rejected."),
+    Param("allow_anomalies", bool, ConvertOptions.allow_anomalies, "Let the data step pass despite dataset anomalies (still reported)."),
+    Param("allow_new_classes", bool, GateOptions.allow_new_classes, "Let the data step pass when it finds classes the champion never saw; "
           "the comparison then uses the shared classes."),
-    Param("drift_threshold", float, 0.1, "Drift against the champion's training statistics that fails the data "
+    Param("drift_threshold", float, GateOptions.drift_threshold, "Drift against the champion's training statistics that fails the data "
           "step: L-infinity distance of the class distribution, Jensen-Shannon divergence of box sizes.",
           cli_type=cli_types.unit_float),
-    Param("exif", str, "auto", "Photos with an EXIF orientation: auto (the annotated size decides), apply (as "
+    Param("exif", str, CheckOptions.exif, "Photos with an EXIF orientation: auto (the annotated size decides), apply (as "
           "displayed) or ignore (as stored).", choices=EXIF_MODES),
-    Param("data_runner", str, "DirectRunner", "DirectRunner (inside the step) or DataflowRunner (the step "
+    Param("data_runner", str, ConvertOptions.runner, "DirectRunner (inside the step) or DataflowRunner (the step "
           "launches a Dataflow job).", local=False),
     Param("beam_options", str, "", 'Extra Beam options for Dataflow, e.g. "--project=P --region=R '
           '--temp_location=gs://b/tmp".', local=False),
@@ -109,15 +112,33 @@ PARAMS: tuple[Param, ...] = (
     Param("preset", str, "", "A KerasHub RetinaNet preset (retinanet_resnet50_fpn_coco, a kaggle:// or gs:// "
           "handle) whose pretrained backbone replaces model_size's; needs network access on the training machine. "
           "Empty: none."),
+    Param("base_lr_per_64", float, TrainConfig.base_lr_per_64, "Peak learning rate per 64 images, scaled linearly "
+          "with the batch.", flag="--base-lr",
+          cli_type=cli_types.positive_float),
+    Param("weight_decay", float, TrainConfig.weight_decay, "AdamW weight decay.", cli_type=cli_types.non_negative_float),
+    Param("augment_strength", float, TrainConfig.augment_strength, "0-1: random crops (boxes cut away are dropped) "
+          "and brightness/contrast jitter, flips apart.",
+          cli_type=cli_types.unit_float),
+    Param("fine_tune_epochs", int, TrainConfig.fine_tune_epochs, "Epochs of a warm-started run; 0: 15% of epochs, "
+          "rounded, at least 1.", cli_type=cli_types.non_negative_int),
+    Param("cache", str, TrainConfig.cache, "Keep the encoded training records after the first epoch: memory, or "
+          "files at a path prefix; saves re-reading slow storage such as gs://. Empty: read the shards each epoch."),
+    Param("checkpoint_every", int, TrainConfig.checkpoint_every, "Training steps between checkpoints (a restarted "
+          "step resumes from the latest); 0: once an epoch.", cli_type=cli_types.non_negative_int),
+    Param("max_steps", int, TrainConfig.max_steps, "Stop training after this many steps in all; 0: no cap.",
+          cli_type=cli_types.non_negative_int),
+    Param("deterministic", bool, TrainConfig.deterministic, "Deterministic ops and input order: the same run "
+          "twice gives the same weights (slower; XLA off)."),
     Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),
-    Param("tune_trials", int, 0, "Hyperparameter search before training: 0 (off) or the number of candidates "
-          "(e.g. 6)."),
-    Param("tune_trial_steps", int, 100, "Training steps of a first-round tuning trial; about 2 x trials x steps "
+    Param("tune_trials", int, 0, "Hyperparameter search before training: 0 (off: training takes base_lr_per_64, "
+          "weight_decay and augment_strength as given) or the number of candidates (e.g. 6), the first of them "
+          "those values."),
+    Param("tune_trial_steps", int, TuneConfig.trial_steps, "Training steps of a first-round tuning trial; about 2 x trials x steps "
           "in all.", cli_type=cli_types.positive_int),
     Param("registry", str, "", "Model registry folder (local or gs://); empty: the folder registry under the "
           "pipeline root. Each run records a version there and compares with the champion.",
           cli_default="", path=True, cli_type=cli_types.output_dir),
-    Param("model_name", str, "detpipe", "Name of the model in the registry (its folder)."),
+    Param("model_name", str, DEFAULT_MODEL_NAME, "Name of the model in the registry (its folder)."),
     Param("promote_if", str, PromotionRule.promote_if, "Promotion rule: not_worse (blessed unless the 95% interval of the "
           "mAP difference lies entirely below -max_regression) or better (the interval must lie above 0).",
           choices=RULES),
@@ -164,12 +185,27 @@ def _bool_arg(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"must be true or false, got {value!r}")
 
 
-def declared(name: str) -> dict:
-    """argparse's keyword arguments (dest, type with its checks, default, choices) of a declared
-    parameter, for the commands that take the same setting (`train --epochs`, `data build
-    --drift-threshold`, ...), so none of them can drift from the pipeline's declaration."""
+def declared_help(name: str) -> str:
+    """The declaration's help as argparse shows it: `%` escaped, the default named by argparse
+    (`%(default)s`, never written a second time) unless it is empty or the option is a flag."""
     p = BY_NAME[name]
-    kwargs = {"dest": p.name, "default": p.default, "type": p.cli_type or (_bool_arg if p.type is bool else p.type)}
+    return _help_with_default(p.help, p.default, flag=p.type is bool)
+
+
+def _help_with_default(text: str, default: object, flag: bool = False) -> str:
+    shown = not flag and default not in ("", None, REQUIRED)
+    return text.replace("%", "%%") + (" (default %(default)s)" if shown else "")
+
+
+def declared(name: str, help: str | None = None) -> dict:
+    """argparse's keyword arguments (dest, type with its checks, default, choices, help) of a
+    declared parameter, for the commands that take the same setting (`train --epochs`, `data
+    build --drift-threshold`, ...), so none of them can drift from the pipeline's declaration.
+    `help`: where a command uses the setting for something narrower (the probe's memory check
+    assumes `--image-size`), its own words, in argparse's format; else the declaration's."""
+    p = BY_NAME[name]
+    kwargs = {"dest": p.name, "default": p.default, "type": p.cli_type or (_bool_arg if p.type is bool else p.type),
+              "help": declared_help(name) if help is None else help}
     if p.choices:
         kwargs["choices"] = p.choices
     return kwargs
@@ -183,15 +219,14 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
             continue
         default = p.default if p.cli_default is REQUIRED else p.cli_default
         if p.type is bool and default is False:
-            parser.add_argument(p.option, dest=p.name, action="store_true", help=p.help.replace("%", "%%"))
+            parser.add_argument(p.option, dest=p.name, action="store_true", help=_help_with_default(p.help, default, True))
             continue
         kwargs = {"dest": p.name, "default": default, "type": p.cli_type or (_bool_arg if p.type is bool else p.type)}
         if p.choices:
             kwargs["choices"] = p.choices
         if p.type is bool:
             kwargs["metavar"] = "true|false"
-        shown = f" (default {default})" if default not in ("", None) else ""
-        parser.add_argument(p.option, help=(p.help + shown).replace("%", "%%"), **kwargs)  # argparse formats help
+        parser.add_argument(p.option, help=_help_with_default(p.help, default), **kwargs)
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, object]:

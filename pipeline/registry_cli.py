@@ -11,7 +11,7 @@ import getpass
 import json
 import socket
 
-from pipeline.params import BY_NAME, declared
+from pipeline.params import declared
 
 EXIT_OK = 0
 DEFAULT_REGISTRY = "local_outputs/registry"  # where `detpipe run --local` puts it by default
@@ -102,10 +102,9 @@ def add_registry_commands(sub) -> None:
 
     def common(p):
         p.add_argument("--registry", default=DEFAULT_REGISTRY,
-                       help=f"registry folder, local or gs:// (default {DEFAULT_REGISTRY}, that of `detpipe run "
+                       help="registry folder, local or gs:// (default %(default)s, that of `detpipe run "
                             "--local`)")
-        p.add_argument("--model-name", **declared("model_name"),
-                       help=f"model in the registry (default {BY_NAME['model_name'].default})")
+        p.add_argument("--model-name", **declared("model_name"))
 
     p = commands.add_parser("list", help="every version with its status and scores; * marks the champion")
     common(p)
@@ -125,10 +124,10 @@ def add_registry_commands(sub) -> None:
     p.add_argument("--reason", required=True, help="why, recorded in champion.json")
     common(p)
     vertex = p.add_argument_group("Vertex AI (as the pipeline's vertex_model and vertex_endpoint)")
-    vertex.add_argument("--vertex-model", **declared("vertex_model"),
-                        help="Vertex AI model the pipeline uploads to: display name or projects/P/locations/L/models/ID")
+    vertex.add_argument("--vertex-model", **declared("vertex_model", help="Vertex AI model the pipeline uploads to: "
+                                                                       "display name or projects/P/locations/L/models/ID"))
     vertex.add_argument("--project", default="", help="Google Cloud project (with --vertex-model)")
-    vertex.add_argument("--region", default="us-central1", help="Vertex AI region (default us-central1)")
+    vertex.add_argument("--region", default="us-central1", help="Vertex AI region (default %(default)s)")
     vertex.add_argument("--endpoint", default="", help="endpoint display name: redeploy VERSION there")
     vertex.add_argument("--machine-type", help="machines that serve (default: as the endpoint serves now, "
                                                "else n1-standard-4)")

@@ -43,7 +43,7 @@ def add_run_command(sub) -> None:
                                    "registry (default PIPELINE_ROOT/registry) and compares it with the champion.")
     p.add_argument("--local", action="store_true", help="run with the KFP local runner (SubprocessRunner)")
     add_run_options(p)
-    p.add_argument("--pipeline-root", default="local_outputs", help="where artifacts go (default local_outputs)")
+    p.add_argument("--pipeline-root", default="local_outputs", help="where artifacts go (default %(default)s)")
     p.add_argument("--summary-json", help="also write the run summary to this JSON file")
     p.add_argument("--verbose", dest="stream_logs", action="store_true",
                    help="stream every step's full output (executor JSON, TensorFlow and Beam logs) instead of one "

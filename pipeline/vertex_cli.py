@@ -8,8 +8,8 @@ components/registry (vertex_batch.py, vertex_endpoint.py).
 from pathlib import Path
 
 from pipeline.cli_types import cron_arg, gs_uri, key_value, kfp_repo
-from pipeline.compile_cli import add_compile_options, resources_from_args
 from pipeline.cli_types import positive_int as _positive_int
+from pipeline.compile_cli import add_compile_options, resources_from_args
 
 EXIT_OK = 0
 
@@ -128,11 +128,11 @@ def cmd_deploy(args) -> int:
 
 def _add_machine_options(p, what: str) -> None:
     p.add_argument("--project", required=True, help="Google Cloud project")
-    p.add_argument("--region", default="us-central1", help="Vertex AI region (default us-central1)")
+    p.add_argument("--region", default="us-central1", help="Vertex AI region (default %(default)s)")
     p.add_argument("--model", required=True,
                    help="Vertex AI model: its display name (the pipeline's vertex_model; the champion version) "
                         "or a resource name projects/P/locations/L/models/ID[@VERSION|@ALIAS]")
-    p.add_argument("--machine-type", default="n1-standard-4", help=f"machines {what} (default n1-standard-4)")
+    p.add_argument("--machine-type", default="n1-standard-4", help=f"machines {what} (default %(default)s)")
     p.add_argument("--accelerator", default="", metavar="TYPE[:COUNT]",
                    help="GPUs per machine, e.g. NVIDIA_TESLA_T4:1 (default none)")
 
@@ -141,7 +141,7 @@ def add_vertex_commands(sub) -> None:
     """Add the submit, schedule and upload subcommands to the `detpipe` parser."""
     p = sub.add_parser("submit", help="submit one run to Vertex AI Pipelines and print its console URL")
     add_vertex_options(p, root=True)
-    p.add_argument("--display-name", default="detpipe", help="name of the run in the console (default detpipe)")
+    p.add_argument("--display-name", default="detpipe", help="name of the run in the console (default %(default)s)")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("schedule", help="create, list, pause, resume or delete Vertex AI pipeline schedules")
@@ -150,8 +150,8 @@ def add_vertex_commands(sub) -> None:
     add_vertex_options(q, root=True)
     q.add_argument("--cron", required=True, type=cron_arg, help="five cron fields with an optional TZ= prefix, "
                                                  "e.g. 'TZ=Europe/Berlin 0 3 * * 1'")
-    q.add_argument("--display-name", default="detpipe-schedule", help="name of the schedule (default detpipe-schedule)")
-    q.add_argument("--max-concurrent", type=_positive_int, default=1, help="runs at once at most (default 1)")
+    q.add_argument("--display-name", default="detpipe-schedule", help="name of the schedule (default %(default)s)")
+    q.add_argument("--max-concurrent", type=_positive_int, default=1, help="runs at once at most (default %(default)s)")
     q.set_defaults(func=cmd_schedule)
     q = actions.add_parser("list", help="list detpipe's schedules in a project and region")
     add_vertex_options(q, root=False, template=False)
@@ -174,8 +174,8 @@ def add_vertex_commands(sub) -> None:
                         '{"image_bytes": {"b64": ...}} (jsonl)')
     p.add_argument("--destination", required=True, type=gs_uri, help="gs:// prefix for the predictions (JSON Lines)")
     p.add_argument("--instances-format", choices=("file-list", "jsonl"), default="file-list",
-                   help="what --source holds (default file-list)")
-    p.add_argument("--replicas", type=_positive_int, default=1, help="machines (default 1)")
+                   help="what --source holds (default %(default)s)")
+    p.add_argument("--replicas", type=_positive_int, default=1, help="machines (default %(default)s)")
     p.add_argument("--score-threshold", type=float, help="keep detections scoring at least this (default: the export's)")
     p.set_defaults(func=cmd_batch_predict)
 
@@ -188,8 +188,8 @@ def add_vertex_commands(sub) -> None:
                                    "moves the champion everywhere.")
     _add_machine_options(p, "that serve")
     p.add_argument("--endpoint", required=True, help="endpoint display name")
-    p.add_argument("--min-replicas", type=_positive_int, default=1, help="machines at least (default 1)")
-    p.add_argument("--max-replicas", type=_positive_int, default=1, help="machines at most: autoscaling (default 1)")
+    p.add_argument("--min-replicas", type=_positive_int, default=1, help="machines at least (default %(default)s)")
+    p.add_argument("--max-replicas", type=_positive_int, default=1, help="machines at most: autoscaling (default %(default)s)")
     p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("upload", help="upload the pipeline template to Artifact Registry (a KFP repository)")

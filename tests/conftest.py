@@ -26,7 +26,8 @@ def raccoon() -> Path:
 @pytest.fixture(scope="session")
 def raccoon_shards(raccoon, tmp_path_factory) -> Path:
     """Raccoon converted with the defaults: 157 train and 43 val real photos, 1 class."""
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
 
     out = tmp_path_factory.mktemp("raccoon_shards")
     result = build_dataset(ConvertOptions(images=str(raccoon / "images"), annotations=str(raccoon / "annotations"),
@@ -46,7 +47,8 @@ def demo_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_shards(demo_dir, tmp_path_factory) -> Path:
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
 
     out = tmp_path_factory.mktemp("demo_shards")
     result = build_dataset(ConvertOptions(images=str(demo_dir / "images"),
@@ -59,7 +61,8 @@ def demo_shards(demo_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def small_object_shards(tmp_path_factory) -> Path:
     """9-22 px objects in 280-400 px photos: boxes the fixed 128 px shape cannot learn."""
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
     from pipeline.demo_data import write_demo_dataset
 
     raw, out = tmp_path_factory.mktemp("small_objects"), tmp_path_factory.mktemp("small_object_shards")

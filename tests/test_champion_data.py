@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from beam.convert_job import ConvertOptions, build_dataset
-from beam.dataset_gates import GateOptions, with_champion
+from beam.convert_job import build_dataset
+from beam.options import ConvertOptions, GateOptions, with_champion
 
 CHAMPION_FILES = ("schema.pbtxt", "stats-train.pb")
 

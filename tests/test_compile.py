@@ -26,8 +26,10 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the data step's body imports step_beam_args from beam.runner (its import lines only).
-GOLDEN_SHA256 = "657f38afbf8d10987bba0db9625728e36da9b089dbebd97f8014aa15102d185b"
+# Last change: eight training settings became pipeline parameters (base_lr_per_64, weight_decay,
+# augment_strength, fine_tune_epochs, cache, checkpoint_every, max_steps, deterministic), passed to
+# the probe's dry run (deterministic), tune and train; the data step imports its options from beam.options.
+GOLDEN_SHA256 = "8b60650eae28f82c1615ba42068808a9d68591b68cff5379506de30498eb2958"
 
 
 def test_golden_compile(tmp_path):

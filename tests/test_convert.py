@@ -12,8 +12,8 @@ from PIL import Image
 
 from beam.contract import feature_keys as K
 from beam.contract.codec import decode_example
-from beam.convert_job import ConvertOptions, DataBuildError, build_dataset
-from beam.dataset_gates import GateOptions
+from beam.convert_job import DataBuildError, build_dataset
+from beam.options import ConvertOptions, GateOptions
 from beam.shard_writer import shard_count
 
 

@@ -18,7 +18,8 @@ from beam.contract import feature_keys as K
 from beam.contract import rejects as rj
 from beam.contract.codec import decode_example
 from beam.contract.files import read_manifest, read_rejects
-from beam.convert_job import ConvertOptions, build_dataset
+from beam.convert_job import build_dataset
+from beam.options import ConvertOptions
 from components.report.run_report import write_dataset_page
 
 EVERY_REASON = {value for name, value in vars(rj).items() if name.isupper() and isinstance(value, str)}

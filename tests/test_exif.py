@@ -14,7 +14,8 @@ from beam.contract import feature_keys as K
 from beam.contract.codec import decode_example
 from beam.contract.exif import ORIENTATION_TAG, upright
 from beam.contract.rejects import SIZE_MISMATCH
-from beam.convert_job import ConvertOptions, build_dataset
+from beam.convert_job import build_dataset
+from beam.options import ConvertOptions
 from beam.record_checks import CheckOptions, check_record
 from beam.source_records import SourceBox, SourceRecord
 from pipeline.demo_data import DemoObject, coco_instances, csv_rows, voc_xml

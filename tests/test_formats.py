@@ -7,8 +7,9 @@ import pytest
 
 from beam.coco_reader import parse_coco
 from beam.contract.rejects import Reject
-from beam.convert_job import ConvertOptions, build_dataset
+from beam.convert_job import build_dataset
 from beam.csv_reader import parse_csv
+from beam.options import ConvertOptions
 from beam.source_records import SourceRecord
 from beam.voc_reader import read_voc_file
 

@@ -4,8 +4,8 @@
 import pytest
 
 from beam.contract import feature_keys as K
-from beam.convert_job import ConvertOptions, build_dataset
-from beam.dataset_gates import GateOptions
+from beam.convert_job import build_dataset
+from beam.options import ConvertOptions, GateOptions
 from pipeline.cli import main
 
 

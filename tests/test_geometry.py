@@ -6,11 +6,9 @@ import numpy as np
 import pytest
 
 from components.detector.fitted_shape import PoorAnchors, fit_shape
-from components.detector.geometry import (
-    FAIL_COVERAGE, FIXED_SPEC, MIN_AUTO_SIZE, MIN_CLASS_BOXES, SIZE_STEP, TARGET_COVERAGE, AnchorSpec, BoxSample,
-    CostModel, anchor_half_sizes,
-    best_anchor_iou, choose_image_size, coverage, fit_anchors, fit_aspect_ratios,
-)
+from components.detector.geometry import (FAIL_COVERAGE, FIXED_SPEC, MIN_AUTO_SIZE, MIN_CLASS_BOXES, SIZE_STEP,
+                                          TARGET_COVERAGE, AnchorSpec, BoxSample, CostModel, anchor_half_sizes,
+                                          best_anchor_iou, choose_image_size, coverage, fit_anchors, fit_aspect_ratios)
 from components.detector.model import ModelConfig, build_detector, model_config_for
 
 
@@ -223,7 +221,8 @@ def test_a_class_the_anchors_miss_is_not_hidden_by_the_others():
 
 def test_dense_images_raise_the_detection_limit(tmp_path):
     # 110-160 objects an image (shelves, crowds, cells): a limit of 100 could not show them all
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
     from components.detector.detect import detect
     from components.detector.fitted_shape import shape_for_data
     from pipeline.demo_data import write_demo_dataset

@@ -14,7 +14,8 @@ import tensorflow as tf
 from beam.contract import feature_keys as K
 from beam.contract.codec import decode_example
 from beam.contract.files import read_rejects
-from beam.convert_job import ConvertOptions, DataBuildError, build_dataset
+from beam.convert_job import DataBuildError, build_dataset
+from beam.options import ConvertOptions
 from pipeline.cli import main
 
 

@@ -155,9 +155,9 @@ BEAM_PLUMBING = {
     "beam.local_worker": "the local worker processes and the check that one died",
 }
 BEAM_ENTRY = {
-    "beam.convert_job": "build_dataset and ConvertOptions: the data step",
-    "beam.dataset_gates": "GateOptions and the champion's gates: the data step's settings",
-    "beam.record_checks": "BAD_BOX_MODES: the choices of the data step's --bad-box",
+    "beam.convert_job": "build_dataset: the data step",
+    "beam.options": "ConvertOptions, GateOptions: the data step's settings, declared once",
+    "beam.record_checks": "CheckOptions and BAD_BOX_MODES: the checks' settings and --bad-box's choices",
     "beam.split": "given_split_conflict: the pre-flight check of a dataset that comes split",
 }
 ADAPTERS = ("pipeline.", "components.kfp_steps", "components.kfp_batch_steps")

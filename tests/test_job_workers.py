@@ -11,8 +11,9 @@ from dirty_data import make_dirty_copy
 
 from beam.contract.files import read_rejects
 from beam.contract.manifest import MANIFEST_FILE, REJECTS_GLOB
-from beam.convert_job import ConvertOptions, build_dataset, job_options
+from beam.convert_job import build_dataset, job_options
 from beam.data_workers import default_workers
+from beam.options import ConvertOptions
 
 
 def _build(dirty, out: Path, workers: int):

@@ -56,7 +56,8 @@ def test_readers_take_the_manifest_list_and_check_it(demo_shards, tmp_path):
 
 def test_overwrite_removes_only_what_a_build_writes_and_refuses_other_folders(tmp_path, capsys):
     from beam.contract.manifest import written_by_build
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
 
     data = tmp_path / "d"
     write_demo_dataset(data, num_train=4, num_val=2, seed=4)

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from beam.split import TRAIN
-from components.evaluate.evaluator import GateFailed, evaluate_detector
-from components.detector.records import count_records, eval_examples
-from components.train.input_pipeline import InputConfig, train_dataset
 from components.detector.model import ModelConfig, build_detector
+from components.detector.records import count_records, eval_examples
+from components.evaluate.evaluator import GateFailed, evaluate_detector
+from components.train.input_pipeline import InputConfig, train_dataset
 from components.train.plan import MIN_TOTAL_STEPS, MachineFacts, choose_batch_size, plan_training
 from components.train.trainer import TrainConfig, train_detector
 
@@ -41,8 +41,18 @@ def test_model_config_round_trips_and_builds():
 def test_auto_batch_size_is_capped_by_the_data():
     assert choose_batch_size("auto", 5)[0] == 5
     assert choose_batch_size(64, 10) == (10, "given on the command line (capped at the dataset size)")
-    with pytest.raises(ValueError):
-        choose_batch_size(0, 10)
+
+
+
+def test_a_size_or_batch_is_typed_when_the_config_is_made():
+    """A pipeline parameter arrives as text ("auto" or "320"): TrainConfig holds a number or
+    "auto" from then on, and refuses anything else at once."""
+    config = TrainConfig("data", "out", batch_size="16", image_size="320")
+    assert (config.batch_size, config.image_size) == (16, 320)
+    assert TrainConfig("data", "out").image_size == "auto"
+    for bad in ({"batch_size": 0}, {"batch_size": "sixteen"}, {"image_size": "-1"}, {"image_size": True}):
+        with pytest.raises(ValueError, match="must be 'auto' or a whole number"):
+            TrainConfig("data", "out", **bad)
 
 
 def test_auto_batch_keeps_enough_steps_for_a_small_dataset():

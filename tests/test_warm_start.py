@@ -159,7 +159,8 @@ def test_the_registry_hands_out_a_versions_weights(tmp_path, trained_model):
 def with_new_class(demo_dir, trained_model, tmp_path_factory):
     """The demo images plus 24 with a fourth shape (diamond) the trained model never saw,
     built with its label map (as the data step does against a champion)."""
-    from beam.convert_job import ConvertOptions, build_dataset
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
     from pipeline.demo_data import CLASSES, write_demo_dataset
 
     raw = tmp_path_factory.mktemp("with_diamonds")

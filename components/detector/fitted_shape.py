@@ -86,7 +86,7 @@ def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, o
         size, decisions["image_size"] = choose_image_size(sample, on_gpu)
         decisions["image_size"] = "auto: " + decisions["image_size"]
     else:
-        size = int(requested_size)
+        size = requested_size
         decisions["image_size"] = f"{size}: given with --image-size"
     preset = base.extra.get("preset")
     fixed_levels = (base.min_level, base.max_level) if preset else None

@@ -16,15 +16,15 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from components.detector.artifacts import TrainConfigFile
+from components.detector.fitted_shape import read_box_sample
 from components.evaluate.baseline import Baseline, box_prior_baseline
 from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
-from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict,
-                                          comparison_line, decide, readable)
-from components.registry.registry import SAVED_MODEL_DIR, Registry
-from components.detector.artifacts import TrainConfigFile
-from components.detector.fitted_shape import read_box_sample
+from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict, comparison_line,
+                                          decide, readable)
+from components.registry.registry import DEFAULT_MODEL_NAME, SAVED_MODEL_DIR, Registry
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def compare_and_decide(truths: list[ImageTruth], challenger: list[ImageDetection
 
 
 def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, rule: PromotionRule,
-                              registry: str = "", model_name: str = "detpipe", champion: str = "",
+                              registry: str = "", model_name: str = DEFAULT_MODEL_NAME, champion: str = "",
                               seed: int = 0, resamples: int = RESAMPLES) -> tuple[EvalResult, DecisionRecord]:
     """Evaluate the challenger (metrics.json, eval_report.md), re-score `champion` (a
     version of the registry; "" for none) on the same val images, and decide

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from beam.contract.label_map import num_class_slots, read_dataset_label_map
 from components.detector.geometry import FIXED_SIZE
 from components.detector.precision import is_mixed, precision_for
+from components.train.config import TrainConfig, number_or_auto
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _ORDER = {PASS: 0, WARN: 1, FAIL: 2}
@@ -44,7 +45,7 @@ class Expectations:
     """What training will ask of the machine (from the pipeline's parameters)."""
 
     image_size: int = FIXED_SIZE
-    model_size: str = "tiny"
+    model_size: str = TrainConfig.model_size
     batch_size: int | None = None  # None: auto
     images_per_second: float | None = None  # expected training rate, for the storage check
     rate_source: str = ""  # how images_per_second was obtained (probe_report measures it when data is given)
@@ -68,9 +69,10 @@ class Expectations:
         the classes of the shards in `data_dir` when given. With data, the model's shape is
         fitted to the train boxes as training will fit it (`image_size` a number or 'auto');
         without, 'auto' stands for the fixed 128 px shape."""
-        batch = None if batch_size == "auto" else int(batch_size)
+        image_size, batch_size = number_or_auto(image_size, "image_size"), number_or_auto(batch_size, "batch_size")
+        batch = None if batch_size == "auto" else batch_size
         if not data_dir:
-            size = FIXED_SIZE if image_size == "auto" else int(image_size)
+            size = FIXED_SIZE if image_size == "auto" else image_size
             return cls(image_size=size, model_size=model_size, batch_size=batch,
                        shape=f"{size}px" + (" (auto without --data: the fixed shape)" if image_size == "auto" else ""))
         from components.detector.fitted_shape import gpu_visible, shape_for_data

@@ -55,13 +55,15 @@ def _dump(data: dict) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+DEFAULT_MODEL_NAME = "detpipe"  # the model's folder in a registry when none is named
+
 @dataclass
 class Registry:
     store: Store
-    model_name: str = "detpipe"
+    model_name: str = DEFAULT_MODEL_NAME
 
     @classmethod
-    def open(cls, uri: str, model_name: str = "detpipe", client=None) -> "Registry":
+    def open(cls, uri: str, model_name: str = DEFAULT_MODEL_NAME, client=None) -> "Registry":
         if not _NAME.match(model_name):
             raise RegistryError(f"model name {model_name!r}: use letters, digits, '.', '_' or '-' (at most 63)")
         return cls(open_store(uri, client), model_name)

@@ -29,6 +29,23 @@ class ProbeAdvice:
                    input_parallelism=rec.get("input_parallelism"))
 
 
+AUTO = "auto"
+
+
+def number_or_auto(value: int | str, name: str) -> int | str:
+    """A size or batch as the config holds it: a whole number, or "auto". Where it arrives
+    as text (a pipeline parameter, "auto" or "320"), it becomes a number here, once.
+
+    >>> number_or_auto("320", "image_size"), number_or_auto("auto", "image_size"), number_or_auto(16, "batch_size")
+    (320, 'auto', 16)
+    """
+    if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise ValueError(f"{name} must be 'auto' or a whole number >= 1, got {value!r}")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     data_dir: str
@@ -48,11 +65,11 @@ class TrainConfig:
     ema: bool = True  # evaluate and export a moving average of the weights (losses.AveragedAdamW)
     augment_strength: float = 0.25
     flip: bool = True
-    cache: str | None = None  # "memory" or a file path: keep encoded records after the first epoch
+    cache: str = ""  # "memory" or a file path: keep encoded records after the first epoch; "": none
     seed: int = 0
     deterministic: bool = False
-    max_steps: int | None = None  # cap on total steps (smoke tests)
-    checkpoint_every: int | None = None  # steps between checkpoints; None: once an epoch
+    max_steps: int = 0  # cap on total steps (smoke tests); 0: none
+    checkpoint_every: int = 0  # steps between checkpoints; 0: once an epoch
     max_nan_recoveries: int = 3
     nan_lr_factor: float = 0.5  # learning-rate scale after each NaN recovery
     probe: ProbeAdvice = field(default_factory=ProbeAdvice)
@@ -62,9 +79,13 @@ class TrainConfig:
     xla: str = "auto"
     # Warm start (warm_start.py): a folder with another run's model.keras and train_config.json
     # to start from when it can be continued; how people know it ("v3 (the champion)"); why
-    # there is none (e.g. "--warm-start never"); the epochs of a warm-started run (None: a
+    # there is none (e.g. "--warm-start never"); the epochs of a warm-started run (0: a
     # share of `epochs`).
     init_from: str | None = None
     init_name: str = ""
     init_note: str = ""
-    fine_tune_epochs: int | None = None
+    fine_tune_epochs: int = 0
+
+    def __post_init__(self):
+        for name in ("batch_size", "image_size"):  # typed here, not halfway down
+            object.__setattr__(self, name, number_or_auto(getattr(self, name), name))

@@ -15,14 +15,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from components.detector.records import (
-    AUTOTUNE,
-    parse_example,
-    read_records,
-    shard_files,
-    to_model_image,
-)
 from components.detector.geometry import FIXED_SIZE
+from components.detector.records import AUTOTUNE, parse_example, read_records, shard_files, to_model_image
 from components.train import augment
 from components.train.config import TrainConfig
 
@@ -34,12 +28,12 @@ class InputConfig:
     image_size: int = FIXED_SIZE
     batch_size: int = 16
     augment: bool = True
-    augment_strength: float = 0.25  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
+    augment_strength: float = TrainConfig.augment_strength  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
     flip: bool = TrainConfig.flip  # horizontal flips when augmenting
-    cache: str | None = None  # "memory", or a file path prefix for a disk cache of the encoded records
+    cache: str = TrainConfig.cache  # "memory", or a file path prefix for a disk cache of the encoded records
     shuffle_buffer: int = 1024
-    seed: int = 0
-    deterministic: bool = False
+    seed: int = TrainConfig.seed
+    deterministic: bool = TrainConfig.deterministic
     parallelism: int | None = None  # parallel calls per map; None lets tf.data tune it
     skip_steps: int = 0  # resume: steps a previous run already trained
     workers: int = 1  # machines reading this dataset in one synchronous job (distribution.py)

@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass, field
 
 from components.detector.box_losses import BOX_LOSSES
-from components.train.config import TrainConfig
 from components.detector.precision import choose_precision, choose_xla
+from components.train.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,7 @@ def choose_batch_size(requested: str | int, num_train: int, safe_batch: int | No
     measured `auto` choice (batch_search.py; the probe's estimate, or 16, without one),
     capped at the data size."""
     if requested != "auto":
-        size = int(requested)
-        if size < 1:
-            raise ValueError(f"--batch-size must be >= 1 or 'auto', got {requested}")
+        size = requested
         return min(size, num_train), "given on the command line" + (" (capped at the dataset size)" if size > num_train else "")
     size, reason = auto or (min(safe_batch or 16, 64), "auto: the probe's estimate, or 16")
     if size > num_train:

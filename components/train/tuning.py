@@ -101,8 +101,11 @@ class TuneConfig:
     output_dir: str
     trials: int = 6
     trial_steps: int = 100
-    seed: int = 0
+    seed: int = TrainConfig.seed
     train: dict = field(default_factory=dict)  # other TrainConfig fields (batch_size, image_size, ...)
+    # The first candidate's values of SEARCH_SPACE's keys (the rest: DEFAULTS), and the result
+    # without a search (`trials` 0).
+    start: dict = field(default_factory=dict)
 
 
 def tune(config: TuneConfig) -> TuneResult:
@@ -110,9 +113,10 @@ def tune(config: TuneConfig) -> TuneResult:
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(config.seed)
-    candidates = [dict(DEFAULTS)] + [sample_hparams(rng) for _ in range(max(0, config.trials - 1))]
+    first = {**DEFAULTS, **config.start}
+    candidates = [first] + [sample_hparams(rng) for _ in range(max(0, config.trials - 1))]
     if config.trials < 1:
-        result = TuneResult(best=dict(DEFAULTS), best_score=math.nan)
+        result = TuneResult(best=first, best_score=math.nan)
     else:  # imported here: without trials (the default) the step needs no TensorFlow
         from components.evaluate.evaluator import evaluate_detector
         from components.train.trainer import train_detector

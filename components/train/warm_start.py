@@ -87,7 +87,7 @@ def choose_warm_start(config: TrainConfig, label_map: dict[str, int], sample: Bo
         if changed:
             return scratch(f"the {config.model_size} architecture changed since it was trained "
                            f"({', '.join(changed)})")
-    if config.image_size != "auto" and int(config.image_size) != source_model.image_size:
+    if config.image_size != "auto" and config.image_size != source_model.image_size:
         return scratch(f"it was trained at {source_model.image_size}px and --image-size pins {config.image_size}")
     shared = sorted(set(label_map) & set(source.label_map))
     if not shared:
