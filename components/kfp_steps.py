@@ -64,7 +64,7 @@ def validate_and_convert(
     allow_new_classes: bool,
     drift_threshold: float,
     exif: str,
-    runner: str,
+    data_runner: str,
     beam_options: str,
     sdk_container_image: str,
     dataset: Output[Dataset],
@@ -97,7 +97,7 @@ def validate_and_convert(
             allow_anomalies=allow_anomalies, exif=exif,
             overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
-            runner=runner, beam_args=step_beam_args(beam_options, runner, sdk_container_image)))
+            runner=data_runner, beam_args=step_beam_args(beam_options, data_runner, sdk_container_image)))
     m = result.manifest
     dataset.metadata.update({"records_in": m.records_in, "written": m.written_total, "rejected": m.rejected,
                              "boxes_written": sum(c.written for c in m.boxes.values()),
@@ -144,12 +144,13 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: 
 KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 
-def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], trials: int, trial_steps: int, batch_size: str, image_size: str, model_size: str, seed: int,
+def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune_trials: int, tune_trial_steps: int,
+                         batch_size: str, image_size: str, model_size: str, seed: int,
                          allow_poor_anchors: bool, precision: str, xla: str, box_loss: str, ema: bool, flip: bool,
                          preset: str, cache: str, deterministic: bool, base_lr_per_64: float, weight_decay: float,
                          augment_strength: float, hparams: Output[Artifact], report: Output[Markdown]) -> float:
     """Search learning rate, weight decay and augmentation strength on short trials, from
-    `base_lr_per_64`, `weight_decay` and `augment_strength` as the first candidate (`trials` 0:
+    `base_lr_per_64`, `weight_decay` and `augment_strength` as the first candidate (`tune_trials` 0:
     no search, those values). Returns the best val mAP (-1 without a search:
     KFP metadata and outputs cannot hold NaN)."""
     import logging
@@ -161,7 +162,8 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tria
 
     logging.basicConfig(level=logging.INFO)
     advice = ProbeAdvice.from_probe_file(probe_json.path)
-    result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=trials, trial_steps=trial_steps,
+    result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
+                             trial_steps=tune_trial_steps,
                              seed=seed, train={"batch_size": batch_size, "image_size": image_size,
                                                "model_size": model_size, "probe": advice,
                                                "allow_poor_anchors": allow_poor_anchors,

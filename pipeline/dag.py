@@ -101,7 +101,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             val_images=p.val_images, bad_box=p.bad_box, seed=p.seed,
             max_reject_fraction=p.max_reject_fraction,
             allow_anomalies=p.allow_anomalies, allow_new_classes=p.allow_new_classes,
-            drift_threshold=p.drift_threshold, exif=p.exif, runner=p.data_runner, beam_options=p.beam_options,
+            drift_threshold=p.drift_threshold, exif=p.exif, data_runner=p.data_runner, beam_options=p.beam_options,
             sdk_container_image=image)
         data.set_display_name("validate-and-convert")
         data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)
@@ -114,7 +114,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]
         tuned = tune_step(
-            data=dataset, probe_json=advice, trials=p.tune_trials, trial_steps=p.tune_trial_steps,
+            data=dataset, probe_json=advice, tune_trials=p.tune_trials, tune_trial_steps=p.tune_trial_steps,
             batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
             allow_poor_anchors=p.allow_poor_anchors, precision=p.precision, xla=p.xla, box_loss=p.box_loss,
             ema=p.ema, flip=p.flip, preset=p.preset, cache=p.cache, deterministic=p.deterministic,

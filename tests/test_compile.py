@@ -28,8 +28,9 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: eight training settings became pipeline parameters (base_lr_per_64, weight_decay,
 # augment_strength, fine_tune_epochs, cache, checkpoint_every, max_steps, deterministic), passed to
-# the probe's dry run (deterministic), tune and train; the data step imports its options from beam.options.
-GOLDEN_SHA256 = "8b60650eae28f82c1615ba42068808a9d68591b68cff5379506de30498eb2958"
+# the probe's dry run (deterministic), tune and train; the data step imports its options from beam.options;
+# the data and tune steps take data_runner, tune_trials and tune_trial_steps under the parameters' names.
+GOLDEN_SHA256 = "199a6ee9c470da626dcd1205470247c064b2139b7f17eaccdac70cbbe05af852"
 
 
 def test_golden_compile(tmp_path):
@@ -183,3 +184,23 @@ def test_the_batch_predict_template_compiles_reproducibly(tmp_path):
     assert task["cachingOptions"] == {}
     with pytest.raises(ValueError, match="pipeline must be one of"):
         compile_pipeline(tmp_path / "c.yaml", pipeline="nope")
+
+
+def test_a_step_takes_each_pipeline_parameter_under_its_name_and_type(tmp_path):
+    """One name from the parameter to the step: every step input wired from a pipeline
+    parameter has the parameter's name and type in the compiled YAML."""
+    compile_pipeline(tmp_path / "p.yaml")
+    spec = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    wired, differing = 0, []
+    for name, task in spec["root"]["dag"]["tasks"].items():
+        inputs = spec["components"][task["componentRef"]["name"]].get("inputDefinitions", {}).get("parameters", {})
+        for arg, source in task.get("inputs", {}).get("parameters", {}).items():
+            if "componentInputParameter" not in source:
+                continue
+            wired += 1
+            param = source["componentInputParameter"]
+            if arg != param or inputs[arg]["parameterType"] != declared[param]["parameterType"]:
+                differing.append(f"{name}: {arg} ({inputs[arg]['parameterType']}) <- {param} "
+                                 f"({declared[param]['parameterType']})")
+    assert wired > 60 and differing == []

@@ -113,10 +113,10 @@ def test_poor_anchors_refuse_with_one_line_and_the_override_trains_on():
     base = model_config_for("tiny", 128, 3)
     tiny_boxes = square_sample(np.full(200, 0.01), image_side=2000)  # 1 px at a pinned 128 px
     with pytest.raises(PoorAnchors) as err:
-        fit_shape(tiny_boxes, base, "128", on_gpu=False)
+        fit_shape(tiny_boxes, base, 128, on_gpu=False)
     message = str(err.value)
     assert "\n" not in message and "--allow-poor-anchors" in message and "--image-size" in message
-    allowed = fit_shape(tiny_boxes, base, "128", on_gpu=False, allow_poor_anchors=True)
+    allowed = fit_shape(tiny_boxes, base, 128, on_gpu=False, allow_poor_anchors=True)
     assert allowed.coverage < 0.9 and "WARNING" in allowed.decisions["anchor_coverage"]
     # auto enlarges the same boxes enough to pass
     auto = fit_shape(tiny_boxes, base, "auto", on_gpu=True)

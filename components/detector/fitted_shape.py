@@ -76,24 +76,24 @@ def cost_model(config: ModelConfig) -> CostModel:
                      fpn_filters=config.fpn_filters)
 
 
-def fit_shape(sample: BoxSample, base: ModelConfig, requested_size: int | str, on_gpu: bool,
+def fit_shape(sample: BoxSample, base: ModelConfig, image_size: int | str, on_gpu: bool,
               allow_poor_anchors: bool = False) -> FittedShape:
     """`base` (model_config_for's config of the model size) with the input size (when
-    `requested_size` is "auto"), levels and anchors fitted to `sample`. Raises PoorAnchors
+    `image_size` is "auto"), levels and anchors fitted to `sample`. Raises PoorAnchors
     when fewer than FAIL_COVERAGE of the boxes (of any class) can match an anchor, unless allowed."""
     decisions = {}
-    if requested_size == "auto":
+    if image_size == "auto":
         size, decisions["image_size"] = choose_image_size(sample, on_gpu)
         decisions["image_size"] = "auto: " + decisions["image_size"]
     else:
-        size = requested_size
+        size = image_size
         decisions["image_size"] = f"{size}: given with --image-size"
     preset = base.extra.get("preset")
     fixed_levels = (base.min_level, base.max_level) if preset else None
     costs = cost_model(base)
     groups = sample.classes()
     fit = fit_anchors(sample.boxes * size, size, costs, fixed_levels, groups)
-    if requested_size == "auto" and fit.spec.min_level < PREFERRED_LOWEST_LEVEL:
+    if image_size == "auto" and fit.spec.min_level < PREFERRED_LOWEST_LEVEL:
         size, fit, decisions["size_candidates"] = _cheaper_without_p2(sample, size, fit, costs, groups, on_gpu)
         if not decisions["size_candidates"].startswith(f"{size}px P2"):
             decisions["image_size"] += f"; then raised to {size}px, where P3 and up cover the boxes at less compute"
@@ -165,22 +165,22 @@ def gpu_visible() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def shape_for_data(data_dir: str, model_size: str, num_classes: int, requested_size: int | str, on_gpu: bool,
+def shape_for_data(data_dir: str, model_size: str, num_classes: int, image_size: int | str, on_gpu: bool,
                    preset: str | None = None, allow_poor_anchors: bool = False) -> FittedShape:
     """`fit_shape` of the model size's (or preset's) detector on the train split of the
     shards in `data_dir`."""
     from beam.contract.label_map import read_dataset_label_map
 
     sample = read_box_sample(data_dir, label_map=read_dataset_label_map(data_dir))
-    return shape_for_sample(sample, model_size, num_classes, requested_size, on_gpu, preset, allow_poor_anchors)
+    return shape_for_sample(sample, model_size, num_classes, image_size, on_gpu, preset, allow_poor_anchors)
 
 
-def shape_for_sample(sample: BoxSample, model_size: str, num_classes: int, requested_size: int | str, on_gpu: bool,
+def shape_for_sample(sample: BoxSample, model_size: str, num_classes: int, image_size: int | str, on_gpu: bool,
                      preset: str | None = None, allow_poor_anchors: bool = False) -> FittedShape:
     """`fit_shape` of the model size's (or preset's) detector on `sample`."""
     # the size given here is a placeholder: fit_shape replaces it with the chosen one
     base = model_config_for(model_size, FIXED_SIZE, num_classes, preset)
-    return fit_shape(sample, base, requested_size, on_gpu, allow_poor_anchors)
+    return fit_shape(sample, base, image_size, on_gpu, allow_poor_anchors)
 
 
 def anchor_spec(model: ModelConfig) -> AnchorSpec:
