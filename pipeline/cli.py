@@ -183,15 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--annotations", required=True, type=existing_path,
                    help="VOC: folder of *.xml; COCO: instances JSON file; CSV: file with columns "
                         "filename,width,height,class,xmin,ymin,xmax,ymax, one row a box (class and coordinates "
-                        "empty: an image with no boxes). File names are looked for under --images as written, "
-                        "then by their base name, then with the extension in the other case (a.jpg finds a.JPG)")
+                        "empty: an image with no boxes)")
     p.add_argument("--output", required=True, type=output_dir,
                    help="output folder for shards, manifest, stats (empty or new; a _job/ folder left by a build "
                         "that was killed is removed)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier build in --output: remove the files a build writes (shards, manifest, "
-                        "stats, rejects, ...) and keep any other file (default: refuse a non-empty --output, so no "
-                        "earlier shards mix in). A folder that is not an earlier build is refused even then")
+                   help="replace an earlier build in --output: remove what a build writes, keep any other file "
+                        "(default: refuse a non-empty --output). A folder that is not an earlier build is refused "
+                        "even then")
     p.add_argument("--overwrite-unrecognised", action="store_true",
                    help="with --overwrite, also build into a non-empty folder that is not an earlier build (its own "
                         "files are kept)")
@@ -220,11 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default=ConvertOptions.runner,
                    help="Beam runner (default %(default)s)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
-                   help="DirectRunner: check and write in N worker processes, every function pickled to them as "
-                        "Dataflow does; 1 runs in this process (default: one per 4,000 records, at most one per "
-                        "CPU this process may use, counted as `detpipe probe` counts them: a worker takes ~1.5 "
-                        "CPU-seconds to start, Beam's import; for a local VOC folder they start while this "
-                        "command loads). The shards are the same for any N")
+                   help="DirectRunner: check and write in N worker processes, as Dataflow does; 1 runs in this "
+                        "process (default: one per 4,000 records, at most one per usable CPU). The shards are the "
+                        "same for any N")
     p.set_defaults(func=cmd_data_build, takes_beam_args=True, exits_at_once=True)
 
     p = sub.add_parser(
@@ -243,10 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", **declared("batch_size", help="batch the memory check assumes (default "
                                                                "%(default)s)"))
     p.add_argument("--dry-run", action="store_true",
-                   help="also run the real training here for a few steps on --data's shards (the fitted model, "
-                        "--precision, --xla and this machine's devices as training will use them), save a "
-                        "checkpoint, swap in the weight average and export it: PASS, or the first error and its "
-                        "fix, in about a minute (the pipeline's probe step always does this)")
+                   help="also run a few steps of the real training here on --data (the fitted model, --precision, "
+                        "--xla, this machine's devices), checkpoint and export: PASS, or the first error and its fix "
+                        "(the pipeline's probe step always does this)")
     p.add_argument("--precision", **declared("precision", help="precision the dry run trains in (default "
                                                              "%(default)s)"))
     p.add_argument("--xla", **declared("xla", help="XLA choice the dry run trains with (default %(default)s)"))

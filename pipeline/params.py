@@ -58,11 +58,9 @@ PARAMS: tuple[Param, ...] = (
     Param("split_file", str, "", 'The split you already have instead of val_fraction\'s hash: a JSON file '
           '{"train": [image ids], "val": [image ids]}, local or gs://; images listed in neither are rejected '
           "(not_in_split_file). Empty: the hash split.", path=True, cli_type=cli_types.optional_existing_file),
-    Param("val_annotations", str, "", "For a dataset that comes split (COCO's train and val files, a Roboflow "
-          "export's train/ and valid/ folders, train_labels.csv and test_labels.csv): the val split's own "
-          "annotations, in the same format (VOC folder, COCO or CSV file), local or gs://; annotations then holds "
-          "the train split, and neither val_fraction nor split_file applies. An image id in both splits is "
-          "rejected (duplicate_image_id). Empty: one set of annotations, split by the hash or split_file.",
+    Param("val_annotations", str, "", "The val split's own annotations, in the same format, for a dataset that comes "
+          "split (COCO's val file, a Roboflow export's valid/); annotations then holds the train split. Empty: "
+          "one set of annotations, split by the hash or split_file.",
           path=True, cli_type=cli_types.optional_existing_path),
     Param("val_images", str, "", "Folder of the val split's images when they are not in images (e.g. a "
           "Roboflow export's valid/); empty: images.", path=True, cli_type=cli_types.optional_images_dir),
@@ -91,16 +89,14 @@ PARAMS: tuple[Param, ...] = (
     Param("allow_poor_anchors", bool, TrainConfig.allow_poor_anchors, "Train (and tune) even when, after fitting the input size, levels "
           "and anchors, fewer than 75% of some class's training boxes can match an anchor (tiny objects in large "
           "images); the train report warns. A larger image_size is the better fix."),
-    Param("warm_start", str, "auto", "Where training starts: auto (from the champion's weights when there is a "
-          "champion and its model can be continued: the same model size, a shape that still covers the new boxes; "
-          "then a shorter, gentler schedule), never (from scratch), or a registry version (e.g. v3).",
+    Param("warm_start", str, "auto", "Where training starts: auto (from the champion's weights when its model can "
+          "be continued, on a shorter, gentler schedule), never (from scratch), or a registry version (e.g. v3).",
           cli_type=cli_types.warm_start_arg),
     Param("model_size", str, TrainConfig.model_size, "Backbone and head size: tiny, small or resnet18.",
           choices=("tiny", "small", "resnet18")),
     Param("precision", str, TrainConfig.precision, "Training precision: auto (float32 on a CPU, mixed_float16 on GPU compute "
-          "capability 7.x such as the T4, mixed_bfloat16 on 8.x and newer), or float32, mixed_float16, "
-          "mixed_bfloat16 to force one (a mixed policy on a CPU runs the GPU path slowly, with a warning). The "
-          "train report says which and why.", choices=PRECISIONS),
+          "capability 7.x such as the T4, mixed_bfloat16 on 8.x and newer), or one by name (a mixed policy on a "
+          "CPU runs slowly). The train report says why.", choices=PRECISIONS),
     Param("xla", str, TrainConfig.xla, "Compile the train step with XLA: auto (on with one GPU, off on a CPU and "
           "over several GPUs or machines), on or off. The train report says which and why.", choices=XLA_MODES),
     Param("box_loss", str, TrainConfig.box_loss, "Box regression loss: " + "; ".join(

@@ -163,11 +163,9 @@ def add_train_commands(sub) -> None:
     p.add_argument("--no-export", action="store_true",
                    help="do not write OUTPUT/saved_model (the SavedModel `detpipe serve` loads)")
     p.add_argument("--init-from", metavar="MODEL_DIR|VERSION",
-                   help="start from a trained model's weights instead of random ones (a warm start): the output "
-                        "folder of an earlier `detpipe train`, or a registry version (v3, with --registry). Used "
-                        "when it can be continued (the same --model-size, a shape that still covers these boxes; "
-                        "new classes get fresh head rows); else training starts from scratch and train_report.md "
-                        "says why. A warm start trains --fine-tune-epochs at a quarter of the peak learning rate")
+                   help="start from a trained model's weights (a warm start): an earlier `detpipe train` output "
+                        "folder, or a registry version (v3, with --registry); used when it can be continued, else "
+                        "training starts from scratch and train_report.md says why")
     p.add_argument("--registry", **declared("registry", help="model registry folder (local or gs://) for --init-from "
                                                              "VERSION"))
     p.add_argument("--model-name", **declared("model_name"))

@@ -355,3 +355,16 @@ def test_a_pipeline_setting_s_default_is_written_once():
                     found.add((path.relative_to(repo).as_posix(), cls.name, node.target.id))
     assert found == STILL_REPEATED, (f"new: {sorted(found - STILL_REPEATED)}; "
                                      f"now written once (take off the list): {sorted(STILL_REPEATED - found)}")
+
+
+def test_every_option_s_help_is_short():
+    """--help is a reminder: an option says what it is in at most HELP_LIMIT characters, and the
+    command's help ends with the docs page that explains the rest (tests/test_docs.py)."""
+    from pipeline.cli import build_parser
+
+    long = [f"{command} {action.option_strings[0] if action.option_strings else action.dest}: {len(action.help)}"
+            for command, action in _options(build_parser()) if action.help and len(action.help) > HELP_LIMIT]
+    assert long == []
+
+
+HELP_LIMIT = 240
