@@ -121,7 +121,8 @@ PARAMS: tuple[Param, ...] = (
           "files at a path prefix; saves re-reading slow storage such as gs://. Empty: read the shards each epoch."),
     Param("checkpoint_every", int, TrainConfig.checkpoint_every, "Training steps between checkpoints (a restarted "
           "step resumes from the latest); 0: once an epoch.", cli_type=cli_types.non_negative_int),
-    Param("max_steps", int, TrainConfig.max_steps, "Stop training after this many steps in all; 0: no cap.",
+    Param("max_steps", int, TrainConfig.max_steps, "Stop training after about this many steps in all (rounded up to whole "
+          "checkpoint_every chunks); 0: no cap.",
           cli_type=cli_types.non_negative_int),
     Param("deterministic", bool, TrainConfig.deterministic, "Deterministic ops and input order: the same run "
           "twice gives the same weights (slower; XLA off)."),
