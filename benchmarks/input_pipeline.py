@@ -12,12 +12,14 @@ All three read the same shards in one run and do the same per-image work where i
   - ceiling: read + decode + resize with every core and nothing else (no augmentation,
     no boxes, no padding): what this host can feed at most.
 
-Prints images/s of each and the ratios detpipe/naive (aim >= 1.8x on 2 cores) and
-detpipe/ceiling (aim >= 85%).
+Prints, for each input size the trainer picks (128 for the demo, 320, 512 and 640 for photos),
+images/s of each, the ratios detpipe/ceiling (aim >= 85%) and detpipe/naive-tf (aim >= 1.1x),
+and the images/s per usable CPU core that a GPU host gets from detpipe. With --op-costs, also
+what each step of the per-image work costs on one thread (where an input pipeline's time goes).
 
 Usage:
     .venv/bin/python benchmarks/input_pipeline.py [--data SHARD_DIR] [--images 1500]
-        [--image-size 128] [--batch-size 16] [--batches 60] [--workdir DIR]
+        [--sizes 128,320,512,640] [--batch-size 16] [--batches 40] [--op-costs] [--workdir DIR]
 Without --data it writes the demo dataset and converts it first (not timed).
 """
 
@@ -108,25 +110,48 @@ def images_per_second(ds, batches: int, batch_size: int, warmup: int = 5) -> flo
     return batches * batch_size / (time.perf_counter() - started)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", help="a folder of train shards (default: demo data written to --workdir)")
-    parser.add_argument("--images", type=int, default=1500, help="demo images to write without --data")
-    parser.add_argument("--image-size", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--augment-strength", type=float, default=0.5)
-    parser.add_argument("--batches", type=int, default=60, help="timed batches per pipeline")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating rounds; the best of each is kept")
-    parser.add_argument("--workdir", default=None)
-    args = parser.parse_args()
+def op_costs(data_dir: str, size: int, repeats: int = 100) -> dict[str, float]:
+    """Milliseconds of each step of one training example's work on one thread, on the first
+    train image of the shards at `size` (a tf.function per step, so its call overhead, about
+    0.1 ms here, is in each figure)."""
+    import tensorflow as tf
 
+    from components.detector.records import parse_example
+    from components.train import augment
+    from components.train import input_pipeline as ip
+
+    serialized = next(iter(tf.data.TFRecordDataset(ip.shard_files(data_dir, "train")[:1])))
+    example = parse_example(serialized)
+    image, boxes, labels = example["image"], example["boxes"], example["labels"]
+    resized = tf.image.resize(image, [size, size])
+    seed = tf.constant([1, 2], tf.int64)
+    steps = {
+        "parse + decode": lambda: parse_example(serialized)["image"],
+        "resize to the model": lambda: tf.image.resize(image, [size, size]),
+        "scale jitter (crop/pad + resize)": lambda: augment.scale_jitter(image, boxes, labels, 0.25, seed, size)[0],
+        "x / 255": lambda: resized / 255.0,
+        "flip (always)": lambda: tf.image.flip_left_right(resized),
+        "brightness": lambda: tf.image.stateless_random_brightness(resized, 0.1, seed),
+        "contrast": lambda: tf.image.stateless_random_contrast(resized, 0.9, 1.1, seed),
+        "clip": lambda: tf.clip_by_value(resized, 0.0, 1.0),
+    }
+    costs = {}
+    for name, step in steps.items():
+        run = tf.function(step)
+        run()
+        started = time.perf_counter()
+        for _ in range(repeats):
+            run()
+        costs[name] = 1000 * (time.perf_counter() - started) / repeats
+    return costs
+
+
+def measure(data: str, size: int, batch: int, batches: int, repeats: int, strength: float) -> dict[str, float]:
+    """The best images/s of each pipeline at one input size, rounds alternating so a noisy
+    moment hurts all alike."""
     from components.train.input_pipeline import InputConfig, train_dataset
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-input-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    data = args.data or str(make_shards(workdir, args.images))
-    size, batch = args.image_size, args.batch_size
-    config = InputConfig(image_size=size, batch_size=batch, augment_strength=args.augment_strength)
+    config = InputConfig(image_size=size, batch_size=batch, augment_strength=strength)
     pipelines = {
         "detpipe": lambda: train_dataset(data, config),
         "detpipe-noaug": lambda: train_dataset(data, replace(config, augment=False)),
@@ -135,21 +160,51 @@ def main() -> None:
         "ceiling": lambda: ceiling_dataset(data, size, batch),
     }
     best = {name: 0.0 for name in pipelines}
-    for round_ in range(args.repeats):  # alternate so a noisy moment hurts all three alike
+    for round_ in range(repeats):
         for name, make in pipelines.items():
-            rate = images_per_second(make(), args.batches, batch)
+            rate = images_per_second(make(), batches, batch)
             best[name] = max(best[name], rate)
-            print(f"round {round_ + 1}: {name:13s} {rate:8.1f} images/s", flush=True)
-    print(f"\nshards: {data}; {os.cpu_count()} CPUs; {size}px, batch {batch}, {args.batches} batches, "
-          f"best of {args.repeats}")
-    for name, rate in best.items():
-        print(f"  {name:13s} {rate:8.1f} images/s")
-    print(f"detpipe / naive:    {best['detpipe'] / best['naive']:.2f}x (aim >= 1.8x)")
-    print(f"detpipe / naive-tf: {best['detpipe'] / best['naive-tf']:.2f}x "
-          "(the same code with TF's default automatic map parallelization)")
-    print(f"detpipe / ceiling: {100 * best['detpipe'] / best['ceiling']:.0f}% (aim >= 85%)")
-    print(f"detpipe without augmentation / ceiling: {100 * best['detpipe-noaug'] / best['ceiling']:.0f}% "
-          "(the same work as the ceiling plus boxes, shuffling and padding)")
+            print(f"{size}px round {round_ + 1}: {name:13s} {rate:8.1f} images/s", flush=True)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", help="a folder of train shards (default: demo data written to --workdir)")
+    parser.add_argument("--images", type=int, default=1500, help="demo images to write without --data")
+    parser.add_argument("--sizes", default="128,320,512,640", help="input sizes, comma-separated")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--augment-strength", type=float, default=0.25, help="the trainer's default")
+    parser.add_argument("--batches", type=int, default=40, help="timed batches per pipeline")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating rounds; the best of each is kept")
+    parser.add_argument("--op-costs", action="store_true", help="also time each step of one example's work")
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+
+    from beam.data_workers import usable_cpu_count
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-input-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = args.data or str(make_shards(workdir, args.images))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = {size: measure(data, size, args.batch_size, args.batches, args.repeats, args.augment_strength)
+               for size in sizes}
+    cores = usable_cpu_count()
+    print(f"\nshards: {data}; {cores} usable CPUs; batch {args.batch_size}, {args.batches} batches, best of "
+          f"{args.repeats}, augment strength {args.augment_strength}")
+    print("| input | detpipe | without augmentation | naive | naive-tf | ceiling | detpipe / ceiling "
+          "| detpipe / naive-tf | detpipe per core |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for size, best in results.items():
+        print(f"| {size} px | {best['detpipe']:,.0f}/s | {best['detpipe-noaug']:,.0f}/s | {best['naive']:,.0f}/s "
+              f"| {best['naive-tf']:,.0f}/s | {best['ceiling']:,.0f}/s "
+              f"| {100 * best['detpipe'] / best['ceiling']:.0f}% (aim >= 85%) "
+              f"| {best['detpipe'] / best['naive-tf']:.2f}x (aim >= 1.1x) | {best['detpipe'] / cores:,.0f}/s |")
+    if args.op_costs:
+        for size in sizes:
+            costs = op_costs(data, size)
+            print(f"\none example's steps at {size} px, one thread (ms): "
+                  + ", ".join(f"{name} {ms:.2f}" for name, ms in costs.items()))
 
 
 if __name__ == "__main__":
