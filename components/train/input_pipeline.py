@@ -76,6 +76,11 @@ def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig)
     return augment.photometric(image, config.augment_strength, seeds[2]), _targets(boxes, labels, config.image_size)
 
 
+def _static_shape(image: tf.Tensor, targets: dict, image_size: int) -> tuple[tf.Tensor, dict]:
+    """A static image shape: batched dense, never ragged, and KerasHub's anchor generator sizes its grid from it."""
+    return tf.ensure_shape(image, [image_size, image_size, 3]), targets
+
+
 def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_remainder: bool) -> tf.data.Dataset:
     # A static image shape: KerasHub's anchor generator sizes its grid from it.
     return ds.padded_batch(
@@ -84,6 +89,18 @@ def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_re
         padding_values=(0.0, {"boxes": 0.0, "labels": -1.0}),
         drop_remainder=drop_remainder,
     )
+
+
+def _ragged_then_padded_batch(ds: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
+    """The batches of `_padded_batch`, value for value, made faster: the images (static
+    [size, size, 3]) are stacked as `batch` stacks them and only the few boxes and labels go
+    through a ragged batch and are padded after, where `padded_batch` copies every image through
+    its padding path (at 640 px ~20% of the input pipeline's time: benchmarks/input_pipeline.py)."""
+    def padded(images, targets):
+        return images, {"boxes": targets["boxes"].to_tensor(default_value=0.0),
+                        "labels": targets["labels"].to_tensor(default_value=-1.0)}
+
+    return ds.ragged_batch(batch_size, drop_remainder=True).map(padded)
 
 
 def pad_boxes_to_bucket(images: tf.Tensor, targets: dict, floor: int) -> tuple[tf.Tensor, dict]:
@@ -137,9 +154,9 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     # per-element overhead than the work it holds (benchmarks/input_pipeline.py).
     # Per-element stateless seeds from the example's position keep augmentation reproducible.
     ds = ds.enumerate(start=skip).map(
-        lambda index, serialized: _train_element(serialized, index, config),
+        lambda index, serialized: _static_shape(*_train_element(serialized, index, config), config.image_size),
         num_parallel_calls=_calls(config), deterministic=config.deterministic)
-    ds = _padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True)
+    ds = _ragged_then_padded_batch(ds, config.batch_size)
     if config.box_floor:
         ds = ds.map(lambda images, targets: pad_boxes_to_bucket(images, targets, config.box_floor))
     ds = ds.prefetch(AUTOTUNE)
