@@ -1,7 +1,8 @@
-"""The data job's local worker processes: how many (from the CPUs this process may use, which the
-probe reports too), with what settings, and starting them early. This module imports neither Beam nor TensorFlow, so that a command can start the
-workers (`prestarted_data_workers`) before its own imports of them (~4.5 s on one core, with
-the job's other cores idle), and the job's first stage does not wait ~1 s for them.
+"""The data job's local worker processes: how many (from the CPUs this process may use, which
+the probe reports too), with what settings, and starting them early. This module imports
+neither Beam nor TensorFlow, so that a command can start the workers (`prestarted_data_workers`)
+before its own imports of them (~4.5 s on one core, with the job's other cores idle), and the
+job's first stage does not wait ~1 s for them.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict:
 
 
 def usable_cpu_count() -> int:
-    """The CPUs this process may use (`usable_cpus`): what the probe reports and every local Beam job sizes its workers by."""
+    """The CPUs this process may use (`usable_cpus`): what the probe reports and every local
+    Beam job sizes its workers by."""
     return usable_cpus()["usable"]
 
 

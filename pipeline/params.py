@@ -218,12 +218,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         if p.type is bool and default is False:
             parser.add_argument(p.option, dest=p.name, action="store_true", help=_help_with_default(p.help, default, True))
             continue
-        kwargs = {"dest": p.name, "default": default, "type": p.cli_type or (_bool_arg if p.type is bool else p.type)}
-        if p.choices:
-            kwargs["choices"] = p.choices
+        kwargs = {**declared(p.name, help=_help_with_default(p.help, default)), "default": default}
         if p.type is bool:
             kwargs["metavar"] = "true|false"
-        parser.add_argument(p.option, help=_help_with_default(p.help, default), **kwargs)
+        parser.add_argument(p.option, **kwargs)
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, object]:

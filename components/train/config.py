@@ -29,9 +29,6 @@ class ProbeAdvice:
                    input_parallelism=rec.get("input_parallelism"))
 
 
-AUTO = "auto"
-
-
 def number_or_auto(value: int | str, name: str) -> int | str:
     """A size or batch as the config holds it: a whole number, or "auto". Where it arrives
     as text (a pipeline parameter, "auto" or "320"), it becomes a number here, once.
@@ -39,7 +36,7 @@ def number_or_auto(value: int | str, name: str) -> int | str:
     >>> number_or_auto("320", "image_size"), number_or_auto("auto", "image_size"), number_or_auto(16, "batch_size")
     (320, 'auto', 16)
     """
-    if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
     if isinstance(value, str) and value.isdigit() and int(value) >= 1:
         return int(value)
