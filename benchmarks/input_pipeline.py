@@ -2,9 +2,12 @@
 
 All three read the same shards in one run and do the same per-image work where it applies:
   - detpipe: `components.train.input_pipeline.train_dataset` (parallel interleaved reads,
-    parallel parse/decode/augment, AUTOTUNE, prefetch), as training uses it;
-  - naive: the pipeline of common tutorials with the same parse, resize and augmentation
-    functions: one sequential TFRecordDataset, `map` without parallel calls, no prefetch,
+    parallel parse/decode/scale jitter, AUTOTUNE, prefetch), as training uses it; the pixels'
+    flip and photometric jitter are left to the train step on the accelerator, so they are not
+    timed here (`--op-costs` times them on this CPU, on a whole batch);
+  - naive: the pipeline of common tutorials with the same parse, resize and augmentation,
+    every step per image on the host (`per_image_element`, TensorFlow's own image ops):
+    one sequential TFRecordDataset, `map` without parallel calls, no prefetch,
     with tf.data's automatic map parallelization turned off so it is truly sequential;
   - naive-tf: the same code as tf.data runs it by default (TF 2.16 parallelizes stateless
     maps on its own), for reference;
@@ -57,15 +60,15 @@ def make_shards(workdir: Path, count: int) -> Path:
 
 
 def naive_dataset(data_dir: str, config) -> "tf.data.Dataset":
-    """The tutorial pipeline: the same per-image and per-batch work as detpipe's, done one
-    element at a time. `sequential` also turns off tf.data's automatic map parallelization,
+    """The tutorial pipeline: the same augmentation as detpipe's, all of it per image on the
+    host with TensorFlow's own image ops (`per_image_element`), then `padded_batch`. `sequential` also turns off tf.data's automatic map parallelization,
     which TF 2.16 applies by default, so the maps really run one element at a time."""
     import tensorflow as tf
 
     from components.train import input_pipeline as ip
 
     ds = tf.data.TFRecordDataset(ip.shard_files(data_dir, "train")).shuffle(1024, seed=0).repeat()
-    ds = ds.enumerate().map(lambda i, s: ip._train_element(s, i, config))
+    ds = ds.enumerate().map(lambda i, s: ip.per_image_element(s, i, config))
     return ip._padded_batch(ds, config.batch_size, config.image_size, drop_remainder=True)
 
 
@@ -125,24 +128,32 @@ def op_costs(data_dir: str, size: int, repeats: int = 100) -> dict[str, float]:
     image, boxes, labels = example["image"], example["boxes"], example["labels"]
     resized = tf.image.resize(image, [size, size])
     seed = tf.constant([1, 2], tf.int64)
-    steps = {
-        "parse + decode": lambda: parse_example(serialized)["image"],
-        "resize to the model": lambda: tf.image.resize(image, [size, size]),
-        "scale jitter (crop/pad + resize)": lambda: augment.scale_jitter(image, boxes, labels, 0.25, seed, size)[0],
-        "x / 255": lambda: resized / 255.0,
-        "flip (always)": lambda: tf.image.flip_left_right(resized),
-        "brightness": lambda: tf.image.stateless_random_brightness(resized, 0.1, seed),
-        "contrast": lambda: tf.image.stateless_random_contrast(resized, 0.9, 1.1, seed),
-        "clip": lambda: tf.clip_by_value(resized, 0.0, 1.0),
+    batch = 16
+    images = tf.stack([resized] * batch)
+    draws = tf.stack([augment.draw(0.25, True, seed + i, seed - i) for i in range(batch)])
+    steps = {  # name: (work, images it does)
+        "parse + decode": (lambda: parse_example(serialized)["image"], 1),
+        "resize to the model": (lambda: tf.image.resize(image, [size, size]), 1),
+        "scale jitter (crop/pad + resize)": (
+            lambda: augment.scale_jitter(image, boxes, labels, 0.25, seed, size)[0], 1),
+        "draws + box flip (host, detpipe)": (
+            lambda: augment.flip_boxes(boxes, augment.draw(0.25, True, seed, seed)), 1),
+        "x / 255 (per image, naive)": (lambda: resized / 255.0, 1),
+        "flip (per image, always, naive)": (lambda: tf.image.flip_left_right(resized), 1),
+        "brightness (per image, naive)": (lambda: tf.image.stateless_random_brightness(resized, 0.1, seed), 1),
+        "contrast (per image, naive)": (lambda: tf.image.stateless_random_contrast(resized, 0.9, 1.1, seed), 1),
+        "clip (per image, naive)": (lambda: tf.clip_by_value(resized, 0.0, 1.0), 1),
+        f"finish: /255, flip, photometric on a batch of {batch}, per image (train step; here on the CPU)": (
+            lambda: augment.finish(images, draws), batch),
     }
     costs = {}
-    for name, step in steps.items():
+    for name, (step, count) in steps.items():
         run = tf.function(step)
         run()
         started = time.perf_counter()
         for _ in range(repeats):
             run()
-        costs[name] = 1000 * (time.perf_counter() - started) / repeats
+        costs[name] = 1000 * (time.perf_counter() - started) / repeats / count
     return costs
 
 

@@ -79,3 +79,24 @@ def test_same_seed_same_augmentation_and_strength_zero_photometric_is_identity()
     np.testing.assert_array_equal(augment.photometric(floats, 0.0, seed).numpy(), floats.numpy())
     jittered = augment.photometric(floats, 1.0, seed).numpy()
     assert jittered.min() >= 0.0 and jittered.max() <= 1.0
+
+
+def test_finish_on_a_batch_is_the_per_image_flip_and_photometric_jitter():
+    """The train step's `finish` of a batch with the host's `draw`s gives, image by image, what
+    `/ 255`, `random_flip` and `photometric` (TensorFlow's own image ops) give with the same
+    seeds; without draws it is `/ 255`. Boxes flip with `flip_boxes` as with `random_flip`."""
+    rng = np.random.default_rng(0)
+    images = tf.constant(rng.integers(0, 256, (6, 24, 32, 3)).astype(np.float32))
+    boxes = tf.constant([[0.1, 0.2, 0.5, 0.4]], tf.float32)
+    for strength in (1.0, 0.25, 0.0):
+        seeds = [(tf.constant([5, i], tf.int64), tf.constant([9, i], tf.int64)) for i in range(6)]
+        draws = tf.stack([augment.draw(strength, True, f, p) for f, p in seeds])
+        finished = augment.finish(images, draws).numpy()
+        for i, (flip_seed, photometric_seed) in enumerate(seeds):
+            flipped, want_boxes = augment.random_flip(images[i] / 255.0, boxes, flip_seed)
+            want = augment.photometric(flipped, strength, photometric_seed).numpy()
+            np.testing.assert_allclose(finished[i], want, atol=1e-5)
+            np.testing.assert_array_equal(augment.flip_boxes(boxes, draws[i]).numpy(), want_boxes.numpy())
+        assert 0 < draws.numpy()[:, augment.FLIP].sum() < 6
+    none = tf.constant([augment.NO_DRAWS] * 6)
+    np.testing.assert_allclose(augment.finish(images, none).numpy(), images.numpy() / 255.0, atol=1e-6)

@@ -105,11 +105,11 @@ def test_the_xla_step_gives_the_same_losses_and_weights_as_without(raccoon_shard
     from components.detector.losses import AveragedAdamW, build_for_fit, compile_detector
     from components.detector.model import build_detector, model_config_for
     from components.train.accumulation import use_micro_batches
-    from components.train.input_pipeline import InputConfig, train_dataset
+    from components.train.input_pipeline import InputConfig, finish_batch, train_dataset
     from components.train.xla import xla_step
 
     config = InputConfig(image_size=64, batch_size=2, augment=False, deterministic=True)  # the same batch every run
-    batch = next(iter(train_dataset(str(raccoon_shards), config)))
+    batch = finish_batch(*next(iter(train_dataset(str(raccoon_shards), config))))
     data = tf.data.Dataset.from_tensors(batch).repeat()
     runs = {}
     for on in (False, True):

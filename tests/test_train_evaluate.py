@@ -14,8 +14,13 @@ from components.train.trainer import TrainConfig, train_detector
 
 
 def test_train_batches_have_static_images_and_pixel_boxes(demo_shards):
+    from components.train.input_pipeline import finish_batch
+
     ds = train_dataset(str(demo_shards), InputConfig(image_size=64, batch_size=4, augment=True))
-    images, target = next(iter(ds))
+    (raw, draws), target = next(iter(ds))
+    assert raw.shape == (4, 64, 64, 3) and draws.shape == (4, 3)
+    assert float(np.max(raw)) > 1.0  # 0-255: finished in the train step
+    images, target = finish_batch((raw, draws), target)
     assert images.shape == (4, 64, 64, 3)
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
     labels, boxes = target["labels"].numpy(), target["boxes"].numpy()
@@ -26,26 +31,32 @@ def test_train_batches_have_static_images_and_pixel_boxes(demo_shards):
     assert (labels[~real] == -1).all()
 
 
-def test_train_batches_are_padded_batch_s_value_for_value(raccoon_shards):
-    """Images batched dense and boxes through a ragged batch (faster) give the very batches of
-    `padded_batch`, the tutorial's batching: boxes padded with 0, labels with -1, to the batch's
-    largest count. On real photos, seeded and deterministic, so both streams are the same."""
+@pytest.mark.parametrize("augment", [True, False])
+def test_train_batches_once_finished_are_the_per_image_pipeline_s(raccoon_shards, augment):
+    """The faster pipeline (host: scale jitter, draws, box flips, images stacked dense and boxes
+    through a ragged batch; train step: the pixels' flip and photometric jitter on the whole
+    batch) gives the batches of the tutorial's pipeline with the same seeds: every step per
+    image with TensorFlow's own image ops, then `padded_batch` (boxes padded with 0, labels
+    with -1, to the batch's largest count). Boxes and labels exactly, pixels to float rounding.
+    On real photos, seeded and deterministic, so both streams walk the same examples."""
     from components.train import input_pipeline as ip
 
-    config = InputConfig(image_size=96, batch_size=8, deterministic=True)
+    config = InputConfig(image_size=96, batch_size=8, deterministic=True, augment=augment, augment_strength=0.7)
     files = ip.shard_files(str(raccoon_shards), "train")
     stream = ip.read_records(files, True, shuffle_seed=config.seed).shuffle(config.shuffle_buffer, seed=config.seed)
-    stream = stream.repeat().enumerate().map(lambda i, s: ip._train_element(s, i, config), deterministic=True)
+    stream = stream.repeat().enumerate().map(lambda i, s: ip.per_image_element(s, i, config), deterministic=True)
     reference = ip._padded_batch(stream, config.batch_size, config.image_size, drop_remainder=True)
-    counts = set()
-    for (images, targets), (want_images, want) in zip(train_dataset(str(raccoon_shards), config).take(6),
-                                                      reference.take(6)):
-        np.testing.assert_array_equal(images.numpy(), want_images.numpy())
+    counts, flips = set(), 0
+    for batch, (want_images, want) in zip(train_dataset(str(raccoon_shards), config).take(6), reference.take(6)):
+        images, targets = ip.finish_batch(*batch)
+        np.testing.assert_allclose(images.numpy(), want_images.numpy(), atol=1e-5)
         for key in ("boxes", "labels"):
             assert targets[key].dtype == want[key].dtype
             np.testing.assert_array_equal(targets[key].numpy(), want[key].numpy())
         counts.add(int(want["labels"].shape[1]))
+        flips += int(np.sum(batch[0][1].numpy()[:, 0]))
     assert len(counts) > 1 or max(counts) > 1  # batches with padding to check
+    assert (0 < flips < 48) if augment else flips == 0  # both kinds of image compared
 
 
 def test_greyscale_images_decode_to_rgb(raccoon_shards):
@@ -230,8 +241,8 @@ def test_count_records_uses_the_manifest_and_falls_back_to_reading(demo_shards, 
 def test_deterministic_input_repeats_exactly_and_the_cache_changes_nothing(demo_shards, tmp_path):
     def first_batches(**kwargs):
         config = InputConfig(image_size=64, batch_size=4, deterministic=True, seed=2, **kwargs)
-        return [(x.numpy(), y["boxes"].numpy(), y["labels"].numpy())
-                for x, y in train_dataset(str(demo_shards), config).take(3)]
+        return [(x.numpy(), draws.numpy(), y["boxes"].numpy(), y["labels"].numpy())
+                for (x, draws), y in train_dataset(str(demo_shards), config).take(3)]
 
     plain = first_batches()
     for other in (first_batches(), first_batches(cache="memory"), first_batches(cache=str(tmp_path / "cache"))):

@@ -1,11 +1,16 @@
 """Training's stream of the train shards (read and decoded by components/detector/records.py).
 
 Parallel interleaved reads, optional cache, parallel parse and decode, box-aware scale
-jitter (crop or pad) fused with the resize to the model size, flip, photometric jitter
-(augment.py), padded boxes per batch, prefetch; sharded across workers.
+jitter (crop or pad) fused with the resize to the model size, the flip and photometric
+jitter drawn per image (augment.py), padded boxes per batch, prefetch; sharded across workers.
 
-Boxes leave this module as pixel `yxyx` at the model's image size with 0-based
-labels, padded with label -1: what `RetinaNetObjectDetector.fit` expects.
+A batch is `((images, draws), targets)`: images float32 0-255 at the model size, each image's
+flip and photometric draws, and the targets. The train step finishes it (`finishing`:
+flip and photometric jitter of the whole batch on the accelerator, scaled to [0, 1]) before
+the model sees it; a model given an unfinished batch fails on its two inputs rather than
+training on wrong pixels. Boxes leave this module as pixel `yxyx` at the model's image size
+(already flipped) with 0-based labels, padded with label -1: what `RetinaNetObjectDetector.fit`
+expects.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from components.detector.geometry import FIXED_SIZE
-from components.detector.records import AUTOTUNE, parse_example, read_records, shard_files, to_model_image
+from components.detector.records import AUTOTUNE, parse_example, read_records, shard_files
 from components.train import augment
 from components.train.config import TrainConfig
 
@@ -49,36 +54,75 @@ def _calls(config: InputConfig) -> int:
     return config.parallelism or AUTOTUNE
 
 
-def _resized(image, boxes, labels, image_size: int) -> tuple[tf.Tensor, dict]:
-    return to_model_image(image, image_size), _targets(boxes, labels, image_size)
-
-
 def _targets(boxes, labels, image_size: int) -> dict:
     """Normalised boxes to pixels at the model size; 1-based labels to 0-based (0 becomes -1, padding)."""
     return {"boxes": boxes * float(image_size), "labels": tf.cast(labels, tf.float32) - 1.0}
 
 
-def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tf.Tensor, dict]:
-    """Parse, decode, scale-jitter and resize, flip, photometric jitter: one training example."""
+def _seeds(config: InputConfig, index: tf.Tensor) -> tf.Tensor:
+    """Scale jitter's, the flip's and the photometric jitter's seeds of the example at `index`."""
+    return tf.random.experimental.stateless_split(tf.stack([tf.cast(config.seed, tf.int64), index]), 3)
+
+
+def _window(image, boxes, labels, config: InputConfig, seed: tf.Tensor):
+    """The image at the model size (float32, 0-255): scale-jittered when augmenting, else resized."""
+    if config.augment and config.augment_strength > 0:
+        return augment.scale_jitter(image, boxes, labels, config.augment_strength, seed, config.image_size)
+    return tf.image.resize(image, [config.image_size, config.image_size]), boxes, labels
+
+
+def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tuple, dict]:
+    """One training example as the host makes it: parsed, decoded, scale-jittered (or resized)
+    to the model size, its flip and photometric jitter drawn and its boxes flipped. The pixels'
+    flip and photometric jitter are left to `finish_batch`, in the train step."""
     example = parse_example(serialized)
-    image, boxes, labels = example["image"], example["boxes"], example["labels"]
-    if not config.augment:
-        return _resized(image, boxes, labels, config.image_size)
-    seeds = tf.random.experimental.stateless_split(tf.stack([tf.cast(config.seed, tf.int64), index]), 3)
-    if config.augment_strength > 0:
-        image, boxes, labels = augment.scale_jitter(image, boxes, labels, config.augment_strength, seeds[0],
-                                                    config.image_size)
+    seeds = _seeds(config, index)
+    image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
+    if config.augment:
+        draws = augment.draw(config.augment_strength, config.flip, seeds[1], seeds[2])
+        boxes = augment.flip_boxes(boxes, draws)
     else:
-        image = tf.image.resize(image, [config.image_size, config.image_size])
+        draws = tf.constant(augment.NO_DRAWS)
+    image = tf.ensure_shape(image, [config.image_size, config.image_size, 3])
+    return (image, draws), _targets(boxes, labels, config.image_size)
+
+
+def per_image_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tf.Tensor, dict]:
+    """The same example with all of its work done per image on the host, with TensorFlow's own
+    image ops, as a tutorial pipeline does it: the benchmark's baseline, and the reference
+    that `_train_element` + `finish_batch` are tested against (tests/test_augment.py)."""
+    example = parse_example(serialized)
+    seeds = _seeds(config, index)
+    image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
     image = image / 255.0
-    if config.flip:  # after resizing: fewer pixels to move
+    if config.augment and config.flip:
         image, boxes = augment.random_flip(image, boxes, seeds[1])
-    return augment.photometric(image, config.augment_strength, seeds[2]), _targets(boxes, labels, config.image_size)
+    if config.augment:
+        image = augment.photometric(image, config.augment_strength, seeds[2])
+    return image, _targets(boxes, labels, config.image_size)
 
 
-def _static_shape(image: tf.Tensor, targets: dict, image_size: int) -> tuple[tf.Tensor, dict]:
-    """A static image shape: batched dense, never ragged, and KerasHub's anchor generator sizes its grid from it."""
-    return tf.ensure_shape(image, [image_size, image_size, 3]), targets
+def finish_batch(batch: tuple, targets: dict) -> tuple[tf.Tensor, dict]:
+    """A batch of `train_dataset` → the model's (images in [0, 1], targets): the flips and
+    photometric jitter drawn on the host applied to the whole batch (augment.finish)."""
+    images, draws = batch
+    return augment.finish(images, draws), targets
+
+
+def finishing(train_step):
+    """A train step that takes `train_dataset`'s batches: it finishes them (`finish_batch`) on
+    the accelerator, inside the step (fused by XLA under --xla), then trains on them."""
+
+    def step(data):
+        return train_step(finish_batch(*data))
+
+    return step
+
+
+def model_element_spec(element_spec: tuple) -> tuple:
+    """The element spec of `train_dataset`'s batches once finished (what the model is built for)."""
+    (images, _), targets = element_spec
+    return images, targets
 
 
 def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_remainder: bool) -> tf.data.Dataset:
@@ -93,7 +137,7 @@ def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_re
 
 def _ragged_then_padded_batch(ds: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
     """The batches of `_padded_batch`, value for value, made faster: the images (static
-    [size, size, 3]) are stacked as `batch` stacks them and only the few boxes and labels go
+    [size, size, 3]) and their draws are stacked as `batch` stacks them and only the few boxes and labels go
     through a ragged batch and are padded after, where `padded_batch` copies every image through
     its padding path (at 640 px ~20% of the input pipeline's time: benchmarks/input_pipeline.py)."""
     def padded(images, targets):
@@ -136,8 +180,9 @@ def examples_per_step(batch_size: int, workers: int, policy: tf.data.experimenta
 
 
 def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
-    """Endless shuffled, augmented, batched training data; `config.batch_size` is the global
-    batch (tf.distribute splits it across devices and workers)."""
+    """Endless shuffled, augmented, batched training data, `((images, draws), targets)` for a
+    train step wrapped in `finishing`; `config.batch_size` is the global batch (tf.distribute
+    splits it across devices and workers)."""
     files = shard_files(data_dir, "train")
     policy = shard_policy(len(files), config.workers)
     skip = config.skip_steps * examples_per_step(config.batch_size, config.workers, policy)
@@ -154,7 +199,7 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     # per-element overhead than the work it holds (benchmarks/input_pipeline.py).
     # Per-element stateless seeds from the example's position keep augmentation reproducible.
     ds = ds.enumerate(start=skip).map(
-        lambda index, serialized: _static_shape(*_train_element(serialized, index, config), config.image_size),
+        lambda index, serialized: _train_element(serialized, index, config),
         num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = _ragged_then_padded_batch(ds, config.batch_size)
     if config.box_floor:

@@ -26,10 +26,10 @@ from components.detector.losses import build_for_fit
 from components.train.accumulation import next_micro_batches, use_micro_batches
 from components.train.checkpoints import SaveEveryChunk, StepCheckpoints
 from components.train.config import TrainConfig
-from components.train.faults import (FaultPlan, FiniteGuard, InjectFault, NonFiniteLoss, OutOfMemory,
-                                     RaiseOnNonFinite, TrainingDiverged)
+from components.train.faults import (FaultPlan, FiniteGuard, InjectFault, NonFiniteLoss, OutOfMemory, RaiseOnNonFinite,
+                                     TrainingDiverged)
 from components.train.global_step import GlobalStep
-from components.train.input_pipeline import InputConfig, train_dataset
+from components.train.input_pipeline import InputConfig, model_element_spec, train_dataset
 from components.train.observe import TrainingMonitor
 from components.train.schedules import ScaledSchedule
 
@@ -142,7 +142,7 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
         data = train_dataset(config.data_dir, replace(input_config, skip_steps=steps_done))
         # Else the first step is traced twice; and under several workers this is the only
         # build (fit_across_workers skips Keras's own, which fails there).
-        build_for_fit(parts.model, data.element_spec)
+        build_for_fit(parts.model, model_element_spec(data.element_spec))
         for callback in callbacks:
             if isinstance(callback, GlobalStep):
                 callback.start_segment(steps_done, per_epoch)

@@ -33,7 +33,7 @@ from components.train.config import ProbeAdvice, TrainConfig
 from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers, make_strategy,
                                            synchronise_batch_norm, vector_logs, weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
-from components.train.input_pipeline import InputConfig
+from components.train.input_pipeline import InputConfig, finishing
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import MachineFacts, TrainPlan, auto_batch_ceiling, plan_training
@@ -200,8 +200,9 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
     faults, guard = FaultPlan.from_env(), FiniteGuard(model)
     faults.poison_loss(model)
 
-    def wrap(train_step):  # every train step: timed, checked for NaN/Inf, carrying the stop flag; XLA inside
-        wrapped = clock.timed(guard.checked(stop.reported(xla_step(train_step, plan.xla))))
+    def wrap(train_step):  # every train step: timed, checked for NaN/Inf, carrying the stop flag; XLA inside,
+        # finishing the batch's augmentation first (input_pipeline.finishing)
+        wrapped = clock.timed(guard.checked(stop.reported(xla_step(finishing(train_step), plan.xla))))
         return vector_logs(wrapped) if multi_worker else wrapped
 
     use_micro_batches(model, int(micro_batches.numpy()), wrap=wrap)
