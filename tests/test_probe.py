@@ -122,6 +122,22 @@ def test_slow_storage_warns_with_the_rates():
     assert "assumed for this kind of device; not measured" in assumed.reason
 
 
+def test_an_input_pipeline_slower_than_training_warns_and_sets_what_storage_must_give():
+    """A GPU that trains at 400 images/s behind 2 CPUs that make 150: the accelerator waits
+    ~62% of the time, and storage needs to feed only the 150 that training can take."""
+    storage = {"measured": True, "mb_per_s": 20.0, "records_per_s": 200.0, "mean_record_bytes": 100_000}
+    slow_cpus = Expectations(images_per_second=400, rate_source="measured", input_images_per_second=150,
+                             input_source="measured")
+    checks = by_name(machine(gpus=["A100"], usable=2, visible=2, storage=storage), expect=slow_cpus)
+    assert checks["input"].status == WARN and "makes 150.0 images/s here (75.0 per usable CPU" in checks["input"].reason
+    assert "about 62% of the time" in checks["input"].reason and "vCPUs" in checks["input"].fix
+    assert checks["storage"].status == PASS and "training at 150.0 images/s needs 15.0 MB/s" in checks["storage"].reason
+    fast_cpus = replace(slow_cpus, input_images_per_second=900)
+    checks = by_name(machine(gpus=["A100"], storage=storage), expect=fast_cpus)
+    assert checks["input"].status == PASS and checks["storage"].status == WARN  # 20 MB/s < the 40 training takes
+    assert "input" not in by_name(machine(gpus=["A100"], storage=storage))  # nothing measured: no claim
+
+
 def test_package_drift_names_package_and_both_versions():
     check = by_name(machine(drifted=[("keras", "3.15.1", "3.16.0")]))["packages"]
     assert check.status == WARN and "keras (locked 3.15.1, installed 3.16.0)" in check.reason
@@ -195,6 +211,10 @@ def test_real_collection_on_this_machine(demo_shards):
         storage.reason)
     rate = float(storage.reason.split("training at ", 1)[1].split(" images/s", 1)[0])
     assert 0 < rate != 40.0
+    # and the input pipeline was timed on the shards the storage facts name, at the model's size
+    made = next(c for c in result.checks if c.name == "input")
+    assert "in batches of 4 at 128 px, decoded and augmented as training does on this machine" in made.reason
+    assert float(made.reason.split("makes ", 1)[1].split(" images/s", 1)[0]) > 0
     assert probe_markdown(result).startswith(f"# Environment probe: {result.verdict}")
 
 

@@ -49,6 +49,8 @@ class Expectations:
     batch_size: int | None = None  # None: auto
     images_per_second: float | None = None  # expected training rate, for the storage check
     rate_source: str = ""  # how images_per_second was obtained (probe_report measures it when data is given)
+    input_images_per_second: float | None = None  # what the input pipeline makes on this host's CPUs
+    input_source: str = ""  # how input_images_per_second was obtained (probe_report measures it when data is given)
     num_classes: int = DEFAULT_NUM_CLASSES  # the class head's size: from the data's label map when known
     model_config: object | None = None  # the fitted ModelConfig (input size, levels, anchors) when known
     shape: str = ""  # how the model's shape was chosen, for the report
@@ -278,17 +280,40 @@ def check_packages(facts: dict) -> CheckResult:
     return CheckResult("packages", PASS, f"installed packages match {packages['lock_file']}")
 
 
+def _training_rate(facts: dict, expect: Expectations) -> tuple[float, str]:
+    if expect.images_per_second:
+        return expect.images_per_second, expect.rate_source or "given"
+    return (400.0 if facts["tensorflow"]["gpus"] else 40.0), "assumed for this kind of device; not measured"
+
+
+def check_input(facts: dict, expect: Expectations) -> CheckResult | None:
+    """Whether this host's CPUs make batches as fast as the model trains on them: else the
+    accelerator waits for input, whatever its speed."""
+    if not expect.input_images_per_second:
+        return None
+    made, (taken, source) = expect.input_images_per_second, _training_rate(facts, expect)
+    cpus = facts.get("cpu", {}).get("usable") or 1
+    reason = (f"the input pipeline makes {made:.1f} images/s here ({made / cpus:.1f} per usable CPU; "
+              f"{expect.input_source or 'given'}); training takes {taken:.1f} images/s ({source})")
+    if made < taken:
+        return CheckResult("input", WARN, f"{reason}: the accelerator would wait for input about "
+                                          f"{1 - made / taken:.0%} of the time",
+                           "a machine type with more vCPUs per accelerator (the input pipeline scales with "
+                           "usable CPUs), a smaller --image-size, or smaller stored photos")
+    return CheckResult("input", PASS, reason)
+
+
 def check_storage(facts: dict, expect: Expectations) -> CheckResult | None:
     from components.probe.storage_speed import needed_mb_per_s
 
     storage = facts.get("storage", {})
     if not storage.get("measured"):
         return None
-    if expect.images_per_second:
-        rate, source = expect.images_per_second, expect.rate_source or "given"
-    else:
-        rate = 400.0 if facts["tensorflow"]["gpus"] else 40.0
-        source = "assumed for this kind of device; not measured"
+    rate, source = _training_rate(facts, expect)
+    if expect.input_images_per_second and expect.input_images_per_second < rate:
+        # Training reads no faster than the input pipeline decodes: storage need not be faster either.
+        rate, source = expect.input_images_per_second, (f"what the input pipeline makes here, below training's "
+                                                        f"{rate:.1f} ({expect.input_source or 'given'})")
     need = needed_mb_per_s(rate, storage["mean_record_bytes"])
     got = f"{storage['mb_per_s']} MB/s, {storage['records_per_s']} records/s"
     training = f"training at {rate:.1f} images/s needs {need:.1f} MB/s; that rate is {source}"
@@ -302,7 +327,7 @@ def run_checks(facts: dict, require_gpu: bool = False, expect: Expectations = Ex
     results = [check_gpu(facts, require_gpu), check_driver(facts), *check_compute_capability(facts),
                check_cuda_libraries(facts), check_matmul(facts), check_gpu_memory(facts, expect)[0],
                check_cpus(facts), check_memory(facts), check_disk(facts), check_packages(facts),
-               check_storage(facts, expect)]
+               check_input(facts, expect), check_storage(facts, expect)]
     return [r for r in results if r is not None]
 
 

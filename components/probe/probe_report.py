@@ -8,10 +8,10 @@ import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from components.detector.precision import precision_for
 from components.probe.baseline_diff import compare_facts, difference_lines
 from components.probe.checks import FAIL, PASS, CheckResult, Expectations, check_gpu_memory, run_checks, verdict
 from components.probe.machine_facts import collect
-from components.detector.precision import precision_for
 from components.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -63,13 +63,24 @@ def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir
     """Collect (or take) the facts, check them, recommend; with `dry_run` (the run's train
     config, on its data) also run a few steps of the real training here (dry_run_check)."""
     facts = collect(data_dir=data_dir, output_dir=output_dir) if facts is None else facts
-    if facts.get("storage", {}).get("measured") and not expect.images_per_second:
+    storage = facts.get("storage", {})
+    batch = expect.batch_size or (16 if facts["tensorflow"]["gpus"] else 4)
+    if storage.get("measured") and not expect.images_per_second:
         # The storage check compares with the rate this model trains at here, measured.
         from components.probe.training_rate import measure_training_rate
 
-        batch = expect.batch_size or (16 if facts["tensorflow"]["gpus"] else 4)
         rate = measure_training_rate(expect.model(), batch, expect.boxes_per_image)
         expect = replace(expect, images_per_second=rate.images_per_second, rate_source=rate.source)
+    shards = data_dir or storage.get("data_dir")
+    if storage.get("measured") and shards and not expect.input_images_per_second:
+        # Whether this host's CPUs keep up with that rate: the real input pipeline on the real shards.
+        from components.probe.training_rate import measure_input_rate
+
+        try:
+            made = measure_input_rate(shards, expect.model().image_size, batch)
+            expect = replace(expect, input_images_per_second=made.images_per_second, input_source=made.source)
+        except FileNotFoundError:  # no train split to time (storage timed what there is)
+            pass
     checks = run_checks(facts, require_gpu=require_gpu, expect=expect)
     differences = compare_facts(baseline.get("facts", baseline), facts) if baseline else []
     recommendations = recommend(facts, expect)

@@ -28,7 +28,7 @@ def measure_read_speed(data_dir: str, seconds: float = 3.0) -> dict:
         if time.perf_counter() - started > seconds:
             break
     elapsed = max(time.perf_counter() - started, 1e-9)
-    return {"measured": True, "records": records, "bytes": size, "seconds": round(elapsed, 3),
+    return {"measured": True, "data_dir": data_dir, "records": records, "bytes": size, "seconds": round(elapsed, 3),
             "mb_per_s": round(size / elapsed / 1e6, 2), "records_per_s": round(records / elapsed, 1),
             "mean_record_bytes": int(size / records) if records else 0}
 

@@ -1,10 +1,13 @@
-"""How fast the model training will build trains on this machine: a few real training steps.
+"""How fast training will go on this machine: a few real training steps of the model, and
+a few seconds of the real input pipeline on the real shards.
 
 The storage check needs the rate the trainer will read records at; an assumed figure (a
 guess per device kind) is wrong by an order of magnitude between a tiny model on a laptop
 CPU and a fitted P3 model on a GPU. So the probe times real steps of the model training will
 build (the fitted shape when the data is known), on synthetic images, after one step that
-traces the graph.
+traces the graph. On a GPU machine the host's CPUs, decoding and augmenting, often set the
+pace instead: the input check compares the two, and the storage check asks of storage only
+the slower of them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from dataclasses import dataclass
 
 # Steps timed after the tracing step: enough to average out a hiccup, few enough for a probe.
 TIMED_STEPS = 2
+# The input pipeline: batches to fill its buffers first, then seconds timed.
+INPUT_WARMUP_BATCHES = 3
+INPUT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -46,3 +52,22 @@ def measure_training_rate(model_config, batch: int, boxes_per_image: int = 1) ->
                               f"({model_config.image_size} px"
                               + (f", {boxes_per_image} boxes an image" if boxes_per_image > 1 else "")
                               + ") on this machine")
+
+
+def measure_input_rate(data_dir: str, image_size: int, batch: int, seconds: float = INPUT_SECONDS) -> TrainingRate:
+    """Images/s of the training input pipeline (`train_dataset`, augmentation as training does
+    it) on the train shards of `data_dir` at `image_size`, for about `seconds` after a warm-up."""
+    import time
+
+    from components.train.input_pipeline import InputConfig, train_dataset
+
+    batches = iter(train_dataset(data_dir, InputConfig(image_size=image_size, batch_size=batch)))
+    for _ in range(INPUT_WARMUP_BATCHES):
+        next(batches)
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        next(batches)
+        count += batch
+    rate = count / (time.perf_counter() - started)
+    return TrainingRate(rate, f"measured: {count} images of the train shards in batches of {batch} at "
+                              f"{image_size} px, decoded and augmented as training does on this machine")
