@@ -283,3 +283,31 @@ def test_the_greedy_nms_keeps_kerashubs_detections_of_a_trained_model(trained_mo
         assert strong(ours) == strong(theirs), i
         n = min(ours["num_detections"][i], theirs["num_detections"][i], 3)
         np.testing.assert_allclose(ours["confidence"][i][:n], theirs["confidence"][i][:n], atol=1e-6)
+
+
+def test_a_large_jpeg_decodes_at_the_scale_the_model_needs_and_a_png_whole(raccoon):
+    """`decode_at_least` decodes a JPEG at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling) when
+    its shorter side keeps the size asked for, never below it; what the model's resize then
+    makes is close to the resize of the whole decode; a PNG always decodes whole."""
+    import io
+
+    import tensorflow as tf
+    from PIL import Image
+
+    from components.detector.records import decode_at_least, decode_rgb, to_model_image
+
+    photo = sorted((raccoon / "images").glob("*.jpg"))[0]
+    picture = Image.open(photo).convert("RGB").resize((1000, 700))
+    encoded = {}
+    for fmt in ("JPEG", "PNG"):
+        out = io.BytesIO()
+        picture.save(out, format=fmt)
+        encoded[fmt] = tf.constant(out.getvalue())
+    for side, scale in ((87, 8), (88, 4), (175, 4), (176, 2), (350, 2), (351, 1)):
+        image = decode_at_least(encoded["JPEG"], side)
+        assert image.shape == (math.ceil(700 / scale), math.ceil(1000 / scale), 3), (side, scale)
+        assert min(image.shape[:2]) >= side
+        assert decode_at_least(encoded["PNG"], side).shape == (700, 1000, 3)
+    whole = to_model_image(decode_rgb(encoded["JPEG"]), 128).numpy()
+    scaled = to_model_image(decode_at_least(encoded["JPEG"], 128), 128).numpy()
+    assert np.abs(whole - scaled).mean() < 0.03

@@ -57,7 +57,7 @@ def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size
     truths: list[ImageTruth] = []
     detections: list[ImageDetections] = []
     detector = BatchDetector(model, image_size, batch_size)
-    examples = eval_examples(data_dir, split).map(
+    examples = eval_examples(data_dir, split, shorter_side=image_size).map(
         lambda ex: (to_model_image(ex["image"], image_size),
                     {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width", "source_id")}),
         num_parallel_calls=tf.data.AUTOTUNE,

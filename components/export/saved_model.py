@@ -10,7 +10,7 @@ ymax, xmax on the original image), `detection_scores`, `detection_classes` (1-ba
 label-map ids), `detection_class_names`, `num_detections`; rows are sorted by score and
 padded with zeros past `num_detections`.
 
-Preprocessing is the evaluator's (`records.decode_rgb` then `to_model_image`), and
+Preprocessing is the evaluator's (`records.decode_at_least` then `to_model_image`), and
 the detector runs through `detect.detect` (full batches, the last one padded), so the
 export answers what the evaluation measured. Beside the SavedModel: `label_map.json` and
 `serving_config.json` (default threshold and where it came from, max detections, input
@@ -29,9 +29,9 @@ import keras
 import tensorflow as tf
 
 from components.detector.detect import detect
-from components.export.export_files import SERVING_CONFIG_FILE
+from components.detector.records import decode_at_least, to_model_image
 from components.evaluate.threshold import FALLBACK_THRESHOLD
-from components.detector.records import decode_rgb, to_model_image
+from components.export.export_files import SERVING_CONFIG_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def _class_names(label_map: dict[str, int]) -> list[str]:
 
 def _detections(model: keras.Model, image_bytes: tf.Tensor, score_threshold: tf.Tensor, image_size: int,
                 class_names: tf.Tensor) -> dict[str, tf.Tensor]:
-    images = tf.map_fn(lambda data: to_model_image(decode_rgb(data), image_size), image_bytes,
+    images = tf.map_fn(lambda data: to_model_image(decode_at_least(data, image_size), image_size), image_bytes,
                        fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
     out = detect(model, images, EXPORT_BATCH)
     slots = tf.range(tf.shape(out["confidence"])[1])[tf.newaxis, :]

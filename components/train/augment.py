@@ -22,12 +22,20 @@ and Keras' augmentation layers either ignore boxes or keep boxes that a crop cut
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 MIN_VISIBLE = 0.4  # keep a cropped box only if at least this share of its area is left
 GREY = 127.0  # where a zoomed-out window lies outside the image
 FLIP, BRIGHTNESS, CONTRAST = range(3)  # what `draw` draws per image, in this order
 NO_DRAWS = (0.0, 0.0, 1.0)  # not flipped, no brightness shift, contrast factor 1
+
+
+def smallest_window(strength: float) -> float:
+    """The smallest side of a `scale_jitter` window, as a fraction of the image's side."""
+    s = min(max(strength, 0.0), 1.0)
+    return (1.0 - 0.4 * s) * math.exp(-0.15 * s)
 
 
 def scale_jitter(image: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor, strength: float, seed: tf.Tensor,

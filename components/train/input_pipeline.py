@@ -64,6 +64,13 @@ def _seeds(config: InputConfig, index: tf.Tensor) -> tf.Tensor:
     return tf.random.experimental.stateless_split(tf.stack([tf.cast(config.seed, tf.int64), index]), 3)
 
 
+def _decoded_side(config: InputConfig) -> float:
+    """The shorter side a training image needs decoded: the model's size, more when scale
+    jitter may zoom into a part of it (records.decode_at_least)."""
+    zoom = augment.smallest_window(config.augment_strength) if config.augment else 1.0
+    return config.image_size / zoom
+
+
 def _window(image, boxes, labels, config: InputConfig, seed: tf.Tensor):
     """The image at the model size (float32, 0-255): scale-jittered when augmenting, else resized."""
     if config.augment and config.augment_strength > 0:
@@ -72,10 +79,11 @@ def _window(image, boxes, labels, config: InputConfig, seed: tf.Tensor):
 
 
 def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tuple, dict]:
-    """One training example as the host makes it: parsed, decoded, scale-jittered (or resized)
+    """One training example as the host makes it: parsed, decoded (a large JPEG at the scale
+    the model needs: records.decode_at_least), scale-jittered (or resized)
     to the model size, its flip and photometric jitter drawn and its boxes flipped. The pixels'
     flip and photometric jitter are left to `finish_batch`, in the train step."""
-    example = parse_example(serialized)
+    example = parse_example(serialized, _decoded_side(config))
     seeds = _seeds(config, index)
     image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
     if config.augment:
@@ -91,7 +99,7 @@ def per_image_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConf
     """The same example with all of its work done per image on the host, with TensorFlow's own
     image ops, as a tutorial pipeline does it: the benchmark's baseline, and the reference
     that `_train_element` + `finish_batch` are tested against (tests/test_augment.py)."""
-    example = parse_example(serialized)
+    example = parse_example(serialized, _decoded_side(config))
     seeds = _seeds(config, index)
     image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
     image = image / 255.0
