@@ -107,6 +107,7 @@ INTERFACES = {
     "components.probe.gpu_facts": "the GPU's memory as NVML reports it (the batch search's budget)",
     "components.train.config": "TrainConfig, what a training run is asked to do (the probe's dry run runs one)",
     "components.train.dry_run": "dry_run: the probe runs a few steps of the real training on the training machine",
+    "components.train.input_pipeline": "train_dataset: the probe times training's input pipeline on the real shards",
 }
 
 
