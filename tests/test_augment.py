@@ -30,7 +30,8 @@ def test_kept_boxes_cover_their_object_after_scale_jitter_and_flip():
     for i in range(60):
         seed = tf.constant([7, i], tf.int64)
         out, out_boxes, out_labels = augment.scale_jitter(image, boxes, labels, 1.0, seed, 64)
-        out, out_boxes = augment.random_flip(out, out_boxes, seed + 3)
+        draws = augment.draw(0.0, True, seed + 3, seed)  # flipped or not, no photometric jitter
+        out, out_boxes = augment.finish_one(out, draws) * 255.0, augment.flip_boxes(out_boxes, draws)
         assert out.shape == (64, 64, 3)
         box = out_boxes.numpy()[0]
         assert ((0.0 <= box) & (box <= 1.0)).all()
@@ -75,28 +76,39 @@ def test_same_seed_same_augmentation_and_strength_zero_photometric_is_identity()
     b = augment.scale_jitter(image, boxes, labels, 0.7, seed, 48)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x.numpy(), y.numpy())
-    floats = tf.cast(image, tf.float32) / 255.0
-    np.testing.assert_array_equal(augment.photometric(floats, 0.0, seed).numpy(), floats.numpy())
-    jittered = augment.photometric(floats, 1.0, seed).numpy()
-    assert jittered.min() >= 0.0 and jittered.max() <= 1.0
+    floats = tf.cast(image, tf.float32)
+    unchanged = augment.finish_one(floats, augment.draw(0.0, False, seed, seed)).numpy()
+    np.testing.assert_allclose(unchanged, floats.numpy() / 255.0, atol=1e-6)
+    jittered = augment.finish_one(floats, augment.draw(1.0, True, seed, seed)).numpy()
+    assert jittered.min() >= 0.0 and jittered.max() <= 1.0 and np.abs(jittered - unchanged).max() > 0.05
 
 
-def test_finish_on_a_batch_is_the_per_image_flip_and_photometric_jitter():
-    """The train step's `finish` of a batch with the host's `draw`s gives, image by image, what
-    `/ 255`, `random_flip` and `photometric` (TensorFlow's own image ops) give with the same
-    seeds; without draws it is `/ 255`. Boxes flip with `flip_boxes` as with `random_flip`."""
+def test_finish_is_tensorflow_s_own_random_flip_brightness_and_contrast_with_the_same_seeds():
+    """The host's `draw`s and the train step's `finish` of a batch (whole, as on an accelerator,
+    or image by image, as on a CPU) give, image by image, what TensorFlow's own
+    `stateless_random_flip_left_right`, `stateless_random_brightness` and
+    `stateless_random_contrast` give with the same seeds: the same augmentation, the same
+    random numbers. Without draws it is `/ 255`. Boxes flip with the pixels."""
     rng = np.random.default_rng(0)
     images = tf.constant(rng.integers(0, 256, (6, 24, 32, 3)).astype(np.float32))
     boxes = tf.constant([[0.1, 0.2, 0.5, 0.4]], tf.float32)
     for strength in (1.0, 0.25, 0.0):
         seeds = [(tf.constant([5, i], tf.int64), tf.constant([9, i], tf.int64)) for i in range(6)]
         draws = tf.stack([augment.draw(strength, True, f, p) for f, p in seeds])
-        finished = augment.finish(images, draws).numpy()
+        whole, one_by_one = (augment.finish(images, draws, per_image).numpy() for per_image in (False, True))
         for i, (flip_seed, photometric_seed) in enumerate(seeds):
-            flipped, want_boxes = augment.random_flip(images[i] / 255.0, boxes, flip_seed)
-            want = augment.photometric(flipped, strength, photometric_seed).numpy()
-            np.testing.assert_allclose(finished[i], want, atol=1e-5)
-            np.testing.assert_array_equal(augment.flip_boxes(boxes, draws[i]).numpy(), want_boxes.numpy())
+            want = tf.image.stateless_random_flip_left_right(images[i] / 255.0, flip_seed)
+            flipped = bool(np.any(want.numpy() != images[i].numpy() / 255.0))
+            if strength > 0:
+                brightness, contrast = tf.random.experimental.stateless_split(photometric_seed, 2)
+                want = tf.image.stateless_random_brightness(want, 0.3 * strength, brightness)
+                want = tf.image.stateless_random_contrast(want, 1 - 0.4 * strength, 1 + 0.4 * strength, contrast)
+            want = tf.clip_by_value(want, 0.0, 1.0).numpy()
+            np.testing.assert_allclose(whole[i], want, atol=1e-5)
+            np.testing.assert_allclose(one_by_one[i], want, atol=1e-5)
+            mirrored = [[0.1, 0.6, 0.5, 0.8]] if flipped else boxes.numpy()
+            np.testing.assert_allclose(augment.flip_boxes(boxes, draws[i]).numpy(), mirrored, atol=1e-6)
         assert 0 < draws.numpy()[:, augment.FLIP].sum() < 6
     none = tf.constant([augment.NO_DRAWS] * 6)
-    np.testing.assert_allclose(augment.finish(images, none).numpy(), images.numpy() / 255.0, atol=1e-6)
+    for per_image in (False, True):
+        np.testing.assert_allclose(augment.finish(images, none, per_image).numpy(), images.numpy() / 255.0, atol=1e-6)

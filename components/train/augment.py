@@ -8,12 +8,14 @@ Per image (boxes normalised `yxyx` in [0, 1]):
   - brightness shift in ±0.3 * strength and contrast factor in 1 ± 0.4 * strength.
 
 Where the work runs: the input pipeline (host CPUs) does the scale jitter, which needs the
-decoded image, and draws the rest per image (`draw`: three numbers) and flips the boxes; the
-train step does the pixel work of the flip and the photometric jitter on the whole batch
-(`finish`, on the accelerator, fused by XLA), where it costs next to nothing. Done per image
-on the host (`random_flip` and `photometric`, TensorFlow's own image ops: what a tutorial
-pipeline does, kept as the reference `finish` is tested against) it took half of a 2-core
-host's input time at 320 px (benchmarks/input_pipeline.py --op-costs).
+decoded image, draws the rest per image (`draw`: three numbers) and flips the boxes; the
+train step does the pixel work of the flip and the photometric jitter (`finish`). On an
+accelerator it does the whole batch at once (a few elementwise passes, fused by XLA), where
+it costs next to nothing and the host's CPUs are left to decoding: done per image on a
+2-core host it took half of the input time at 320 px (benchmarks/input_pipeline.py
+--op-costs). On a CPU it goes one image at a time with TensorFlow's fused image kernels
+(`finish_one`), whose passes over an image stay in cache: there that is about 4x cheaper
+than the batch's passes through memory.
 
 All randomness is stateless from (seed, position), so `--deterministic` runs repeat
 exactly and a resumed run continues the same sequence. Written here because KerasHub's
@@ -93,18 +95,16 @@ def window_boxes(boxes: tf.Tensor, labels: tf.Tensor, start: tf.Tensor,
     return clipped, tf.where(kept, labels, tf.zeros_like(labels))
 
 
-def _flips(seed: tf.Tensor) -> tf.Tensor:
-    return tf.random.stateless_uniform([], seed) < 0.5
-
-
 def _mirrored(boxes: tf.Tensor) -> tf.Tensor:
     return tf.stack([boxes[:, 0], 1.0 - boxes[:, 3], boxes[:, 2], 1.0 - boxes[:, 1]], axis=-1)
 
 
 def draw(strength: float, flip: bool, flip_seed: tf.Tensor, photometric_seed: tf.Tensor) -> tf.Tensor:
-    """One image's flip (1.0 or 0.0), brightness shift and contrast factor: the very numbers
-    `random_flip` and `photometric` draw from the same seeds ([3] float32, see `finish`)."""
-    flipped = tf.cast(_flips(flip_seed), tf.float32) if flip else tf.constant(NO_DRAWS[FLIP])
+    """One image's flip (1.0 or 0.0), brightness shift and contrast factor ([3] float32, see
+    `finish`): the numbers TensorFlow's `stateless_random_flip_left_right`,
+    `stateless_random_brightness` and `stateless_random_contrast` draw from the same seeds."""
+    flipped = (tf.cast(tf.random.stateless_uniform([], flip_seed) < 0.5, tf.float32) if flip
+               else tf.constant(NO_DRAWS[FLIP]))
     if strength <= 0:
         return tf.stack([flipped, tf.constant(NO_DRAWS[BRIGHTNESS]), tf.constant(NO_DRAWS[CONTRAST])])
     seeds = tf.random.experimental.stateless_split(photometric_seed, 2)
@@ -118,33 +118,30 @@ def flip_boxes(boxes: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
     return tf.where(draws[FLIP] > 0.5, _mirrored(boxes), boxes)
 
 
-def finish(images: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
+def finish_one(image: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
+    """One image (float32, 0-255) and its `draws` → what the model trains on: in [0, 1],
+    flipped if drawn, brightness shifted, contrast scaled about each channel's mean, clipped;
+    with TensorFlow's own image kernels."""
+    image = tf.convert_to_tensor(image, tf.float32) / 255.0
+    image = tf.cond(draws[FLIP] > 0.5, lambda: tf.image.flip_left_right(image), lambda: image)
+    image = tf.image.adjust_brightness(image, draws[BRIGHTNESS])
+    return tf.clip_by_value(tf.image.adjust_contrast(image, draws[CONTRAST]), 0.0, 1.0)
+
+
+def finish(images: tf.Tensor, draws: tf.Tensor, per_image: bool = False) -> tf.Tensor:
     """A batch of images (float32, 0-255) and their `draws` ([batch, 3]) → what the model
-    trains on: in [0, 1], flipped where drawn, brightness shifted, contrast scaled about each
-    channel's mean (as TensorFlow's AdjustContrastv2), clipped. Per image the same as `/ 255`,
-    `random_flip` and `photometric` with the seeds `draw` took (tests/test_augment.py)."""
-    images = tf.convert_to_tensor(images, tf.float32) / 255.0
+    trains on: each image as `finish_one` makes it. `per_image` runs `finish_one` on one
+    image after another (for a CPU); else the whole batch at once (for an accelerator):
+    contrast about the mean is an affine map, x * f / 255 + shift + mean(x) * (1 - f) / 255,
+    and a flip a gather of the columns in reverse, so four passes over the batch."""
+    images = tf.convert_to_tensor(images, tf.float32)
+    if per_image:
+        return tf.map_fn(lambda pair: finish_one(*pair), (images, draws), fn_output_signature=tf.float32)
     column = lambda k: tf.reshape(draws[:, k], [-1, 1, 1, 1])  # noqa: E731 (one value per image)
-    images = tf.where(column(FLIP) > 0.5, tf.reverse(images, axis=[2]), images)
-    images = images + column(BRIGHTNESS)
-    mean = tf.reduce_mean(images, axis=[1, 2], keepdims=True)
-    return tf.clip_by_value((images - mean) * column(CONTRAST) + mean, 0.0, 1.0)
-
-
-def random_flip(image: tf.Tensor, boxes: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per image (the reference, see the module's docstring): mirror left-right with
-    probability 0.5, boxes with the pixels."""
-    flip = _flips(seed)
-    image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
-    return image, tf.where(flip, _mirrored(boxes), boxes)
-
-
-def photometric(image: tf.Tensor, strength: float, seed: tf.Tensor) -> tf.Tensor:
-    """Per image (the reference, see the module's docstring): brightness shift and contrast
-    factor of one image in [0, 1], with TensorFlow's own image ops."""
-    if strength <= 0:
-        return image
-    seeds = tf.random.experimental.stateless_split(seed, 2)
-    image = tf.image.stateless_random_brightness(image, 0.3 * strength, seeds[0])
-    image = tf.image.stateless_random_contrast(image, 1.0 - 0.4 * strength, 1.0 + 0.4 * strength, seeds[1])
-    return tf.clip_by_value(image, 0.0, 1.0)
+    scale = column(CONTRAST) / 255.0
+    offset = column(BRIGHTNESS) + tf.reduce_mean(images, axis=[1, 2], keepdims=True) * (1.0 - column(CONTRAST)) / 255.0
+    width = tf.shape(images)[2]
+    columns = tf.range(width)[tf.newaxis, :]
+    order = tf.where(draws[:, FLIP:FLIP + 1] > 0.5, width - 1 - columns, columns)  # [batch, width]
+    images = tf.gather(images, order, axis=2, batch_dims=1)
+    return tf.clip_by_value(images * scale + offset, 0.0, 1.0)

@@ -96,33 +96,33 @@ def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig)
 
 
 def per_image_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tf.Tensor, dict]:
-    """The same example with all of its work done per image on the host, with TensorFlow's own
-    image ops, as a tutorial pipeline does it: the benchmark's baseline, and the reference
-    that `_train_element` + `finish_batch` are tested against (tests/test_augment.py)."""
-    example = parse_example(serialized, _decoded_side(config))
-    seeds = _seeds(config, index)
-    image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
-    image = image / 255.0
-    if config.augment and config.flip:
-        image, boxes = augment.random_flip(image, boxes, seeds[1])
-    if config.augment:
-        image = augment.photometric(image, config.augment_strength, seeds[2])
-    return image, _targets(boxes, labels, config.image_size)
+    """The same example with all of its work done on the host, image by image, as a tutorial
+    pipeline does it: the benchmark's baseline, and the reference that `train_dataset` +
+    `finish_batch` are tested against (tests/test_train_evaluate.py)."""
+    (image, draws), targets = _train_element(serialized, index, config)
+    return augment.finish_one(image, draws), targets
 
 
-def finish_batch(batch: tuple, targets: dict) -> tuple[tf.Tensor, dict]:
+def finish_batch(batch: tuple, targets: dict, per_image: bool = False) -> tuple[tf.Tensor, dict]:
     """A batch of `train_dataset` → the model's (images in [0, 1], targets): the flips and
-    photometric jitter drawn on the host applied to the whole batch (augment.finish)."""
+    photometric jitter drawn on the host applied to the batch (augment.finish)."""
     images, draws = batch
-    return augment.finish(images, draws), targets
+    return augment.finish(images, draws, per_image), targets
 
 
-def finishing(train_step):
-    """A train step that takes `train_dataset`'s batches: it finishes them (`finish_batch`) on
-    the accelerator, inside the step (fused by XLA under --xla), then trains on them."""
+def on_accelerator() -> bool:
+    """Whether this process trains on GPUs: then `finishing` does whole batches, else image by image."""
+    return bool(tf.config.list_logical_devices("GPU"))
+
+
+def finishing(train_step, per_image: bool | None = None):
+    """A train step that takes `train_dataset`'s batches: it finishes them (`finish_batch`)
+    inside the step, so on an accelerator (fused by XLA under --xla), then trains on them.
+    `per_image` None: image by image unless this process has GPUs (augment.py says why)."""
+    per_image = not on_accelerator() if per_image is None else per_image
 
     def step(data):
-        return train_step(finish_batch(*data))
+        return train_step(finish_batch(*data, per_image=per_image))
 
     return step
 
