@@ -84,8 +84,8 @@ def test_same_seed_same_augmentation_and_strength_zero_photometric_is_identity()
 
 
 def test_finish_is_tensorflow_s_own_random_flip_brightness_and_contrast_with_the_same_seeds():
-    """The host's `draw`s and the train step's `finish` of a batch (whole, as on an accelerator,
-    or image by image, as on a CPU) give, image by image, what TensorFlow's own
+    """The host's `draw`s and the train step's `finish` of a whole batch (on a GPU or under XLA),
+    or `finish_one` image by image (on the host, on a CPU), give what TensorFlow's own
     `stateless_random_flip_left_right`, `stateless_random_brightness` and
     `stateless_random_contrast` give with the same seeds: the same augmentation, the same
     random numbers. Without draws it is `/ 255`. Boxes flip with the pixels."""
@@ -95,7 +95,8 @@ def test_finish_is_tensorflow_s_own_random_flip_brightness_and_contrast_with_the
     for strength in (1.0, 0.25, 0.0):
         seeds = [(tf.constant([5, i], tf.int64), tf.constant([9, i], tf.int64)) for i in range(6)]
         draws = tf.stack([augment.draw(strength, True, f, p) for f, p in seeds])
-        whole, one_by_one = (augment.finish(images, draws, per_image).numpy() for per_image in (False, True))
+        whole = augment.finish(images, draws).numpy()
+        one_by_one = [augment.finish_one(images[i], draws[i]).numpy() for i in range(6)]
         for i, (flip_seed, photometric_seed) in enumerate(seeds):
             want = tf.image.stateless_random_flip_left_right(images[i] / 255.0, flip_seed)
             flipped = bool(np.any(want.numpy() != images[i].numpy() / 255.0))
@@ -110,5 +111,5 @@ def test_finish_is_tensorflow_s_own_random_flip_brightness_and_contrast_with_the
             np.testing.assert_allclose(augment.flip_boxes(boxes, draws[i]).numpy(), mirrored, atol=1e-6)
         assert 0 < draws.numpy()[:, augment.FLIP].sum() < 6
     none = tf.constant([augment.NO_DRAWS] * 6)
-    for per_image in (False, True):
-        np.testing.assert_allclose(augment.finish(images, none, per_image).numpy(), images.numpy() / 255.0, atol=1e-6)
+    np.testing.assert_allclose(augment.finish(images, none).numpy(), images.numpy() / 255.0, atol=1e-6)
+    np.testing.assert_allclose(augment.finish_one(images[0], none[0]).numpy(), images.numpy()[0] / 255.0, atol=1e-6)

@@ -1,5 +1,6 @@
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -32,11 +33,12 @@ def test_train_batches_have_static_images_and_pixel_boxes(demo_shards):
 
 
 @pytest.mark.parametrize("augment", [True, False])
-def test_train_batches_once_finished_are_the_per_image_pipeline_s(raccoon_shards, augment):
+def test_train_batches_finished_in_the_step_or_on_the_host_are_the_per_image_pipeline_s(raccoon_shards, augment):
     """The faster pipeline (host: scale jitter, draws, box flips, images stacked dense and boxes
-    through a ragged batch; train step: the pixels' flip and photometric jitter on the whole
-    batch) gives the batches of the tutorial's pipeline with the same seeds: every step per
-    image with TensorFlow's own image ops, then `padded_batch` (boxes padded with 0, labels
+    through a ragged batch; train step on a GPU or under XLA: the pixels' flip and photometric
+    jitter on the whole batch; or, on a CPU, those on the host image by image) gives the
+    batches of the tutorial's pipeline with the same seeds: every step per image with
+    TensorFlow's own image ops, then `padded_batch` (boxes padded with 0, labels
     with -1, to the batch's largest count). Boxes and labels exactly, pixels to float rounding.
     On real photos, seeded and deterministic, so both streams walk the same examples."""
     from components.train import input_pipeline as ip
@@ -47,9 +49,14 @@ def test_train_batches_once_finished_are_the_per_image_pipeline_s(raccoon_shards
     stream = stream.repeat().enumerate().map(lambda i, s: ip.per_image_element(s, i, config), deterministic=True)
     reference = ip._padded_batch(stream, config.batch_size, config.image_size, drop_remainder=True)
     counts, flips = set(), 0
-    for batch, (want_images, want) in zip(train_dataset(str(raccoon_shards), config).take(6), reference.take(6)):
+    on_host = train_dataset(str(raccoon_shards), replace(config, finish_in_step=False))  # a CPU without XLA
+    for batch, (host_images, host), (want_images, want) in zip(train_dataset(str(raccoon_shards), config).take(6),
+                                                                on_host.take(6), reference.take(6)):
         images, targets = ip.finish_batch(*batch)
         np.testing.assert_allclose(images.numpy(), want_images.numpy(), atol=1e-5)
+        np.testing.assert_array_equal(host_images.numpy(), want_images.numpy())
+        for key in ("boxes", "labels"):
+            np.testing.assert_array_equal(host[key].numpy(), want[key].numpy())
         for key in ("boxes", "labels"):
             assert targets[key].dtype == want[key].dtype
             np.testing.assert_array_equal(targets[key].numpy(), want[key].numpy())

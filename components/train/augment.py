@@ -8,14 +8,14 @@ Per image (boxes normalised `yxyx` in [0, 1]):
   - brightness shift in ±0.3 * strength and contrast factor in 1 ± 0.4 * strength.
 
 Where the work runs: the input pipeline (host CPUs) does the scale jitter, which needs the
-decoded image, draws the rest per image (`draw`: three numbers) and flips the boxes; the
-train step does the pixel work of the flip and the photometric jitter (`finish`). On an
-accelerator it does the whole batch at once (a few elementwise passes, fused by XLA), where
-it costs next to nothing and the host's CPUs are left to decoding: done per image on a
-2-core host it took half of the input time at 320 px (benchmarks/input_pipeline.py
---op-costs). On a CPU it goes one image at a time with TensorFlow's fused image kernels
-(`finish_one`), whose passes over an image stay in cache: there that is about 4x cheaper
-than the batch's passes through memory.
+decoded image, draws the rest per image (`draw`: three numbers) and flips the boxes. The
+pixel work of the flip and the photometric jitter runs, on a GPU or under XLA, in the train
+step on the whole batch (`finish`: a few elementwise passes, fused by XLA), where it costs
+next to nothing and leaves the host's CPUs to decoding (done per image on a 2-core host it
+took half of the input time at 320 px: benchmarks/input_pipeline.py --op-costs); on a CPU
+without XLA on the host, image by image with TensorFlow's fused image kernels (`finish_one`),
+whose passes stay in cache (there about 4x cheaper than the batch's passes through memory,
+and overlapped with the train step).
 
 All randomness is stateless from (seed, position), so `--deterministic` runs repeat
 exactly and a resumed run continues the same sequence. Written here because KerasHub's
@@ -128,15 +128,12 @@ def finish_one(image: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
     return tf.clip_by_value(tf.image.adjust_contrast(image, draws[CONTRAST]), 0.0, 1.0)
 
 
-def finish(images: tf.Tensor, draws: tf.Tensor, per_image: bool = False) -> tf.Tensor:
+def finish(images: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
     """A batch of images (float32, 0-255) and their `draws` ([batch, 3]) → what the model
-    trains on: each image as `finish_one` makes it. `per_image` runs `finish_one` on one
-    image after another (for a CPU); else the whole batch at once (for an accelerator):
-    contrast about the mean is an affine map, x * f / 255 + shift + mean(x) * (1 - f) / 255,
-    and a flip a gather of the columns in reverse, so four passes over the batch."""
+    trains on, each image as `finish_one` makes it, the whole batch at once (for an
+    accelerator): contrast about the mean is an affine map, x * f / 255 + shift + mean(x) *
+    (1 - f) / 255, and a flip a gather of the columns in reverse, so four passes over the batch."""
     images = tf.convert_to_tensor(images, tf.float32)
-    if per_image:
-        return tf.map_fn(lambda pair: finish_one(*pair), (images, draws), fn_output_signature=tf.float32)
     column = lambda k: tf.reshape(draws[:, k], [-1, 1, 1, 1])  # noqa: E731 (one value per image)
     scale = column(CONTRAST) / 255.0
     offset = column(BRIGHTNESS) + tf.reduce_mean(images, axis=[1, 2], keepdims=True) * (1.0 - column(CONTRAST)) / 255.0

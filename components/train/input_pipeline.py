@@ -4,13 +4,15 @@ Parallel interleaved reads, optional cache, parallel parse and decode, box-aware
 jitter (crop or pad) fused with the resize to the model size, the flip and photometric
 jitter drawn per image (augment.py), padded boxes per batch, prefetch; sharded across workers.
 
-A batch is `((images, draws), targets)`: images float32 0-255 at the model size, each image's
-flip and photometric draws, and the targets. The train step finishes it (`finishing`:
-flip and photometric jitter of the whole batch on the accelerator, scaled to [0, 1]) before
-the model sees it; a model given an unfinished batch fails on its two inputs rather than
-training on wrong pixels. Boxes leave this module as pixel `yxyx` at the model's image size
-(already flipped) with 0-based labels, padded with label -1: what `RetinaNetObjectDetector.fit`
-expects.
+Where the flip and photometric jitter's pixel work runs (`InputConfig.finish_in_step`):
+on a GPU, or under XLA, in the train step on the whole batch (`finishing`), so the host's CPUs
+do only what needs the decoded photo; a batch is then `((images, draws), targets)`: images
+float32 0-255 at the model size and each image's draws, and a model given such a batch
+unfinished fails on its two inputs rather than training on wrong pixels. On a CPU without
+XLA it runs on the host image by image (cheapest there, and the map overlaps the step) and a
+batch is `(images, targets)`, images in [0, 1]. Boxes leave this module as pixel `yxyx` at the
+model's image size (already flipped) with 0-based labels, padded with label -1: what
+`RetinaNetObjectDetector.fit` expects.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class InputConfig:
     image_size: int = FIXED_SIZE
     batch_size: int = 16
     augment: bool = True
+    # The flip and photometric jitter's pixel work in the train step (`finishing`) rather than on the
+    # host: the trainer's choice on a GPU or under XLA, where a whole batch costs next to nothing.
+    finish_in_step: bool = True
     augment_strength: float = TrainConfig.augment_strength  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
     flip: bool = TrainConfig.flip  # horizontal flips when augmenting
     cache: str = TrainConfig.cache  # "memory", or a file path prefix for a disk cache of the encoded records
@@ -80,9 +85,9 @@ def _window(image, boxes, labels, config: InputConfig, seed: tf.Tensor):
 
 def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tuple, dict]:
     """One training example as the host makes it: parsed, decoded (a large JPEG at the scale
-    the model needs: records.decode_at_least), scale-jittered (or resized)
-    to the model size, its flip and photometric jitter drawn and its boxes flipped. The pixels'
-    flip and photometric jitter are left to `finish_batch`, in the train step."""
+    the model needs: records.decode_at_least), scale-jittered (or resized) to the model size,
+    its flip and photometric jitter drawn and its boxes flipped: `((image, draws), targets)`,
+    the image 0-255, its pixels' flip and photometric jitter left to `finish_batch`."""
     example = parse_example(serialized, _decoded_side(config))
     seeds = _seeds(config, index)
     image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
@@ -96,41 +101,40 @@ def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig)
 
 
 def per_image_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tf.Tensor, dict]:
-    """The same example with all of its work done on the host, image by image, as a tutorial
-    pipeline does it: the benchmark's baseline, and the reference that `train_dataset` +
-    `finish_batch` are tested against (tests/test_train_evaluate.py)."""
+    """The same example finished on the host (`augment.finish_one`): what training takes on a
+    CPU without XLA, the way a tutorial pipeline does all of its work, image by image (the
+    benchmark's baseline), and the reference `finish_batch` is tested against."""
     (image, draws), targets = _train_element(serialized, index, config)
     return augment.finish_one(image, draws), targets
 
 
-def finish_batch(batch: tuple, targets: dict, per_image: bool = False) -> tuple[tf.Tensor, dict]:
-    """A batch of `train_dataset` → the model's (images in [0, 1], targets): the flips and
-    photometric jitter drawn on the host applied to the batch (augment.finish)."""
+def finish_batch(batch: tuple, targets: dict) -> tuple[tf.Tensor, dict]:
+    """A batch of `train_dataset` with `finish_in_step` → the model's (images in [0, 1],
+    targets): the flips and photometric jitter drawn on the host applied to the whole batch."""
     images, draws = batch
-    return augment.finish(images, draws, per_image), targets
+    return augment.finish(images, draws), targets
 
 
 def on_accelerator() -> bool:
-    """Whether this process trains on GPUs: then `finishing` does whole batches, else image by image."""
+    """Whether this process trains on GPUs."""
     return bool(tf.config.list_logical_devices("GPU"))
 
 
-def finishing(train_step, per_image: bool | None = None):
-    """A train step that takes `train_dataset`'s batches: it finishes them (`finish_batch`)
-    inside the step, so on an accelerator (fused by XLA under --xla), then trains on them.
-    `per_image` None: image by image unless this process has GPUs (augment.py says why)."""
-    per_image = not on_accelerator() if per_image is None else per_image
+def finishing(train_step):
+    """A train step that takes `train_dataset`'s batches made with `finish_in_step`: it
+    finishes them (`finish_batch`) inside the step, on the accelerator (fused by XLA under
+    --xla), then trains on them."""
 
     def step(data):
-        return train_step(finish_batch(*data, per_image=per_image))
+        return train_step(finish_batch(*data))
 
     return step
 
 
 def model_element_spec(element_spec: tuple) -> tuple:
-    """The element spec of `train_dataset`'s batches once finished (what the model is built for)."""
-    (images, _), targets = element_spec
-    return images, targets
+    """The element spec of `train_dataset`'s batches as the model takes them (finished)."""
+    x, targets = element_spec
+    return (x[0] if isinstance(x, tuple) else x), targets
 
 
 def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_remainder: bool) -> tf.data.Dataset:
@@ -188,9 +192,9 @@ def examples_per_step(batch_size: int, workers: int, policy: tf.data.experimenta
 
 
 def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
-    """Endless shuffled, augmented, batched training data, `((images, draws), targets)` for a
-    train step wrapped in `finishing`; `config.batch_size` is the global batch (tf.distribute
-    splits it across devices and workers)."""
+    """Endless shuffled, augmented, batched training data (`((images, draws), targets)` for a
+    train step wrapped in `finishing` when `config.finish_in_step`, else `(images, targets)`);
+    `config.batch_size` is the global batch (tf.distribute splits it across devices and workers)."""
     files = shard_files(data_dir, "train")
     policy = shard_policy(len(files), config.workers)
     skip = config.skip_steps * examples_per_step(config.batch_size, config.workers, policy)
@@ -207,7 +211,8 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     # per-element overhead than the work it holds (benchmarks/input_pipeline.py).
     # Per-element stateless seeds from the example's position keep augmentation reproducible.
     ds = ds.enumerate(start=skip).map(
-        lambda index, serialized: _train_element(serialized, index, config),
+        lambda index, serialized: (_train_element if config.finish_in_step else per_image_element)(
+            serialized, index, config),
         num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = _ragged_then_padded_batch(ds, config.batch_size)
     if config.box_floor:

@@ -33,7 +33,7 @@ from components.train.config import ProbeAdvice, TrainConfig
 from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers, make_strategy,
                                            synchronise_batch_norm, vector_logs, weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
-from components.train.input_pipeline import InputConfig, finishing
+from components.train.input_pipeline import InputConfig, finishing, on_accelerator
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import MachineFacts, TrainPlan, auto_batch_ceiling, plan_training
@@ -190,6 +190,7 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         image_size=config.image_size, batch_size=plan.batch_size, augment=config.augment,
         augment_strength=config.augment_strength, flip=config.flip, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
+        finish_in_step=on_accelerator() or plan.xla,
         workers=role.workers, worker_index=role.index,
         box_floor=max(1, facts.shape.densest_image_boxes) if plan.xla else 0)
     multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
@@ -201,8 +202,9 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
     faults.poison_loss(model)
 
     def wrap(train_step):  # every train step: timed, checked for NaN/Inf, carrying the stop flag; XLA inside,
-        # finishing the batch's augmentation first (input_pipeline.finishing)
-        wrapped = clock.timed(guard.checked(stop.reported(xla_step(finishing(train_step), plan.xla))))
+        # on a GPU or under XLA finishing the batch's augmentation first (input_pipeline.finishing)
+        inner = finishing(train_step) if input_config.finish_in_step else train_step
+        wrapped = clock.timed(guard.checked(stop.reported(xla_step(inner, plan.xla))))
         return vector_logs(wrapped) if multi_worker else wrapped
 
     use_micro_batches(model, int(micro_batches.numpy()), wrap=wrap)
