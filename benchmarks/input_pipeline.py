@@ -3,8 +3,8 @@
 All three read the same shards in one run and do the same per-image work where it applies:
   - detpipe: `components.train.input_pipeline.train_dataset` (parallel interleaved reads,
     parallel parse/decode/scale jitter, AUTOTUNE, prefetch), as training uses it; the pixels'
-    flip and photometric jitter are left to the train step on the accelerator, so they are not
-    timed here (`--op-costs` times them on this CPU, on a whole batch);
+    flip and photometric jitter are left to the train step, as on a GPU host, so they are
+    not timed here (`--op-costs` times them on this CPU, per image and on a whole batch);
   - naive: the pipeline of common tutorials with the same parse, resize and augmentation,
     every step per image on the host (`per_image_element`, TensorFlow's own image ops):
     one sequential TFRecordDataset, `map` without parallel calls, no prefetch,
@@ -13,16 +13,19 @@ All three read the same shards in one run and do the same per-image work where i
     maps on its own), for reference;
   - detpipe-noaug: the same with augmentation off;
   - ceiling: read + decode + resize with every core and nothing else (no augmentation,
-    no boxes, no padding): what this host can feed at most.
+    no boxes, no padding): what this host can feed at most with a whole decode. detpipe and
+    the naive pipelines decode a JPEG at 1/2, 1/4 or 1/8 scale when it is that much larger than
+    the model needs (records.decode_at_least), so on large photos they can pass it.
 
 Prints, for each input size the trainer picks (128 for the demo, 320, 512 and 640 for photos),
 images/s of each, the ratios detpipe/ceiling (aim >= 85%) and detpipe/naive-tf (aim >= 1.1x),
 and the images/s per usable CPU core that a GPU host gets from detpipe. With --op-costs, also
-what each step of the per-image work costs on one thread (where an input pipeline's time goes).
+what each step of the per-image work costs on one thread (where an input pipeline's time goes);
+with --levers, tf.data's settings one at a time on detpipe's pipeline.
 
 Usage:
     .venv/bin/python benchmarks/input_pipeline.py [--data SHARD_DIR] [--images 1500]
-        [--sizes 128,320,512,640] [--batch-size 16] [--batches 40] [--op-costs] [--workdir DIR]
+        [--sizes 128,320,512,640] [--batch-size 16] [--batches 40] [--op-costs] [--levers] [--workdir DIR]
 Without --data it writes the demo dataset and converts it first (not timed).
 """
 
@@ -143,7 +146,9 @@ def op_costs(data_dir: str, size: int, repeats: int = 100) -> dict[str, float]:
         "brightness (per image, naive)": (lambda: tf.image.stateless_random_brightness(resized, 0.1, seed), 1),
         "contrast (per image, naive)": (lambda: tf.image.stateless_random_contrast(resized, 0.9, 1.1, seed), 1),
         "clip (per image, naive)": (lambda: tf.clip_by_value(resized, 0.0, 1.0), 1),
-        f"finish: /255, flip, photometric on a batch of {batch}, per image (train step; here on the CPU)": (
+        "finish one image (finish_one: on the host, on a CPU without XLA)": (
+            lambda: augment.finish_one(resized, draws[0]), 1),
+        f"finish a batch of {batch} whole, per image (the train step on a GPU; here on the CPU)": (
             lambda: augment.finish(images, draws), batch),
     }
     costs = {}
@@ -179,6 +184,48 @@ def measure(data: str, size: int, batch: int, batches: int, repeats: int, streng
     return best
 
 
+def _with_options(ds, **settings):
+    """`ds` with tf.data options set by dotted name, e.g. threading__max_intra_op_parallelism=1."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    for name, value in settings.items():
+        group, field = name.split("__")
+        setattr(getattr(options, group), field, value)
+    return ds.with_options(options)
+
+
+def levers(data: str, size: int, batch: int, batches: int, repeats: int, strength: float) -> dict[str, float]:
+    """tf.data's performance guide, one lever at a time on detpipe's pipeline (the best images/s
+    of each, rounds alternating): the settings training could take, measured here before any is
+    kept. Prefetching to the device is Keras' and tf.distribute's job once a GPU is there."""
+    from beam.data_workers import usable_cpu_count
+    from components.train.input_pipeline import InputConfig, train_dataset
+
+    config = InputConfig(image_size=size, batch_size=batch, augment_strength=strength)
+    cores = usable_cpu_count()
+    variants = {
+        "detpipe (as training runs it)": lambda: train_dataset(data, config),
+        f"map parallelism fixed at {cores} (not AUTOTUNE)": lambda: train_dataset(data, replace(config,
+                                                                                               parallelism=cores)),
+        "one intra-op thread per element": lambda: _with_options(train_dataset(data, config),
+                                                                 threading__max_intra_op_parallelism=1),
+        f"private thread pool of {cores}": lambda: _with_options(train_dataset(data, config),
+                                                                 threading__private_threadpool_size=cores),
+        "AUTOTUNE RAM budget 1 GiB": lambda: _with_options(train_dataset(data, config),
+                                                           autotune__ram_budget=1 << 30),
+        "--cache memory (encoded records)": lambda: train_dataset(data, replace(config, cache="memory")),
+        "--deterministic (ordered map)": lambda: train_dataset(data, replace(config, deterministic=True)),
+    }
+    best = {name: 0.0 for name in variants}
+    for round_ in range(repeats):
+        for name, make in variants.items():
+            rate = images_per_second(make(), batches, batch)
+            best[name] = max(best[name], rate)
+            print(f"{size}px round {round_ + 1}: {name:45s} {rate:8.1f} images/s", flush=True)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help="a folder of train shards (default: demo data written to --workdir)")
@@ -189,6 +236,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40, help="timed batches per pipeline")
     parser.add_argument("--repeats", type=int, default=2, help="alternating rounds; the best of each is kept")
     parser.add_argument("--op-costs", action="store_true", help="also time each step of one example's work")
+    parser.add_argument("--levers", action="store_true",
+                        help="also time tf.data's settings one at a time on detpipe's pipeline")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
 
@@ -211,6 +260,13 @@ def main() -> None:
               f"| {best['naive-tf']:,.0f}/s | {best['ceiling']:,.0f}/s "
               f"| {100 * best['detpipe'] / best['ceiling']:.0f}% (aim >= 85%) "
               f"| {best['detpipe'] / best['naive-tf']:.2f}x (aim >= 1.1x) | {best['detpipe'] / cores:,.0f}/s |")
+    if args.levers:
+        for size in sizes:
+            found = levers(data, size, args.batch_size, args.batches, args.repeats, args.augment_strength)
+            base = found["detpipe (as training runs it)"]
+            print(f"\n| {size} px: one lever at a time | images/s | against detpipe |\n|---|---|---|")
+            for name, rate in found.items():
+                print(f"| {name} | {rate:,.0f}/s | {rate / base:.2f}x |")
     if args.op_costs:
         for size in sizes:
             costs = op_costs(data, size)
