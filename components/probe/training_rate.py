@@ -59,9 +59,11 @@ def measure_input_rate(data_dir: str, image_size: int, batch: int, seconds: floa
     it) on the train shards of `data_dir` at `image_size`, for about `seconds` after a warm-up."""
     import time
 
-    from components.train.input_pipeline import InputConfig, train_dataset
+    from components.train.input_pipeline import InputConfig, on_accelerator, train_dataset
 
-    batches = iter(train_dataset(data_dir, InputConfig(image_size=image_size, batch_size=batch)))
+    # Where training does the flip and photometric jitter: in the step on a GPU, on the host on a CPU.
+    config = InputConfig(image_size=image_size, batch_size=batch, finish_in_step=on_accelerator())
+    batches = iter(train_dataset(data_dir, config))
     for _ in range(INPUT_WARMUP_BATCHES):
         next(batches)
     count, started = 0, time.perf_counter()
