@@ -116,6 +116,18 @@ def images_per_second(ds, batches: int, batch_size: int, warmup: int = 5) -> flo
     return batches * batch_size / (time.perf_counter() - started)
 
 
+def best_rates(pipelines: dict, size: int, batches: int, batch: int, repeats: int) -> dict[str, float]:
+    """The best images/s of each pipeline (name: a function making it), rounds alternating so a
+    noisy moment hurts all alike."""
+    best = {name: 0.0 for name in pipelines}
+    for round_ in range(repeats):
+        for name, make in pipelines.items():
+            rate = images_per_second(make(), batches, batch)
+            best[name] = max(best[name], rate)
+            print(f"{size}px round {round_ + 1}: {name:45s} {rate:8.1f} images/s", flush=True)
+    return best
+
+
 def op_costs(data_dir: str, size: int, repeats: int = 100) -> dict[str, float]:
     """Milliseconds of each step of one training example's work on one thread, on the first
     train image of the shards at `size` (a tf.function per step, so its call overhead, about
@@ -175,13 +187,7 @@ def measure(data: str, size: int, batch: int, batches: int, repeats: int, streng
         "naive-tf": lambda: naive_dataset(data, config),
         "ceiling": lambda: ceiling_dataset(data, size, batch),
     }
-    best = {name: 0.0 for name in pipelines}
-    for round_ in range(repeats):
-        for name, make in pipelines.items():
-            rate = images_per_second(make(), batches, batch)
-            best[name] = max(best[name], rate)
-            print(f"{size}px round {round_ + 1}: {name:13s} {rate:8.1f} images/s", flush=True)
-    return best
+    return best_rates(pipelines, size, batches, batch, repeats)
 
 
 def _with_options(ds, **settings):
@@ -217,13 +223,7 @@ def levers(data: str, size: int, batch: int, batches: int, repeats: int, strengt
         "--cache memory (encoded records)": lambda: train_dataset(data, replace(config, cache="memory")),
         "--deterministic (ordered map)": lambda: train_dataset(data, replace(config, deterministic=True)),
     }
-    best = {name: 0.0 for name in variants}
-    for round_ in range(repeats):
-        for name, make in variants.items():
-            rate = images_per_second(make(), batches, batch)
-            best[name] = max(best[name], rate)
-            print(f"{size}px round {round_ + 1}: {name:45s} {rate:8.1f} images/s", flush=True)
-    return best
+    return best_rates(variants, size, batches, batch, repeats)
 
 
 def main() -> None:
