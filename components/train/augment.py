@@ -32,12 +32,18 @@ MIN_VISIBLE = 0.4  # keep a cropped box only if at least this share of its area 
 GREY = 127.0  # where a zoomed-out window lies outside the image
 FLIP, BRIGHTNESS, CONTRAST = range(3)  # what `draw` draws per image, in this order
 NO_DRAWS = (0.0, 0.0, 1.0)  # not flipped, no brightness shift, contrast factor 1
+ZOOM = 0.4  # at strength 1, a scale jitter window's sides are 1 ± ZOOM of the image's
+ASPECT = 0.15  # ... times exp(± ASPECT) one way and its inverse the other
+
+
+def _clamped(strength: float) -> float:
+    return min(max(strength, 0.0), 1.0)
 
 
 def smallest_window(strength: float) -> float:
     """The smallest side of a `scale_jitter` window, as a fraction of the image's side."""
-    s = min(max(strength, 0.0), 1.0)
-    return (1.0 - 0.4 * s) * math.exp(-0.15 * s)
+    s = _clamped(strength)
+    return (1.0 - ZOOM * s) * math.exp(-ASPECT * s)
 
 
 def scale_jitter(image: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor, strength: float, seed: tf.Tensor,
@@ -51,10 +57,10 @@ def scale_jitter(image: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor, strength
     which the input pipeline turns into the padding label the detector ignores (cheaper
     than removing it). Boxes follow the exact whole-pixel window that is resized.
     """
-    s = min(max(strength, 0.0), 1.0)
+    s = _clamped(strength)
     seeds = tf.random.experimental.stateless_split(seed, 3)
-    scale = tf.random.stateless_uniform([], seeds[0], 1.0 - 0.4 * s, 1.0 + 0.4 * s)
-    aspect = tf.exp(tf.random.stateless_uniform([], seeds[1], -0.15 * s, 0.15 * s))
+    scale = tf.random.stateless_uniform([], seeds[0], 1.0 - ZOOM * s, 1.0 + ZOOM * s)
+    aspect = tf.exp(tf.random.stateless_uniform([], seeds[1], -ASPECT * s, ASPECT * s))
     window = tf.stack([scale * aspect, scale / aspect])  # (height, width) as fractions of the image
     start = tf.random.stateless_uniform([2], seeds[2]) * (1.0 - window)  # also right when window > 1
 
@@ -95,10 +101,6 @@ def window_boxes(boxes: tf.Tensor, labels: tf.Tensor, start: tf.Tensor,
     return clipped, tf.where(kept, labels, tf.zeros_like(labels))
 
 
-def _mirrored(boxes: tf.Tensor) -> tf.Tensor:
-    return tf.stack([boxes[:, 0], 1.0 - boxes[:, 3], boxes[:, 2], 1.0 - boxes[:, 1]], axis=-1)
-
-
 def draw(strength: float, flip: bool, flip_seed: tf.Tensor, photometric_seed: tf.Tensor) -> tf.Tensor:
     """One image's flip (1.0 or 0.0), brightness shift and contrast factor ([3] float32, see
     `finish`): the numbers TensorFlow's `stateless_random_flip_left_right`,
@@ -115,7 +117,8 @@ def draw(strength: float, flip: bool, flip_seed: tf.Tensor, photometric_seed: tf
 
 def flip_boxes(boxes: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
     """The boxes of an image `draws` flips, mirrored (the pixels follow in `finish`)."""
-    return tf.where(draws[FLIP] > 0.5, _mirrored(boxes), boxes)
+    mirrored = tf.stack([boxes[:, 0], 1.0 - boxes[:, 3], boxes[:, 2], 1.0 - boxes[:, 1]], axis=-1)
+    return tf.where(draws[FLIP] > 0.5, mirrored, boxes)
 
 
 def finish_one(image: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
