@@ -51,7 +51,8 @@ def test_without_jitter_the_window_is_a_plain_resize():
     labels = tf.constant([1], tf.int64)
     out, out_boxes, out_labels = augment.scale_jitter(image, boxes, labels, 0.0, tf.constant([1, 2], tf.int64), 32)
     expected = tf.image.resize(image, [32, 32]).numpy()
-    np.testing.assert_allclose(out.numpy(), expected, atol=1e-3)
+    assert out.dtype == tf.uint8  # rounded: a quarter of float32's bytes through the input pipeline
+    np.testing.assert_allclose(out.numpy(), expected, atol=0.5 + 1e-3)
     np.testing.assert_allclose(out_boxes.numpy(), boxes.numpy(), atol=1e-6)
     assert out_labels.numpy()[0] == 1
 

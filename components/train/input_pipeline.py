@@ -7,7 +7,7 @@ jitter drawn per image (augment.py), padded boxes per batch, prefetch; sharded a
 Where the flip and photometric jitter's pixel work runs (`InputConfig.finish_in_step`):
 on a GPU, or under XLA, in the train step on the whole batch (`finishing`), so the host's CPUs
 do only what needs the decoded photo; a batch is then `((images, draws), targets)`: images
-float32 0-255 at the model size and each image's draws, and a model given such a batch
+uint8 at the model size and each image's draws, and a model given such a batch
 unfinished fails on its two inputs rather than training on wrong pixels. On a CPU without
 XLA it runs on the host image by image (cheapest there, and the map overlaps the step) and a
 batch is `(images, targets)`, images in [0, 1]. Boxes leave this module as pixel `yxyx` at the
@@ -77,17 +77,17 @@ def _decoded_side(config: InputConfig) -> float:
 
 
 def _window(image, boxes, labels, config: InputConfig, seed: tf.Tensor):
-    """The image at the model size (float32, 0-255): scale-jittered when augmenting, else resized."""
+    """The image at the model size (uint8): scale-jittered when augmenting, else resized."""
     if config.augment and config.augment_strength > 0:
         return augment.scale_jitter(image, boxes, labels, config.augment_strength, seed, config.image_size)
-    return tf.image.resize(image, [config.image_size, config.image_size]), boxes, labels
+    return augment.resize_uint8(image, [config.image_size, config.image_size]), boxes, labels
 
 
 def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tuple, dict]:
     """One training example as the host makes it: parsed, decoded (a large JPEG at the scale
     the model needs: records.decode_at_least), scale-jittered (or resized) to the model size,
     its flip and photometric jitter drawn and its boxes flipped: `((image, draws), targets)`,
-    the image 0-255, its pixels' flip and photometric jitter left to `finish_batch`."""
+    the image uint8, its pixels' flip and photometric jitter left to `finish_batch`."""
     example = parse_example(serialized, _decoded_side(config))
     seeds = _seeds(config, index)
     image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
@@ -132,9 +132,10 @@ def finishing(train_step):
 
 
 def model_element_spec(element_spec: tuple) -> tuple:
-    """The element spec of `train_dataset`'s batches as the model takes them (finished)."""
+    """The element spec of `train_dataset`'s batches as the model takes them (finished: float32)."""
     x, targets = element_spec
-    return (x[0] if isinstance(x, tuple) else x), targets
+    images = x[0] if isinstance(x, tuple) else x
+    return tf.TensorSpec(images.shape, tf.float32), targets
 
 
 def _padded_batch(ds: tf.data.Dataset, batch_size: int, image_size: int, drop_remainder: bool) -> tf.data.Dataset:
