@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from beam.split import TRAIN
 from components.detector.model import ModelConfig, build_detector
@@ -52,6 +53,7 @@ def test_train_batches_finished_in_the_step_or_on_the_host_are_the_per_image_pip
     on_host = train_dataset(str(raccoon_shards), replace(config, finish_in_step=False))  # a CPU without XLA
     for batch, (host_images, host), (want_images, want) in zip(train_dataset(str(raccoon_shards), config).take(6),
                                                                 on_host.take(6), reference.take(6)):
+        assert batch[0][0].dtype == tf.uint8  # the host hands on a quarter of float32's bytes
         images, targets = ip.finish_batch(*batch)
         np.testing.assert_allclose(images.numpy(), want_images.numpy(), atol=1e-5)
         np.testing.assert_array_equal(host_images.numpy(), want_images.numpy())
