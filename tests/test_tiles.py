@@ -1,0 +1,95 @@
+"""Tiles of large photos: the layout covers every pixel with the asked overlap and no tile
+too many, tiles are the photo's pixels, and the tiles' detections merge into the photo's:
+an object cut by a tile border is one detection in the photo's pixels."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.detector.tiles import PAD_GREY, Tiling, cut_tiles, detect_tiled, merge_tile_detections, tile_starts
+
+
+@pytest.mark.parametrize("length,tile,overlap", [(1000, 512, 64), (512, 512, 64), (513, 512, 0), (4000, 640, 90),
+                                                  (641, 640, 639), (37, 64, 8), (2000, 320, 160)])
+def test_tiles_cover_the_side_overlapping_by_at_least_the_overlap_with_the_fewest_tiles(length, tile, overlap):
+    starts = tile_starts(length, tile, overlap).numpy()
+    assert starts[0] == 0 and starts[-1] == max(length - tile, 0)
+    assert (np.diff(starts) > 0).all()
+    assert (tile - np.diff(starts) >= overlap).all()  # neighbours share at least `overlap` pixels
+    if len(starts) > 1:  # one tile fewer could not cover the side with that overlap
+        assert (len(starts) - 2) * (tile - overlap) + tile < length
+
+
+def test_tiles_are_the_photo_s_pixels_and_grey_beyond_its_edge():
+    rng = np.random.default_rng(0)
+    photo = rng.integers(0, 256, (70, 150, 3)).astype(np.uint8)
+    tiles, origins = cut_tiles(tf.constant(photo), Tiling(tile=96, overlap=16))
+    assert tiles.shape == (2, 96, 96, 3) and origins.numpy().tolist() == [[0, 0], [0, 54]]
+    for tile, (y, x) in zip(tiles.numpy(), origins.numpy()):
+        np.testing.assert_array_equal(tile[:70], photo[y:y + 96, x:x + 96])
+        assert (tile[70:] == PAD_GREY).all()
+
+
+def _tile_detections(per_tile: list[list[tuple]], limit: int = 5) -> dict:
+    """`detect`'s output for tiles, from (box in the tile, score, label) lists."""
+    boxes = np.full((len(per_tile), limit, 4), -1.0, np.float32)
+    scores = np.full((len(per_tile), limit), -1.0, np.float32)
+    labels = np.full((len(per_tile), limit), -1, np.int32)
+    for t, found in enumerate(per_tile):
+        for d, (box, score, label) in enumerate(found):
+            boxes[t, d], scores[t, d], labels[t, d] = box, score, label
+    return {"boxes": tf.constant(boxes), "confidence": tf.constant(scores), "labels": tf.constant(labels),
+            "num_detections": tf.constant([len(f) for f in per_tile], tf.int32)}
+
+
+def test_an_object_cut_by_tile_borders_is_one_detection_in_the_photo_s_pixels():
+    # A 600 x 1000 photo in 512 px tiles (x starts 0, 244, 488; y starts 0, 88): object A at photo
+    # (100, 480)-(140, 530) is cut by the first tile's right border and the third's left border and
+    # whole in the second and fifth; B at the photo's corner touches only the photo's edge; C (268 px
+    # wide, more than the 64 px overlap, so whole in no tile) is cut in both tiles that hold it: its
+    # fragments stay, not covered by a whole detection (the tiling's overlap is chosen to prevent this).
+    tiling = Tiling(tile=512, overlap=64)
+    origins = tf.constant([[0, 0], [0, 244], [0, 488], [88, 0], [88, 244], [88, 488]])
+    detections = _tile_detections([
+        [((100, 480, 140, 512), 0.6, 0), ((0, 0, 30, 30), 0.8, 2)],   # A's fragment; B
+        [((100, 236, 140, 286), 0.9, 0), ((300, 300, 400, 512), 0.5, 1)],  # A whole; C's fragment
+        [((100, 0, 140, 42), 0.7, 0), ((300, 0, 400, 70), 0.4, 1)],   # A's fragment; C's smaller fragment
+        [],
+        [((12, 236, 52, 286), 0.85, 0)],                               # A whole again (tile at y 88)
+        [],
+    ])
+    out = merge_tile_detections(detections, origins, 600, 1000, tiling.tile, max_detections=10)
+    count = int(out["num_detections"])
+    found = [(round(float(score), 2), int(label), box.tolist()) for score, label, box in
+             zip(out["confidence"].numpy()[:count], out["labels"].numpy()[:count], out["boxes"].numpy()[:count])]
+    assert found == [(0.9, 0, [100, 480, 140, 530]), (0.8, 2, [0, 0, 30, 30]), (0.5, 1, [300, 544, 400, 756]),
+                     (0.4, 1, [300, 488, 400, 558])]
+    assert (out["labels"].numpy()[count:] == -1).all() and out["boxes"].shape == (10, 4)
+
+
+def test_a_detection_in_the_grey_beyond_the_photo_is_clipped_to_it():
+    out = merge_tile_detections(_tile_detections([[((10, 10, 90, 60), 0.9, 0)]]), tf.constant([[0, 0]]), 50, 200,
+                                tile=128, max_detections=3)
+    np.testing.assert_allclose(out["boxes"].numpy()[0], [10, 10, 50, 60])
+
+
+def test_a_photo_answers_from_its_tiles_in_its_own_pixels():
+    from components.detector.model import ModelConfig, build_detector
+
+    model = build_detector(ModelConfig(num_classes=2, image_size=64, backbone_filters=(64, 16, 16, 16),
+                                       score_threshold=0.0, max_detections=7))
+    photo = tf.constant(np.random.default_rng(1).integers(0, 256, (90, 200, 3)).astype(np.uint8))
+    out = detect_tiled(model, photo, Tiling(tile=64, overlap=16), batch_size=4)
+    count = int(out["num_detections"])
+    assert 0 < count <= 7 and out["boxes"].shape == (7, 4)
+    boxes = out["boxes"].numpy()[:count]
+    assert (boxes >= 0).all() and (boxes[:, [0, 2]] <= 90).all() and (boxes[:, [1, 3]] <= 200).all()
+    assert (np.diff(out["confidence"].numpy()[:count]) <= 0).all()
+
+
+def test_module_examples():
+    import doctest
+
+    from components.detector import tiles
+
+    assert doctest.testmod(tiles).failed == 0
