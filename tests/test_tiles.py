@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.detector.tiles import PAD_GREY, Tiling, cut_tiles, detect_tiled, merge_tile_detections, tile_starts
+from components.detector.tile_choice import Tiling
+from components.detector.tiles import PAD_GREY, cut_tiles, detect_tiled, merge_tile_detections, tile_starts
 
 
 @pytest.mark.parametrize("length,tile,overlap", [(1000, 512, 64), (512, 512, 64), (513, 512, 0), (4000, 640, 90),
@@ -90,6 +91,52 @@ def test_a_photo_answers_from_its_tiles_in_its_own_pixels():
 def test_module_examples():
     import doctest
 
-    from components.detector import tiles
+    from components.detector import tile_choice, tiles
 
-    assert doctest.testmod(tiles).failed == 0
+    for module in (tiles, tile_choice):
+        assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def _photos(rng, count, shape, sides_px, labels=None):
+    """A BoxSample of `count` photos of `shape` (h, w), 10 boxes each with sides drawn from `sides_px`."""
+    from components.detector.geometry import BoxSample
+
+    side = rng.uniform(*sides_px, (count * 10, 1)) / np.asarray(shape, float)
+    corner = rng.uniform(0.0, 0.7, (count * 10, 2))
+    return BoxSample(np.hstack([corner, corner + side]), np.full(count, float(max(shape))), labels=labels,
+                     boxes_per_image=np.full(count, 10), image_shapes=np.tile(shape, (count, 1)))
+
+
+def test_tiles_are_chosen_for_the_small_class_of_large_photos_and_hold_the_large_boxes_whole():
+    from components.detector.geometry import BoxSample
+    from components.detector.tile_choice import BORDER_MARGIN, choose_tiling, tiles_per_photo
+
+    rng = np.random.default_rng(3)
+    # 2,400 x 1,800 photos: a small class of 10-30 px objects beside a large class of 60-100 px ones.
+    small, large = _photos(rng, 40, (1800, 2400), (10, 30)), _photos(rng, 40, (1800, 2400), (60, 100))
+    mixed = BoxSample(np.vstack([small.boxes, large.boxes]), np.full(80, 2400.0),
+                      labels=np.repeat([1, 2], 400), class_names={1: "bolt", 2: "panel"},
+                      boxes_per_image=np.full(80, 10), image_shapes=np.tile([1800, 2400], (80, 1)))
+    tiling, why = choose_tiling(mixed, on_gpu=False)
+    assert tiling is not None and tiling.tile == 512 and "bolt's shorter side" in why
+    assert tiling.overlap >= 100 + 2 * BORDER_MARGIN - 1  # the panels' sides (99th percentile) whole in some tile
+    assert f"takes {tiles_per_photo(tiling, 1800, 2400)} tiles" in why
+    # Objects that stay above the smallest anchor in the whole photo need no tiles (150 px of
+    # 2,400 is 32 px at 512), nor do photos no larger than the input.
+    assert choose_tiling(_photos(rng, 40, (1800, 2400), (150, 250)), on_gpu=False)[0] is None
+    none, why = choose_tiling(_photos(rng, 40, (400, 500), (3, 6)), on_gpu=False)
+    assert none is None and "would not enlarge" in why
+    # Without the photos' sizes there is nothing to decide from.
+    assert choose_tiling(BoxSample(small.boxes, small.image_long_sides), on_gpu=False)[0] is None
+
+
+def test_an_overlap_larger_than_half_a_tile_is_capped_and_says_so():
+    from components.detector.geometry import BoxSample
+    from components.detector.tile_choice import choose_tiling
+
+    rng = np.random.default_rng(4)
+    small, huge = _photos(rng, 30, (3000, 4000), (8, 20)), _photos(rng, 30, (3000, 4000), (400, 600))
+    sample = BoxSample(np.vstack([small.boxes, huge.boxes]), np.full(60, 4000.0), labels=np.repeat([1, 2], 300),
+                       boxes_per_image=np.full(60, 10), image_shapes=np.tile([3000, 4000], (60, 1)))
+    tiling, why = choose_tiling(sample, on_gpu=True)
+    assert tiling.tile == 1024 and tiling.overlap == 512 and "capped at half a tile" in why

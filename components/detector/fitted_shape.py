@@ -59,15 +59,17 @@ def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dic
 
     files = shard_files(data_dir, "train")
     data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(parse_boxes)
-    boxes, labels, sides = [], [], []
+    boxes, labels, shapes = [], [], []
     for example in data:
         boxes.append(example["boxes"].numpy())
         labels.append(example["labels"].numpy())
-        sides.append(max(int(example["height"]), int(example["width"])))
+        shapes.append((int(example["height"]), int(example["width"])))
     names = {index: name for name, index in (label_map or {}).items()}
-    return BoxSample(np.concatenate(boxes) if boxes else np.zeros((0, 4)), np.asarray(sides, np.float64),
+    shapes = np.asarray(shapes, np.float64).reshape(-1, 2)
+    return BoxSample(np.concatenate(boxes) if boxes else np.zeros((0, 4)), shapes.max(axis=1, initial=0.0),
                      labels=np.concatenate(labels).astype(np.int64) if labels else np.zeros(0, np.int64),
-                     class_names=names, boxes_per_image=np.asarray([len(b) for b in boxes], np.int64))
+                     class_names=names, boxes_per_image=np.asarray([len(b) for b in boxes], np.int64),
+                     image_shapes=shapes)
 
 
 def cost_model(config: ModelConfig) -> CostModel:

@@ -110,6 +110,7 @@ class BoxSample:
     labels: np.ndarray | None = None  # (N,) class ids of the boxes; None: one group
     class_names: dict[int, str] = field(default_factory=dict)  # for the reasons; "class N" without
     boxes_per_image: np.ndarray | None = None  # (M,) boxes of each sampled image; None: not counted
+    image_shapes: np.ndarray | None = None  # (M, 2) heights and widths of the sampled images; None: not read
 
     @property
     def densest_image_boxes(self) -> int:

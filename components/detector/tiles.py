@@ -27,29 +27,13 @@ Example (a 1000 x 600 photo, 512 px tiles overlapping by at least 64 px):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import tensorflow as tf
 
 from components.detector.detect import detect
+from components.detector.tile_choice import BORDER_MARGIN, Tiling
 
 PAD_GREY = 127  # what lies beyond a photo's edge in a tile, as beyond it in training's zoom-out
 FRAGMENT_COVERED = 0.6  # a fragment whose area is this much inside a whole detection is that detection's
-BORDER_MARGIN = 2.0  # pixels: a box edge this close to a tile's inner border touches it
-
-
-@dataclass(frozen=True)
-class Tiling:
-    """Square tiles of `tile` pixels of the photo (the model's input size: full resolution),
-    neighbours sharing at least `overlap` pixels."""
-
-    tile: int
-    overlap: int
-
-    def __post_init__(self):
-        if self.tile < 1 or not 0 <= self.overlap < self.tile:
-            raise ValueError(f"a tiling needs tile >= 1 and 0 <= overlap < tile, got tile {self.tile}, "
-                             f"overlap {self.overlap}")
 
 
 def tile_starts(length, tile: int, overlap: int) -> tf.Tensor:

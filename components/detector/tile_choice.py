@@ -1,0 +1,117 @@
+"""Whether a dataset's photos are seen whole or in tiles at full resolution, decided from its boxes.
+
+A detector shrinks a whole photo to its input size (at most `SIZE_BUDGET`: 512 px on a CPU,
+1,024 on a GPU), so in a 4,000 px photo a 15 px object becomes 2 to 4 px, below the
+smallest anchor (`SMALLEST_ANCHOR_PX`), and the model cannot learn it. `choose_tiling`
+picks tiles when, at the input size `choose_image_size` would pick, the small boxes of the
+smallest class fall below that anchor while the photos hold them at least
+`MIN_TILING_GAIN` times larger at full resolution:
+
+- the tile is the model's input size (the device's budget, at most the photos' median
+  short side): a tile is seen at full resolution, one pixel a pixel;
+- the overlap is the large boxes' side (`LARGE_BOX_PERCENTILE` of the longer side, in the
+  photos' pixels) plus the merge's border margin on both ends, so such an object lies whole
+  in some tile (tiles.py drops the fragments that a tile's border cuts); at most half a tile.
+
+Pure numpy, like geometry.py, so the probe, train and the report agree on it by construction.
+
+Example (2,000 x 1,500 photos with 12-20 px objects; every photo's boxes listed):
+    >>> rng = np.random.default_rng(0)
+    >>> side = rng.uniform(12, 20, (300, 1)) / [1500, 2000]
+    >>> corner = rng.uniform(0.1, 0.8, (300, 2))
+    >>> sample = BoxSample(np.hstack([corner, corner + side]), np.full(30, 2000.0),
+    ...                    boxes_per_image=np.full(30, 10), image_shapes=np.tile([1500, 2000], (30, 1)))
+    >>> tiling, why = choose_tiling(sample, on_gpu=False)
+    >>> tiling, tiles_per_photo(tiling, 1500, 2000)
+    (Tiling(tile=512, overlap=24), 20)
+    >>> choose_tiling(BoxSample(sample.boxes * 0 + [0.2, 0.2, 0.5, 0.5], np.full(30, 2000.0),
+    ...               boxes_per_image=np.full(30, 10), image_shapes=sample.image_shapes), on_gpu=False)[0] is None
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from components.detector.geometry import (SIZE_BUDGET, SIZE_STEP, SMALL_BOX_PERCENTILE, SMALLEST_ANCHOR_PX, BoxSample,
+                                          small_sides)
+
+MIN_TILING_GAIN = 1.5  # tile only when full resolution makes the small boxes at least this much larger
+LARGE_BOX_PERCENTILE = 99  # the overlap holds boxes up to this percentile of the longer side whole
+BORDER_MARGIN = 2.0  # pixels: a box edge this close to a tile's inner border touches it (tiles.py)
+OVERLAP_STEP = 8  # the overlap is rounded up to a multiple of this
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Square tiles of `tile` pixels of the photo (the model's input size: full resolution),
+    neighbours sharing at least `overlap` pixels."""
+
+    tile: int
+    overlap: int
+
+    def __post_init__(self):
+        if self.tile < 1 or not 0 <= self.overlap < self.tile:
+            raise ValueError(f"a tiling needs tile >= 1 and 0 <= overlap < tile, got tile {self.tile}, "
+                             f"overlap {self.overlap}")
+
+
+def tiles_along(length: int, tile: int, overlap: int) -> int:
+    """How many tiles cover a side of `length` pixels (tiles.tile_starts lays them out)."""
+    return (max(length - tile, 0) + tile - overlap - 1) // (tile - overlap) + 1
+
+
+def tiles_per_photo(tiling: Tiling, height: int, width: int) -> int:
+    return tiles_along(height, tiling.tile, tiling.overlap) * tiles_along(width, tiling.tile, tiling.overlap)
+
+
+def box_pixel_hw(sample: BoxSample) -> np.ndarray | None:
+    """(N, 2) box heights and widths in their photos' own pixels; None when the sample does
+    not say which photo (of which size) each box is in."""
+    if sample.image_shapes is None or sample.boxes_per_image is None:
+        return None
+    shapes = np.repeat(np.asarray(sample.image_shapes, np.float64), sample.boxes_per_image, axis=0)
+    return sample.hw * shapes
+
+
+def choose_tiling(sample: BoxSample, on_gpu: bool) -> tuple[Tiling | None, str]:
+    """Tiles for `--tile auto` (None: whole photos), and why."""
+    pixels = box_pixel_hw(sample)
+    if pixels is None or not len(pixels):
+        return None, "whole photos: no training boxes with their photos' sizes to decide from"
+    device = "gpu" if on_gpu else "cpu"
+    shapes = np.asarray(sample.image_shapes, np.float64)
+    median_short = float(np.median(shapes.min(axis=1)))
+    median_long = float(np.median(shapes.max(axis=1)))
+    # The input size a whole photo is shrunk to: choose_image_size's cap (its rule wants more).
+    whole_size = min(SIZE_BUDGET[device], median_long)
+    groups = sample.classes()
+    per_class = small_sides(sample.hw, groups)
+    smallest = min(per_class, key=per_class.get)
+    at_whole = per_class[smallest] * whole_size
+    native = small_sides(pixels, {smallest: groups[smallest]})[smallest]
+    whose = "the boxes'" if smallest == -1 else f"{sample.name(smallest)}'s"
+    small = f"the {SMALL_BOX_PERCENTILE}th percentile of {whose} shorter side"
+    if at_whole >= SMALLEST_ANCHOR_PX:
+        return None, (f"whole photos: {small} is {at_whole:.1f}px at a {whole_size:.0f}px input, at least the "
+                      f"smallest anchor ({SMALLEST_ANCHOR_PX}px)")
+    if native < MIN_TILING_GAIN * at_whole:
+        return None, (f"whole photos: {small} is {at_whole:.1f}px at a {whole_size:.0f}px input, under the smallest "
+                      f"anchor ({SMALLEST_ANCHOR_PX}px), but only {native:.1f}px at full resolution: tiles would not "
+                      f"enlarge it {MIN_TILING_GAIN:g}x")
+    tile = max(SIZE_STEP, int(min(SIZE_BUDGET[device], median_short) // SIZE_STEP) * SIZE_STEP)
+    large = float(np.percentile(pixels.max(axis=1), LARGE_BOX_PERCENTILE))
+    wanted = int(math.ceil((large + 2 * BORDER_MARGIN) / OVERLAP_STEP) * OVERLAP_STEP)
+    overlap = min(wanted, tile // 2)
+    tiling = Tiling(tile=tile, overlap=overlap)
+    capped = "" if overlap == wanted else (
+        f"; capped at half a tile, so boxes above {overlap - 2 * BORDER_MARGIN:.0f}px may lie whole in no tile")
+    count = tiles_per_photo(tiling, int(np.median(shapes[:, 0])), int(np.median(shapes[:, 1])))
+    return tiling, (f"tiles of {tile}px at full resolution, overlapping by {overlap}px: {small} would be "
+                    f"{at_whole:.1f}px at a {whole_size:.0f}px input, under the smallest anchor "
+                    f"({SMALLEST_ANCHOR_PX}px), and is {native:.1f}px at full resolution; the overlap holds the "
+                    f"{LARGE_BOX_PERCENTILE}th percentile of the longer box side ({large:.0f}px) whole{capped}; "
+                    f"a median photo takes {count} tiles")
