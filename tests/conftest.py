@@ -74,6 +74,22 @@ def small_object_shards(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def large_photo_shards(tmp_path_factory) -> Path:
+    """10-16 px objects in 700-1000 px photos: what tiles at full resolution are for."""
+    from beam.convert_job import build_dataset
+    from beam.options import ConvertOptions
+    from pipeline.demo_data import write_demo_dataset
+
+    raw, out = tmp_path_factory.mktemp("large_photos"), tmp_path_factory.mktemp("large_photo_shards")
+    write_demo_dataset(raw, num_train=10, num_val=4, seed=7, object_size=(10, 16), image_size=(700, 1000),
+                       objects=(6, 12))
+    result = build_dataset(ConvertOptions(images=str(raw / "images"), annotations=str(raw / "annotations"),
+                                          output=str(out), val_fraction=0.25))
+    assert result.ok, result.anomalies
+    return out
+
+
+@pytest.fixture(scope="session")
 def trained_model(demo_shards, tmp_path_factory) -> Path:
     from components.train.trainer import TrainConfig, train_detector
 

@@ -7,6 +7,7 @@ components/train/input_pipeline.py.
 from __future__ import annotations
 
 import json
+from typing import Any, Callable
 
 import tensorflow as tf
 
@@ -133,12 +134,36 @@ def parse_example(serialized: tf.Tensor, shorter_side: tf.Tensor | float | None 
     }
 
 
-def parse_boxes(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-    """One Example → its normalised yxyx boxes, 1-based labels and image size, without decoding the image."""
-    parsed = tf.io.parse_single_example(serialized, _BOX_FEATURES)
+def parse_boxes(serialized: tf.Tensor, encoded: bool = False) -> dict[str, tf.Tensor]:
+    """One Example → its normalised yxyx boxes, 1-based labels and image size, without decoding
+    the image; with `encoded`, also its encoded bytes (to decode a part: `decode_crop`)."""
+    features = {**_BOX_FEATURES, K.ENCODED: _FEATURES[K.ENCODED]} if encoded else _BOX_FEATURES
+    parsed = tf.io.parse_single_example(serialized, features)
     dense = {k: tf.sparse.to_dense(v) for k, v in parsed.items() if isinstance(v, tf.SparseTensor)}
-    return {"boxes": _yxyx(dense), "labels": dense[K.CLASS_LABEL], "height": parsed[K.HEIGHT],
-            "width": parsed[K.WIDTH]}
+    out = {"boxes": _yxyx(dense), "labels": dense[K.CLASS_LABEL], "height": parsed[K.HEIGHT], "width": parsed[K.WIDTH]}
+    if encoded:
+        out["encoded"] = parsed[K.ENCODED]
+    return out
+
+
+def decode_crop(encoded: tf.Tensor, crop_of: Callable[[tf.Tensor], tuple]) -> tuple[tf.Tensor, Any]:
+    """Decode one region of an image: `crop_of(shape)` (the image's (height, width), float32)
+    returns (corner, extent, extra): the region's top-left and size in whole pixels (float32)
+    and anything else it computed. A JPEG decodes only that region (libjpeg's cropped decode:
+    a tile of a large photo costs a fraction of the whole), other formats decode whole and are
+    sliced. Returns the region (uint8 RGB) and `extra`."""
+    def jpeg():
+        corner, extent, extra = crop_of(tf.cast(tf.image.extract_jpeg_shape(encoded)[:2], tf.float32))
+        region = tf.io.decode_and_crop_jpeg(encoded, tf.cast(tf.concat([corner, extent], 0), tf.int32), channels=3)
+        return tf.ensure_shape(region, [None, None, 3]), extra
+
+    def whole():
+        image = decode_rgb(encoded)
+        corner, extent, extra = crop_of(tf.cast(tf.shape(image)[:2], tf.float32))
+        return tf.slice(image, tf.concat([tf.cast(corner, tf.int32), [0]], 0),
+                        tf.concat([tf.cast(extent, tf.int32), [-1]], 0)), extra
+
+    return tf.cond(tf.io.is_jpeg(encoded), jpeg, whole)
 
 
 def to_model_image(image: tf.Tensor, image_size: int) -> tf.Tensor:

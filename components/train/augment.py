@@ -25,6 +25,7 @@ and Keras' augmentation layers either ignore boxes or keep boxes that a crop cut
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -55,45 +56,69 @@ def resize_uint8(image: tf.Tensor, size) -> tf.Tensor:
     return tf.cast(tf.image.resize(image, size) + 0.5, tf.uint8)
 
 
-def scale_jitter(image: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor, strength: float, seed: tf.Tensor,
-                 size: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Resize a random window of the uint8 image to `size` x `size` (uint8: `resize_uint8`).
+class Window(NamedTuple):
+    """A scale jitter window in whole pixels of the image (float32 (y, x) pairs): `corner` and
+    `extent` of its overlap with the image (what is decoded or sliced), `part` and `offset`:
+    where that overlap lands in the output, resized; `origin` and `span`: the output's
+    extent in the image as fractions of it (for `window_boxes`)."""
 
-    The window's sides are a random factor in [1 - 0.4 s, 1 + 0.4 s] of the image's (with
-    a little aspect jitter): below 1 it zooms in (a crop), above 1 it zooms out (the image
-    lies somewhere inside the window, the rest is grey). Boxes move with the window, are
-    clipped to it, and a box that keeps less than `MIN_VISIBLE` of its area gets label 0,
-    which the input pipeline turns into the padding label the detector ignores (cheaper
-    than removing it). Boxes follow the exact whole-pixel window that is resized.
-    """
+    corner: tf.Tensor
+    extent: tf.Tensor
+    part: tf.Tensor
+    offset: tf.Tensor
+    origin: tf.Tensor
+    span: tf.Tensor
+
+
+def jitter_window(shape: tf.Tensor, strength: float, seed: tf.Tensor, size: int, base=1.0) -> Window:
+    """A random window of an image of `shape` ((height, width), float32) to resize to `size`:
+    its sides a random factor in [1 - 0.4 s, 1 + 0.4 s] (with a little aspect jitter) of
+    `base` (fractions of the image's sides: 1, the whole image; a tile's `tile / shape`),
+    at a random place; a window larger than the image zooms out (the image lies somewhere
+    inside it, the rest grey)."""
     s = _clamped(strength)
     seeds = tf.random.experimental.stateless_split(seed, 3)
     scale = tf.random.stateless_uniform([], seeds[0], 1.0 - ZOOM * s, 1.0 + ZOOM * s)
     aspect = tf.exp(tf.random.stateless_uniform([], seeds[1], -ASPECT * s, ASPECT * s))
-    window = tf.stack([scale * aspect, scale / aspect])  # (height, width) as fractions of the image
+    window = base * tf.stack([scale * aspect, scale / aspect])  # (height, width) as fractions of the image
     start = tf.random.stateless_uniform([2], seeds[2]) * (1.0 - window)  # also right when window > 1
-
     # In whole pixels: the window, its overlap with the image, and where that overlap
     # lands in the output. A slice plus tf.image.resize plus a pad is several times faster
     # on a CPU than one crop_and_resize (benchmarks/input_pipeline.py).
-    shape = tf.cast(tf.shape(image)[:2], tf.float32)
     win = tf.maximum(tf.round(window * shape), 1.0)
     top_left = tf.round(start * shape)
-    inner0 = tf.maximum(top_left, 0.0)
-    inner = tf.maximum(tf.minimum(top_left + win, shape) - inner0, 1.0)
-    part = tf.clip_by_value(tf.round(inner * size / win), 1.0, float(size))
-    offset = tf.clip_by_value(tf.round((inner0 - top_left) * size / win), 0.0, size - part)
-    crop = tf.slice(image, tf.concat([tf.cast(inner0, tf.int32), [0]], 0),
-                    tf.concat([tf.cast(inner, tf.int32), [-1]], 0))
-    resized = resize_uint8(crop, tf.cast(part, tf.int32))
-    pad = tf.cast(tf.stack([offset, size - offset - part], axis=1), tf.int32)
+    corner = tf.maximum(top_left, 0.0)
+    extent = tf.maximum(tf.minimum(top_left + win, shape) - corner, 1.0)
+    part = tf.clip_by_value(tf.round(extent * size / win), 1.0, float(size))
+    offset = tf.clip_by_value(tf.round((corner - top_left) * size / win), 0.0, size - part)
+    # The exact map from image to output coordinates.
+    pixels_per_output = extent / part  # image pixels per output pixel
+    return Window(corner, extent, part, offset, origin=(corner - offset * pixels_per_output) / shape,
+                  span=size * pixels_per_output / shape)
+
+
+def fill_window(crop: tf.Tensor, window: Window, size: int) -> tf.Tensor:
+    """The image's overlap with the window (`crop`, uint8) → the window at `size` x `size`
+    (uint8: `resize_uint8`, grey where the window lies outside the image)."""
+    resized = resize_uint8(crop, tf.cast(window.part, tf.int32))
+    pad = tf.cast(tf.stack([window.offset, size - window.offset - window.part], axis=1), tf.int32)
     resized = tf.pad(resized, tf.concat([pad, [[0, 0]]], 0), constant_values=GREY)
-    resized = tf.ensure_shape(resized, [size, size, None])
-    # The exact map from image to output coordinates, as a window for window_boxes.
-    pixels_per_output = inner / part  # image pixels per output pixel
-    extent = size * pixels_per_output / shape
-    origin = (inner0 - offset * pixels_per_output) / shape
-    return (resized, *window_boxes(boxes, labels, origin, extent))
+    return tf.ensure_shape(resized, [size, size, None])
+
+
+def scale_jitter(image: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor, strength: float, seed: tf.Tensor,
+                 size: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Resize a random window of the uint8 image (`jitter_window`) to `size` x `size` (uint8).
+
+    Boxes move with the window, are clipped to it, and a box that keeps less than
+    `MIN_VISIBLE` of its area gets label 0, which the input pipeline turns into the padding
+    label the detector ignores (cheaper than removing it). Boxes follow the exact
+    whole-pixel window that is resized.
+    """
+    window = jitter_window(tf.cast(tf.shape(image)[:2], tf.float32), strength, seed, size)
+    crop = tf.slice(image, tf.concat([tf.cast(window.corner, tf.int32), [0]], 0),
+                    tf.concat([tf.cast(window.extent, tf.int32), [-1]], 0))
+    return (fill_window(crop, window, size), *window_boxes(boxes, labels, window.origin, window.span))
 
 
 def window_boxes(boxes: tf.Tensor, labels: tf.Tensor, start: tf.Tensor,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from components.detector.geometry import FIXED_SIZE
-from components.detector.records import AUTOTUNE, parse_example, read_records, shard_files
+from components.detector.records import AUTOTUNE, decode_crop, parse_boxes, parse_example, read_records, shard_files
 from components.train import augment
 from components.train.config import TrainConfig
 
@@ -53,6 +53,13 @@ class InputConfig:
     # two, at least `box_floor` (the densest sampled image's count): one or a few shapes.
     # 0: boxes padded per batch only (without XLA a new count costs nothing).
     box_floor: int = 0
+    # Large photos with small objects (components/detector/tile_choice.py): train on windows of
+    # `image_size` pixels of the photo at full resolution (a tile, scale-jittered), decoding only
+    # that window of a JPEG, rather than on the whole photo resized; `tiles_per_photo` windows of
+    # each photo per pass, from `batch_size` photos at a time (so one pass sees about the tiles
+    # the photos hold, and a batch holds windows of different photos).
+    tiled: bool = False
+    tiles_per_photo: int = 1
 
 
 def _calls(config: InputConfig) -> int:
@@ -83,14 +90,38 @@ def _window(image, boxes, labels, config: InputConfig, seed: tf.Tensor):
     return augment.resize_uint8(image, [config.image_size, config.image_size]), boxes, labels
 
 
+def _tile_window(serialized: tf.Tensor, config: InputConfig, seed: tf.Tensor):
+    """A random window of `image_size` pixels of the photo at full resolution (scale-jittered
+    when augmenting), only that part of a JPEG decoded: (image uint8, boxes, labels)."""
+    example = parse_boxes(serialized, encoded=True)
+    strength = config.augment_strength if config.augment else 0.0
+    size = config.image_size
+
+    def crop_of(shape):
+        window = augment.jitter_window(shape, strength, seed, size, base=size / shape)
+        return window.corner, window.extent, window
+
+    crop, window = decode_crop(example["encoded"], crop_of)
+    boxes, labels = augment.window_boxes(example["boxes"], example["labels"], window.origin, window.span)
+    # A tile holds few of a large photo's boxes: the rest would only pad every batch. One padding
+    # row stays (label 0), so a batch of tiles without objects still has a box axis.
+    inside = labels > 0
+    boxes = tf.concat([tf.boolean_mask(boxes, inside), tf.zeros([1, 4])], 0)
+    labels = tf.concat([tf.boolean_mask(labels, inside), tf.zeros([1], labels.dtype)], 0)
+    return augment.fill_window(crop, window, size), boxes, labels
+
+
 def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tuple, dict]:
     """One training example as the host makes it: parsed, decoded (a large JPEG at the scale
     the model needs: records.decode_at_least), scale-jittered (or resized) to the model size,
     its flip and photometric jitter drawn and its boxes flipped: `((image, draws), targets)`,
     the image uint8, its pixels' flip and photometric jitter left to `finish_batch`."""
-    example = parse_example(serialized, _decoded_side(config))
     seeds = _seeds(config, index)
-    image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
+    if config.tiled:
+        image, boxes, labels = _tile_window(serialized, config, seeds[0])
+    else:
+        example = parse_example(serialized, _decoded_side(config))
+        image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
     if config.augment:
         draws = augment.draw(config.augment_strength, config.flip, seeds[1], seeds[2])
         boxes = augment.flip_boxes(boxes, draws)
@@ -207,7 +238,12 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
         ds = ds.cache("" if config.cache == "memory" else config.cache)
     # Skipping raw records (before decoding) is cheap; with a seeded, deterministic
     # pipeline it puts a resumed run exactly where the killed one stopped.
-    ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat().skip(skip)
+    ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat()
+    if config.tiled and config.tiles_per_photo > 1:  # each photo k times, photos interleaved a batch at a time
+        copies = config.tiles_per_photo
+        ds = ds.interleave(lambda record: tf.data.Dataset.from_tensors(record).repeat(copies),
+                           cycle_length=config.batch_size, block_length=1, deterministic=True)
+    ds = ds.skip(skip)
     # One fused map per image: on few cores, every extra dataset stage costs more in
     # per-element overhead than the work it holds (benchmarks/input_pipeline.py).
     # Per-element stateless seeds from the example's position keep augmentation reproducible.

@@ -1,0 +1,71 @@
+"""Training on tiles of large photos: a window of the model's size of the photo at full
+resolution, only that part of a JPEG decoded, boxes in the tile's pixels, tiles of several
+photos in each batch (components/train/input_pipeline.py, `InputConfig.tiled`)."""
+
+from dataclasses import replace
+
+import numpy as np
+import tensorflow as tf
+
+from components.detector.records import decode_crop, decode_rgb, parse_boxes, shard_files
+from components.train import augment
+from components.train import input_pipeline as ip
+
+
+def _records(shards, count=4):
+    return list(tf.data.TFRecordDataset(shard_files(str(shards), "train")).take(count))
+
+
+def test_a_tile_is_the_photo_s_pixels_at_full_resolution_and_its_boxes_follow(large_photo_shards):
+    config = ip.InputConfig(image_size=256, batch_size=4, tiled=True, augment=False)
+    seen_boxes = 0
+    for i, serialized in enumerate(_records(large_photo_shards)):
+        seed = tf.constant([3, i], tf.int64)
+        image, boxes, labels = ip._tile_window(serialized, config, seed)
+        example = parse_boxes(serialized, encoded=True)
+        photo = decode_rgb(example["encoded"]).numpy()
+        shape = tf.constant(photo.shape[:2], tf.float32)
+        window = augment.jitter_window(shape, 0.0, seed, 256, base=256 / shape)
+        (y, x), (h, w) = window.corner.numpy().astype(int), window.extent.numpy().astype(int)
+        assert (h, w) == (256, 256) and image.dtype == tf.uint8 and image.shape == (256, 256, 3)
+        # libjpeg's cropped decode is the whole decode's pixels, but for its chroma upsampling at the
+        # crop's last column and row (it repeats the edge rather than reading past it).
+        difference = np.abs(image.numpy().astype(int) - photo[y:y + 256, x:x + 256])
+        assert difference[:-1, :-1].max() <= 2 and (difference > 2).mean() < 0.01
+        # Boxes in the tile's pixels are the photo's, moved: full resolution, no scaling.
+        want = example["boxes"].numpy() * np.tile(photo.shape[:2], 2) - [y, x, y, x]
+        inside = (want[:, 0] >= 0) & (want[:, 1] >= 0) & (want[:, 2] <= 256) & (want[:, 3] <= 256)
+        real = labels.numpy() > 0
+        assert labels.numpy()[-1] == 0  # the padding row every tile keeps
+        np.testing.assert_allclose(np.sort(boxes.numpy()[real] * 256, axis=0), np.sort(want[inside], axis=0),
+                                   atol=1e-3)
+        seen_boxes += int(real.sum())
+    assert seen_boxes > 0
+
+
+def test_a_png_photo_is_cropped_as_a_jpeg_is(large_photo_shards):
+    serialized = _records(large_photo_shards, 1)[0]
+    photo = decode_rgb(parse_boxes(serialized, encoded=True)["encoded"])
+    png = tf.io.encode_png(photo)
+    region, extra = decode_crop(png, lambda shape: (tf.constant([5.0, 7.0]), tf.constant([40.0, 30.0]), shape))
+    np.testing.assert_array_equal(region.numpy(), photo.numpy()[5:45, 7:37])
+    np.testing.assert_array_equal(extra.numpy(), photo.shape[:2])
+
+
+def test_tiled_batches_hold_several_photos_windows_at_the_model_size(large_photo_shards):
+    config = ip.InputConfig(image_size=192, batch_size=4, tiled=True, tiles_per_photo=3, augment_strength=0.5,
+                            deterministic=True)
+    for (images, draws), targets in ip.train_dataset(str(large_photo_shards), config).take(3):
+        assert images.shape == (4, 192, 192, 3) and images.dtype == tf.uint8
+        labels, boxes = targets["labels"].numpy(), targets["boxes"].numpy()
+        real = labels >= 0
+        # full resolution: the objects stay 10-16 px (x the jitter of 1 +- 0.2), a cut one smaller
+        sides = np.minimum(boxes[real][:, 2] - boxes[real][:, 0], boxes[real][:, 3] - boxes[real][:, 1])
+        assert (sides <= 16 * 1.25 + 1).all() and (boxes[real] >= 0).all() and (boxes[real] <= 192).all()
+        # four different photos' windows, not one photo's three copies side by side
+        assert len({images.numpy()[i].tobytes() for i in range(4)}) == 4
+    # The same windows whether finished in the step or on the host.
+    on_host = ip.train_dataset(str(large_photo_shards), replace(config, finish_in_step=False))
+    step = ip.train_dataset(str(large_photo_shards), config)
+    for (batch, targets), (host_images, host_targets) in zip(step.take(2), on_host.take(2)):
+        np.testing.assert_allclose(ip.finish_batch(batch, targets)[0].numpy(), host_images.numpy(), atol=1e-5)
