@@ -69,3 +69,27 @@ def test_tiled_batches_hold_several_photos_windows_at_the_model_size(large_photo
     step = ip.train_dataset(str(large_photo_shards), config)
     for (batch, targets), (host_images, host_targets) in zip(step.take(2), on_host.take(2)):
         np.testing.assert_allclose(ip.finish_batch(batch, targets)[0].numpy(), host_images.numpy(), atol=1e-5)
+
+
+def test_a_tiled_model_is_evaluated_on_whole_photos_in_their_own_pixels(large_photo_shards):
+    from components.detector.model import ModelConfig, build_detector
+    from components.detector.records import eval_examples
+    from components.detector.tile_choice import Tiling
+    from components.detector.tiles import TiledDetector
+    from components.evaluate.evaluator import predict_split
+
+    config = ModelConfig(num_classes=3, image_size=128, backbone_filters=(64, 16, 16, 16), score_threshold=0.0,
+                         max_detections=20, tiled=True, tile_overlap=32)
+    assert config.tiling == Tiling(128, 32) and ModelConfig.from_dict(config.to_dict()) == config
+    model = build_detector(config)
+    truths, detections = predict_split(model, str(large_photo_shards), 128, batch_size=8, tiling=config.tiling)
+    photos = list(eval_examples(str(large_photo_shards), "val"))
+    assert len(truths) == len(detections) == len(photos) > 0
+    detector = TiledDetector(model, config.tiling, batch_size=8)
+    for truth, found, photo in zip(truths, detections, photos):
+        height, width = photo["image"].shape[:2]
+        assert (truth.height, truth.width) == (height, width) and len(found.boxes) == 20
+        want = detector(photo["image"])
+        np.testing.assert_allclose(np.asarray(found.boxes) * [height, width, height, width], want["boxes"],
+                                   atol=1e-3)
+        assert found.labels == [int(c) + 1 for c in want["labels"]]

@@ -8,6 +8,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from components.detector.tile_choice import Tiling
+
 MODEL_FILE = "model.keras"
 CONFIG_FILE = "train_config.json"  # model config, label map, training options and result
 HISTORY_FILE = "history.json"
@@ -44,6 +46,12 @@ class TrainConfigFile:
     @property
     def max_detections(self) -> int:
         return self.model["max_detections"]
+
+    @property
+    def tiling(self) -> Tiling | None:
+        """How the model sees photos: tile_choice.Tiling, or None for whole photos (also for a
+        model trained before tiles existed)."""
+        return Tiling(self.image_size, self.model.get("tile_overlap", 0)) if self.model.get("tiled") else None
 
     @property
     def images_per_second(self) -> float:

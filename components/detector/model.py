@@ -17,6 +17,7 @@ import keras_hub
 
 from components.detector.geometry import FIXED_SIZE
 from components.detector.nms import GreedyNonMaxSuppression
+from components.detector.tile_choice import Tiling
 from components.detector.retinanet import (
     KERAS_HUB_FPN_FILTERS,
     NarrowRetinaNetBackbone,
@@ -45,7 +46,15 @@ class ModelConfig:
     # Detections below this score are dropped before NMS; low for mAP.
     score_threshold: float = 0.05
     max_detections: int = 100
+    # Large photos with small objects (tile_choice.py): the model sees photos in tiles of
+    # `image_size` pixels at full resolution overlapping by `tile_overlap`, not whole and resized.
+    tiled: bool = False
+    tile_overlap: int = 0
     extra: dict = field(default_factory=dict)
+
+    @property
+    def tiling(self) -> Tiling | None:
+        return Tiling(self.image_size, self.tile_overlap) if self.tiled else None
 
     def to_dict(self) -> dict:
         return asdict(self)

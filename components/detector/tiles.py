@@ -124,3 +124,16 @@ def detect_tiled(model, image: tf.Tensor, tiling: Tiling, batch_size: int) -> di
     shape = tf.shape(image)
     return merge_tile_detections(found, origins, shape[0], shape[1], tiling.tile, decoder.max_detections,
                                  decoder.iou_threshold)
+
+
+class TiledDetector:
+    """`detect_tiled` compiled once for a model and a tiling: call it with one photo (uint8
+    [H, W, 3], any size); it returns numpy arrays in the photo's pixels. Used by evaluation."""
+
+    def __init__(self, model, tiling: Tiling, batch_size: int = 32):
+        self.tiling = tiling
+        self._fn = tf.function(lambda image: detect_tiled(model, image, tiling, batch_size),
+                               input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)])
+
+    def __call__(self, image) -> dict:
+        return {k: v.numpy() for k, v in self._fn(tf.convert_to_tensor(image, tf.uint8)).items()}

@@ -23,6 +23,8 @@ from components.detector.artifacts import load_trained
 from components.detector.detect import BatchDetector
 from components.detector.geometry import COCO_MAX_DETECTIONS
 from components.detector.records import eval_examples, read_records, shard_files, to_model_image
+from components.detector.tile_choice import Tiling
+from components.detector.tiles import TiledDetector
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
 from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
@@ -51,9 +53,12 @@ class GateFailed(RuntimeError):
 
 
 def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size: int = 32,
-                  split: str = "val") -> tuple[list[ImageTruth], list[ImageDetections]]:
+                  split: str = "val", tiling: Tiling | None = None) -> tuple[list[ImageTruth], list[ImageDetections]]:
     """Ground truth and detections (normalised yxyx, 1-based labels) for every image of the
-    split, whatever its size: the detector always sees full batches (detect.py)."""
+    split, whatever its size: the detector always sees full batches (detect.py); with a
+    `tiling`, every whole photo from its tiles at full resolution (tiles.py)."""
+    if tiling is not None:
+        return _predict_tiled(model, data_dir, tiling, batch_size, split)
     truths: list[ImageTruth] = []
     detections: list[ImageDetections] = []
     detector = BatchDetector(model, image_size, batch_size)
@@ -65,22 +70,41 @@ def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size
     for images, truth in examples:
         pred = detector(images)
         for i in range(int(images.shape[0])):
-            image_id = len(truths) + 1
-            truths.append(ImageTruth(
-                image_id, int(truth["height"][i]), int(truth["width"][i]),
-                [tuple(map(float, b)) for b in truth["boxes"][i].numpy()],
-                [int(v) for v in truth["labels"][i].numpy()],
-                [int(v) for v in truth["difficult"][i].numpy()],
-                truth["source_id"][i].numpy().decode("utf-8", "replace"),
-            ))
-            n = int(pred["num_detections"][i])
-            boxes = np.clip(np.asarray(pred["boxes"][i][:n], dtype=np.float64) / image_size, 0.0, 1.0)
-            detections.append(ImageDetections(
-                image_id, [tuple(b) for b in boxes],
-                [float(s) for s in pred["confidence"][i][:n]],
-                [int(c) + 1 for c in pred["labels"][i][:n]],
-            ))
+            _record(truths, detections, {k: v[i] for k, v in truth.items()}, {k: v[i] for k, v in pred.items()},
+                    np.array([image_size, image_size] * 2, np.float64))
     return truths, detections
+
+
+def _predict_tiled(model: keras.Model, data_dir: str, tiling: Tiling, batch_size: int,
+                   split: str) -> tuple[list[ImageTruth], list[ImageDetections]]:
+    """`predict_split` for a tiled model: each photo decoded whole, its tiles `batch_size` at a time."""
+    truths: list[ImageTruth] = []
+    detections: list[ImageDetections] = []
+    detector = TiledDetector(model, tiling, batch_size)
+    for example in eval_examples(data_dir, split).prefetch(2):
+        height, width = (int(side) for side in tf.shape(example["image"])[:2])
+        _record(truths, detections, example, detector(example["image"]), np.array([height, width] * 2, np.float64))
+    return truths, detections
+
+
+def _record(truths: list[ImageTruth], detections: list[ImageDetections], truth: dict, pred: dict,
+            scale: np.ndarray) -> None:
+    """One image's truth and its detections (pixel boxes divided by `scale`: normalised)."""
+    image_id = len(truths) + 1
+    truths.append(ImageTruth(
+        image_id, int(truth["height"]), int(truth["width"]),
+        [tuple(map(float, b)) for b in np.asarray(truth["boxes"])],
+        [int(v) for v in np.asarray(truth["labels"])],
+        [int(v) for v in np.asarray(truth["difficult"])],
+        np.asarray(truth["source_id"]).item().decode("utf-8", "replace"),
+    ))
+    n = int(pred["num_detections"])
+    boxes = np.clip(np.asarray(pred["boxes"][:n], dtype=np.float64) / scale, 0.0, 1.0)
+    detections.append(ImageDetections(
+        image_id, [tuple(b) for b in boxes],
+        [float(s) for s in np.asarray(pred["confidence"][:n])],
+        [int(c) + 1 for c in np.asarray(pred["labels"][:n])],
+    ))
 
 
 def val_images(data_dir: str, split: str = "val") -> tuple[list[bytes], str]:
@@ -111,7 +135,7 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     if moved:
         raise ValueError(f"class ids differ between the model and the data ({', '.join(moved[:5])}): build the data "
                          "with the model's label map (data build --label-map, from the model's train_config.json)")
-    truths, detections = predict_split(model, data_dir, config.image_size)
+    truths, detections = predict_split(model, data_dir, config.image_size, tiling=config.tiling)
     if not truths:
         raise ValueError(f"the val split in {data_dir} has no records")
     metrics = coco_box_metrics(truths, detections, names)
