@@ -17,7 +17,11 @@ import keras_hub
 
 from components.detector.geometry import FIXED_SIZE
 from components.detector.nms import GreedyNonMaxSuppression
-from components.detector.retinanet import KERAS_HUB_FPN_FILTERS, NarrowRetinaNetBackbone, NarrowRetinaNetObjectDetector
+from components.detector.retinanet import (
+    KERAS_HUB_FPN_FILTERS,
+    NarrowRetinaNetBackbone,
+    NarrowRetinaNetObjectDetector,
+)
 from components.detector.tile_choice import Tiling
 
 # Pixel box format used between the input pipeline, the model and the evaluator.
