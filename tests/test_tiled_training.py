@@ -93,3 +93,27 @@ def test_a_tiled_model_is_evaluated_on_whole_photos_in_their_own_pixels(large_ph
         np.testing.assert_allclose(np.asarray(found.boxes) * [height, width, height, width], want["boxes"],
                                    atol=1e-3)
         assert found.labels == [int(c) + 1 for c in want["labels"]]
+
+
+def test_the_exported_model_answers_a_whole_photo_from_its_tiles_as_evaluation_does(large_photo_shards, tmp_path):
+    from components.detector.model import ModelConfig, build_detector
+    from components.evaluate.evaluator import predict_split, val_images
+    from components.export.saved_model import ServingConfig, export_saved_model
+
+    config = ModelConfig(num_classes=3, image_size=128, backbone_filters=(64, 16, 16, 16), score_threshold=0.0,
+                         max_detections=12, tiled=True, tile_overlap=32)
+    model = build_detector(config)
+    _, evaluated = predict_split(model, str(large_photo_shards), 128, batch_size=8, tiling=config.tiling)
+    images, _ = val_images(str(large_photo_shards))
+    out = tmp_path / "saved"
+    export_saved_model(model, {"circle": 1, "square": 2, "triangle": 3}, 128, str(out), max_detections=12,
+                       tiling=config.tiling)
+    assert ServingConfig.read(str(out)).tile_overlap == 32
+    served = tf.saved_model.load(str(out)).signatures["detect"](
+        image_bytes=tf.constant(images[:2]), score_threshold=tf.constant(0.0))
+    for i, want in enumerate(evaluated[:2]):
+        count = int(served["num_detections"][i])
+        assert count == len(want.boxes) == 12
+        np.testing.assert_allclose(served["detection_scores"][i][:count].numpy(), want.scores, atol=1e-5)
+        np.testing.assert_allclose(served["detection_boxes"][i][:count].numpy(), np.asarray(want.boxes), atol=1e-4)
+        assert served["detection_classes"][i][:count].numpy().tolist() == want.labels

@@ -29,7 +29,9 @@ import keras
 import tensorflow as tf
 
 from components.detector.detect import detect
-from components.detector.records import decode_at_least, to_model_image
+from components.detector.records import decode_at_least, decode_rgb, to_model_image
+from components.detector.tile_choice import Tiling
+from components.detector.tiles import detect_tiled
 from components.evaluate.threshold import FALLBACK_THRESHOLD
 from components.export.export_files import SERVING_CONFIG_FILE
 
@@ -50,6 +52,7 @@ class ServingConfig:
     threshold_source: str  # "evaluation (max F1 at IoU 0.5)" or "default"
     max_detections: int
     model_batch: int = EXPORT_BATCH  # images the model computes at once (fewer are padded)
+    tile_overlap: int | None = None  # a tiled model: photos answered from image_size tiles overlapping this much
     input_name: str = INPUT_NAME
     signature: str = "serving_default"
     detect_signature: str = DETECT_SIGNATURE
@@ -77,17 +80,39 @@ def _class_names(label_map: dict[str, int]) -> list[str]:
     return names
 
 
-def _detections(model: keras.Model, image_bytes: tf.Tensor, score_threshold: tf.Tensor, image_size: int,
-                class_names: tf.Tensor) -> dict[str, tf.Tensor]:
+def _whole_photos(model: keras.Model, image_bytes: tf.Tensor, image_size: int) -> dict[str, tf.Tensor]:
+    """`detect`'s output for a batch of encoded photos, each resized whole; boxes normalised."""
     images = tf.map_fn(lambda data: to_model_image(decode_at_least(data, image_size), image_size), image_bytes,
                        fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
     out = detect(model, images, EXPORT_BATCH)
+    return {**out, "boxes": tf.cast(out["boxes"], tf.float32) / image_size}
+
+
+def _tiled_photos(model: keras.Model, image_bytes: tf.Tensor, tiling: Tiling) -> dict[str, tf.Tensor]:
+    """The same for a tiled model: each photo decoded whole and answered from its tiles at full
+    resolution (tiles.detect_tiled, as evaluation does), boxes normalised by the photo's size."""
+    limit = model.prediction_decoder.max_detections
+
+    def one(data):
+        photo = decode_rgb(data)
+        out = detect_tiled(model, photo, tiling, EXPORT_BATCH)
+        return {**out, "boxes": out["boxes"] / tf.tile(tf.cast(tf.shape(photo)[:2], tf.float32), [2])}
+
+    return tf.map_fn(one, image_bytes, fn_output_signature={
+        "boxes": tf.TensorSpec([limit, 4], tf.float32), "confidence": tf.TensorSpec([limit], tf.float32),
+        "labels": tf.TensorSpec([limit], tf.int32), "num_detections": tf.TensorSpec([], tf.int32)})
+
+
+def _detections(model: keras.Model, image_bytes: tf.Tensor, score_threshold: tf.Tensor, image_size: int,
+                class_names: tf.Tensor, tiling: Tiling | None = None) -> dict[str, tf.Tensor]:
+    out = (_tiled_photos(model, image_bytes, tiling) if tiling is not None
+           else _whole_photos(model, image_bytes, image_size))
     slots = tf.range(tf.shape(out["confidence"])[1])[tf.newaxis, :]
     scores = tf.cast(out["confidence"], tf.float32)
     keep = (slots < tf.cast(out["num_detections"], tf.int32)[:, tf.newaxis]) & (scores >= score_threshold)
     order = tf.argsort(tf.where(keep, scores, -1.0), axis=1, direction="DESCENDING", stable=True)
     keep = tf.gather(keep, order, batch_dims=1)
-    boxes = tf.clip_by_value(tf.cast(tf.gather(out["boxes"], order, batch_dims=1), tf.float32) / image_size, 0.0, 1.0)
+    boxes = tf.clip_by_value(tf.gather(out["boxes"], order, batch_dims=1), 0.0, 1.0)
     classes = tf.cast(tf.gather(out["labels"], order, batch_dims=1), tf.int32) + 1
     classes = tf.where(keep, classes, 0)
     return {
@@ -101,8 +126,9 @@ def _detections(model: keras.Model, image_bytes: tf.Tensor, score_threshold: tf.
 
 def export_saved_model(model: keras.Model, label_map: dict[str, int], image_size: int, output_dir: str,
                        score_threshold: float = DEFAULT_SCORE_THRESHOLD, threshold_source: str = "default",
-                       max_detections: int = 100) -> ServingConfig:
-    """Write the SavedModel, `label_map.json` and `serving_config.json` to `output_dir`."""
+                       max_detections: int = 100, tiling: Tiling | None = None) -> ServingConfig:
+    """Write the SavedModel, `label_map.json` and `serving_config.json` to `output_dir`; with a
+    `tiling`, the SavedModel answers each photo from its tiles at full resolution."""
     if not 0.0 <= score_threshold <= 1.0:
         raise ValueError(f"the score threshold must be in [0, 1], got {score_threshold}")
     names = tf.constant(_class_names(label_map))
@@ -115,7 +141,8 @@ def export_saved_model(model: keras.Model, label_map: dict[str, int], image_size
     # traces them again in its save context: four traces of the model became two, 6 of a
     # tiny model's 24 s export).
     detections = tf.function(
-        lambda image_bytes, score_threshold: _detections(model, image_bytes, score_threshold, image_size, names),
+        lambda image_bytes, score_threshold: _detections(model, image_bytes, score_threshold, image_size, names,
+                                                         tiling),
         input_signature=[bytes_spec, threshold_spec], autograph=False)
     default = tf.constant(score_threshold, tf.float32)
     archive.add_endpoint("serving_default", lambda image_bytes: detections(image_bytes, default),
@@ -123,7 +150,8 @@ def export_saved_model(model: keras.Model, label_map: dict[str, int], image_size
     archive.add_endpoint(DETECT_SIGNATURE, detections, input_signature=[bytes_spec, threshold_spec])
     archive.write_out(output_dir, verbose=False)
     config = ServingConfig(image_size=image_size, score_threshold=float(score_threshold),
-                           threshold_source=threshold_source, max_detections=max_detections)
+                           threshold_source=threshold_source, max_detections=max_detections,
+                           tile_overlap=tiling.overlap if tiling is not None else None)
     out = output_dir.rstrip("/")
     with tf.io.gfile.GFile(f"{out}/{LABEL_MAP_FILE}", "w") as handle:
         handle.write(json.dumps(label_map, indent=2, sort_keys=True) + "\n")
@@ -150,4 +178,4 @@ def export_trained(model_dir: str, output_dir: str, metrics_file: str | None = N
         score_threshold, source = DEFAULT_SCORE_THRESHOLD, "default"
     return export_saved_model(model, config.label_map, config.image_size, output_dir,
                               score_threshold=score_threshold, threshold_source=source,
-                              max_detections=config.max_detections)
+                              max_detections=config.max_detections, tiling=config.tiling)
