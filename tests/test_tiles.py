@@ -140,3 +140,25 @@ def test_an_overlap_larger_than_half_a_tile_is_capped_and_says_so():
                        boxes_per_image=np.full(60, 10), image_shapes=np.tile([3000, 4000], (60, 1)))
     tiling, why = choose_tiling(sample, on_gpu=True)
     assert tiling.tile == 1024 and tiling.overlap == 512 and "capped at half a tile" in why
+
+
+def test_the_fitted_shape_of_large_photos_with_small_objects_is_tiled_and_fits_anchors_at_full_resolution(
+        large_photo_shards):
+    from components.detector.fitted_shape import fit_shape, read_box_sample
+    from components.detector.model import model_config_for
+
+    sample = read_box_sample(str(large_photo_shards))
+    base = model_config_for("tiny", 128, 4)
+    whole = fit_shape(sample, base, "auto", on_gpu=False, allow_poor_anchors=True)
+    tiled = fit_shape(sample, base, "auto", on_gpu=False, tile="auto")
+    assert not whole.model.tiled and "tiling" not in whole.decisions
+    assert tiled.model.tiled and tiled.model.tiling.tile == tiled.model.image_size
+    assert tiled.decisions["tiling"].startswith("auto: tiles of") and "the tile" in tiled.decisions["image_size"]
+    # At full resolution the 10-16 px objects stay 10-16 px in the model's input
+    # (whole photos shrink them to about 5 px); the anchors are fitted to those sizes.
+    assert 9 <= tiled.smallest_box_px <= 16 and tiled.smallest_box_px >= 1.5 * whole.smallest_box_px
+    assert tiled.coverage >= 0.75
+    # A pinned size keeps whole photos; other --tile values are not built yet.
+    assert not fit_shape(sample, base, 512, on_gpu=False, tile="auto", allow_poor_anchors=True).model.tiled
+    with pytest.raises(NotImplementedError):
+        fit_shape(sample, base, "auto", on_gpu=False, tile="512:64")

@@ -19,6 +19,7 @@ from components.detector.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC,
                                           CostModel, best_anchor_iou, choose_image_size, choose_max_detections,
                                           coverage, fit_anchors, size_cap)
 from components.detector.model import ModelConfig, model_config_for
+from components.detector.tile_choice import choose_tiling, tile_box_sample
 
 logger = logging.getLogger(__name__)
 
@@ -79,12 +80,25 @@ def cost_model(config: ModelConfig) -> CostModel:
 
 
 def fit_shape(sample: BoxSample, base: ModelConfig, image_size: int | str, on_gpu: bool,
-              allow_poor_anchors: bool = False) -> FittedShape:
+              allow_poor_anchors: bool = False, tile: str = "none") -> FittedShape:
     """`base` (model_config_for's config of the model size) with the input size (when
     `image_size` is "auto"), levels and anchors fitted to `sample`. Raises PoorAnchors
-    when fewer than FAIL_COVERAGE of the boxes (of any class) can match an anchor, unless allowed."""
+    when fewer than FAIL_COVERAGE of the boxes (of any class) can match an anchor, unless allowed.
+    With `tile` "auto" and an "auto" size, large photos with small objects are seen in tiles at
+    full resolution when `tile_choice.choose_tiling` says so: the input size is the tile, and the
+    anchors are fitted to the boxes as the tiles hold them."""
     decisions = {}
-    if image_size == "auto":
+    tiling = None
+    if tile == "auto" and image_size == "auto":
+        tiling, why = choose_tiling(sample, on_gpu)
+        decisions["tiling"] = f"auto: {why}"
+    elif tile not in ("auto", "none"):  # auto with a pinned --image-size: whole photos, as asked
+        raise NotImplementedError(f"--tile {tile}: only auto (with --image-size auto) and none are built")
+    if tiling is not None:
+        sample = tile_box_sample(sample, tiling)
+        size = tiling.tile
+        decisions["image_size"] = f"{size}: the tile (see tiling)"
+    elif image_size == "auto":
         size, decisions["image_size"] = choose_image_size(sample, on_gpu)
         decisions["image_size"] = "auto: " + decisions["image_size"]
     else:
@@ -92,6 +106,8 @@ def fit_shape(sample: BoxSample, base: ModelConfig, image_size: int | str, on_gp
         decisions["image_size"] = f"{size}: given with --image-size"
     preset = base.extra.get("preset")
     fixed_levels = (base.min_level, base.max_level) if preset else None
+    if tiling is not None:  # the size is the tile's; a search over sizes would change the tiles
+        image_size = size
     costs = cost_model(base)
     groups = sample.classes()
     fit = fit_anchors(sample.boxes * size, size, costs, fixed_levels, groups)
@@ -101,7 +117,8 @@ def fit_shape(sample: BoxSample, base: ModelConfig, image_size: int | str, on_gp
             decisions["image_size"] += f"; then raised to {size}px, where P3 and up cover the boxes at less compute"
     spec = fit.spec
     model = replace(base, image_size=size, min_level=spec.min_level, max_level=spec.max_level,
-                    anchor_size=spec.anchor_size, num_scales=spec.num_scales, aspect_ratios=spec.aspect_ratios)
+                    anchor_size=spec.anchor_size, num_scales=spec.num_scales, aspect_ratios=spec.aspect_ratios,
+                    tiled=tiling is not None, tile_overlap=tiling.overlap if tiling is not None else 0)
     decisions["pyramid_and_anchors"] = fit.reason + (f" (levels fixed by preset {preset})" if preset else "")
     if sample.boxes_per_image is not None:
         limit, decisions["max_detections"] = choose_max_detections(sample)

@@ -32,7 +32,7 @@ Example (2,000 x 1,500 photos with 12-20 px objects; every photo's boxes listed)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -115,3 +115,16 @@ def choose_tiling(sample: BoxSample, on_gpu: bool) -> tuple[Tiling | None, str]:
                     f"({SMALLEST_ANCHOR_PX}px), and is {native:.1f}px at full resolution; the overlap holds the "
                     f"{LARGE_BOX_PERCENTILE}th percentile of the longer box side ({large:.0f}px) whole{capped}; "
                     f"a median photo takes {count} tiles")
+
+
+def tile_box_sample(sample: BoxSample, tiling: Tiling) -> BoxSample:
+    """The sample as the model sees it in tiles: each box at its full-resolution size, placed
+    where it lies within its tile (its centre modulo the tile), normalised by the tile; one
+    "image" of the tile's side per photo. What the anchors are fitted to when tiling."""
+    pixels = box_pixel_hw(sample)
+    shapes = np.repeat(np.asarray(sample.image_shapes, np.float64), sample.boxes_per_image, axis=0)
+    centre = (sample.boxes[:, :2] + sample.boxes[:, 2:]) / 2 * shapes
+    inside = np.mod(centre, tiling.tile - tiling.overlap) if tiling.tile > tiling.overlap else centre
+    boxes = np.hstack([inside - pixels / 2, inside + pixels / 2]) / tiling.tile
+    return replace(sample, boxes=boxes, image_long_sides=np.full(len(sample.image_long_sides), float(tiling.tile)),
+                   image_shapes=np.full((len(sample.image_long_sides), 2), float(tiling.tile)))
