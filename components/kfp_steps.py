@@ -146,8 +146,8 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune_trials: int, tune_trial_steps: int,
                          batch_size: str, image_size: str, model_size: str, seed: int,
-                         allow_poor_anchors: bool, precision: str, xla: str, box_loss: str, ema: bool, flip: bool,
-                         preset: str, cache: str, deterministic: bool, base_lr_per_64: float, weight_decay: float,
+                         allow_poor_anchors: bool, tile: str, precision: str, xla: str, box_loss: str, ema: bool,
+                         flip: bool, preset: str, cache: str, deterministic: bool, base_lr_per_64: float, weight_decay: float,
                          augment_strength: float, hparams: Output[Artifact], report: Output[Markdown]) -> float:
     """Search learning rate, weight decay and augmentation strength on short trials, from
     `base_lr_per_64`, `weight_decay` and `augment_strength` as the first candidate (`tune_trials` 0:
@@ -166,7 +166,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
                              trial_steps=tune_trial_steps,
                              seed=seed, train={"batch_size": batch_size, "image_size": image_size,
                                                "model_size": model_size, "probe": advice,
-                                               "allow_poor_anchors": allow_poor_anchors,
+                                               "allow_poor_anchors": allow_poor_anchors, "tile": tile,
                                                "precision": precision, "xla": xla, "box_loss": box_loss,
                                                "ema": ema, "flip": flip, "preset": preset or None,
                                                "cache": cache, "deterministic": deterministic},
@@ -184,7 +184,7 @@ KEY_FIGURES["tune-hyperparameters"] = lambda out: (
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
           model_size: str, seed: int, registry: str, model_name: str, warm_start: str, allow_poor_anchors: bool,
-          precision: str, xla: str, box_loss: str, ema: bool, flip: bool, preset: str, cache: str,
+          tile: str, precision: str, xla: str, box_loss: str, ema: bool, flip: bool, preset: str, cache: str,
           deterministic: bool, checkpoint_every: int, max_steps: int, fine_tune_epochs: int, model: Output[Model],
           report: Output[Markdown]) -> NamedTuple(
         "TrainOutputs", [("images_per_second", float), ("started_from", str)]):
@@ -212,7 +212,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
         source = warm_source(warm_start, models, models.champion_version(), fetched)
         result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
                                             batch_size=batch_size, image_size=image_size, model_size=model_size,
-                                            seed=seed, probe=advice, allow_poor_anchors=allow_poor_anchors,
+                                            seed=seed, probe=advice, allow_poor_anchors=allow_poor_anchors, tile=tile,
                                             precision=precision, xla=xla, box_loss=box_loss, ema=ema, flip=flip,
                                             preset=preset or None, cache=cache, deterministic=deterministic,
                                             checkpoint_every=checkpoint_every, max_steps=max_steps,

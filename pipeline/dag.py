@@ -116,14 +116,14 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         tuned = tune_step(
             data=dataset, probe_json=advice, tune_trials=p.tune_trials, tune_trial_steps=p.tune_trial_steps,
             batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
-            allow_poor_anchors=p.allow_poor_anchors, precision=p.precision, xla=p.xla, box_loss=p.box_loss,
-            ema=p.ema, flip=p.flip, preset=p.preset, cache=p.cache, deterministic=p.deterministic,
+            allow_poor_anchors=p.allow_poor_anchors, tile=p.tile, precision=p.precision, xla=p.xla,
+            box_loss=p.box_loss, ema=p.ema, flip=p.flip, preset=p.preset, cache=p.cache, deterministic=p.deterministic,
             base_lr_per_64=p.base_lr_per_64, weight_decay=p.weight_decay, augment_strength=p.augment_strength)
         tuned.set_display_name("tune")
         trained = train_step(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, epochs=p.epochs,
                               batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size,
                               seed=p.seed, registry=registry, model_name=p.model_name,
-                              warm_start=p.warm_start, allow_poor_anchors=p.allow_poor_anchors,
+                              warm_start=p.warm_start, allow_poor_anchors=p.allow_poor_anchors, tile=p.tile,
                               precision=p.precision, xla=p.xla, box_loss=p.box_loss, ema=p.ema, flip=p.flip,
                               preset=p.preset, cache=p.cache, deterministic=p.deterministic,
                               checkpoint_every=p.checkpoint_every, max_steps=p.max_steps,

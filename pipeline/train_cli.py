@@ -37,7 +37,7 @@ def _hparams_over_defaults(args) -> dict:
 def _common_train_config(args) -> dict:
     return {"batch_size": args.batch_size, "image_size": args.image_size, "model_size": args.model_size,
             "preset": args.preset or None, "cache": args.cache, "flip": args.flip,
-            "allow_poor_anchors": args.allow_poor_anchors, "box_loss": args.box_loss, "ema": args.ema,
+            "allow_poor_anchors": args.allow_poor_anchors, "tile": args.tile, "box_loss": args.box_loss, "ema": args.ema,
             "precision": args.precision, "xla": args.xla, "deterministic": args.deterministic}
 
 
@@ -124,7 +124,7 @@ def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
     """Options of `train` and `tune` that are also pipeline parameters (pipeline/params.py):
     their type, default, choices and help are the declaration's."""
     for name in ("epochs",) * epochs + ("batch_size", "image_size", "model_size", "seed", "precision", "xla",
-                                        "preset", "box_loss", "cache"):
+                                        "preset", "box_loss", "cache", "tile"):
         p.add_argument(BY_NAME[name].option, **declared(name))
     p.add_argument("--no-flip", dest="flip", action="store_false",
                    help="no horizontal flips (text, classes that differ left from right)")

@@ -31,7 +31,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # the probe's dry run (deterministic), tune and train; the data step imports its options from beam.options;
 # the data and tune steps take data_runner, tune_trials and tune_trial_steps under the parameters' names.
 # Three parameter descriptions shortened (val_annotations, warm_start, precision); max_steps says it rounds up.
-GOLDEN_SHA256 = "72bea5d6672683917316f9e9e2af4dee9c38498e2c5387a9e08462b5ccf5fe44"
+GOLDEN_SHA256 = "7bf2f556ce036f523a0d5c9eb75630b23b21d44441bd711e73335297c458dfb0"
 
 
 def test_golden_compile(tmp_path):

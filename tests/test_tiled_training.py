@@ -2,9 +2,11 @@
 resolution, only that part of a JPEG decoded, boxes in the tile's pixels, tiles of several
 photos in each batch (components/train/input_pipeline.py, `InputConfig.tiled`)."""
 
+import re
 from dataclasses import replace
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from components.detector.records import decode_crop, decode_rgb, parse_boxes, shard_files
@@ -117,3 +119,30 @@ def test_the_exported_model_answers_a_whole_photo_from_its_tiles_as_evaluation_d
         np.testing.assert_allclose(served["detection_scores"][i][:count].numpy(), want.scores, atol=1e-5)
         np.testing.assert_allclose(served["detection_boxes"][i][:count].numpy(), np.asarray(want.boxes), atol=1e-4)
         assert served["detection_classes"][i][:count].numpy().tolist() == want.labels
+
+
+@pytest.mark.slow
+def test_training_on_large_photos_with_small_objects_tiles_them_and_evaluates_whole_photos(large_photo_shards,
+                                                                                           tmp_path):
+    """Every default (--tile auto, --image-size auto) on 700-1000 px photos of 10-16 px objects:
+    the trainer picks tiles, trains on windows at full resolution (a median photo's tiles per
+    photo and epoch), says why in its report, and the model it writes is evaluated on whole
+    photos, boxes in their own pixels."""
+    from components.detector.artifacts import TrainConfigFile
+    from components.detector.records import count_records
+    from components.evaluate.evaluator import evaluate_detector
+    from components.train.trainer import TrainConfig, train_detector
+
+    out = tmp_path / "model"
+    result = train_detector(TrainConfig(data_dir=str(large_photo_shards), output_dir=str(out), epochs=1,
+                                        batch_size=2, max_steps=3))
+    written = TrainConfigFile.read(out)
+    assert written.tiling is not None and written.tiling.tile == written.image_size
+    report = (out / "train_report.md").read_text()
+    assert "tiles of" in report and "at full resolution" in report
+    windows = int(re.search(r"a median photo takes (\d+) tiles", report).group(1))
+    assert windows > 1 and f"{result.num_train * windows // 2} steps each" in report  # an epoch: every window
+    evaluated = evaluate_detector(str(out), str(large_photo_shards), str(tmp_path / "eval"))
+    assert evaluated.num_images == count_records(str(large_photo_shards), "val") > 0
+    for truth, found in zip(evaluated.truths, evaluated.detections):
+        assert truth.height >= 700 and all(0.0 <= v <= 1.0 for box in found.boxes for v in box)

@@ -19,7 +19,7 @@ from components.detector.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC,
                                           CostModel, best_anchor_iou, choose_image_size, choose_max_detections,
                                           coverage, fit_anchors, size_cap)
 from components.detector.model import ModelConfig, model_config_for
-from components.detector.tile_choice import choose_tiling, tile_box_sample
+from components.detector.tile_choice import TILE_MODES, choose_tiling, tile_box_sample
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def fit_shape(sample: BoxSample, base: ModelConfig, image_size: int | str, on_gp
     if tile == "auto" and image_size == "auto":
         tiling, why = choose_tiling(sample, on_gpu)
         decisions["tiling"] = f"auto: {why}"
-    elif tile not in ("auto", "none"):  # auto with a pinned --image-size: whole photos, as asked
+    elif tile not in TILE_MODES:  # auto with a pinned --image-size: whole photos, as asked
         raise NotImplementedError(f"--tile {tile}: only auto (with --image-size auto) and none are built")
     if tiling is not None:
         sample = tile_box_sample(sample, tiling)
@@ -195,11 +195,11 @@ def shape_for_data(data_dir: str, model_size: str, num_classes: int, image_size:
 
 
 def shape_for_sample(sample: BoxSample, model_size: str, num_classes: int, image_size: int | str, on_gpu: bool,
-                     preset: str | None = None, allow_poor_anchors: bool = False) -> FittedShape:
+                     preset: str | None = None, allow_poor_anchors: bool = False, tile: str = "none") -> FittedShape:
     """`fit_shape` of the model size's (or preset's) detector on `sample`."""
     # the size given here is a placeholder: fit_shape replaces it with the chosen one
     base = model_config_for(model_size, FIXED_SIZE, num_classes, preset)
-    return fit_shape(sample, base, image_size, on_gpu, allow_poor_anchors)
+    return fit_shape(sample, base, image_size, on_gpu, allow_poor_anchors, tile)
 
 
 def anchor_spec(model: ModelConfig) -> AnchorSpec:

@@ -39,6 +39,7 @@ import numpy as np
 from components.detector.geometry import (SIZE_BUDGET, SIZE_STEP, SMALL_BOX_PERCENTILE, SMALLEST_ANCHOR_PX, BoxSample,
                                           small_sides)
 
+TILE_MODES = ("auto", "none")  # --tile: decided from the boxes, or whole photos
 MIN_TILING_GAIN = 1.5  # tile only when full resolution makes the small boxes at least this much larger
 LARGE_BOX_PERCENTILE = 99  # the overlap holds boxes up to this percentile of the longer side whole
 BORDER_MARGIN = 2.0  # pixels: a box edge this close to a tile's inner border touches it (tiles.py)
@@ -115,6 +116,12 @@ def choose_tiling(sample: BoxSample, on_gpu: bool) -> tuple[Tiling | None, str]:
                     f"({SMALLEST_ANCHOR_PX}px), and is {native:.1f}px at full resolution; the overlap holds the "
                     f"{LARGE_BOX_PERCENTILE}th percentile of the longer box side ({large:.0f}px) whole{capped}; "
                     f"a median photo takes {count} tiles")
+
+
+def windows_per_photo(sample: BoxSample, tiling: Tiling) -> int:
+    """Training windows per photo and pass: the tiles a median photo of the sample takes."""
+    shapes = np.asarray(sample.image_shapes, np.float64)
+    return tiles_per_photo(tiling, int(np.median(shapes[:, 0])), int(np.median(shapes[:, 1])))
 
 
 def tile_box_sample(sample: BoxSample, tiling: Tiling) -> BoxSample:

@@ -26,6 +26,7 @@ from components.detector.losses import AveragedAdamW, compile_detector, finite_o
 from components.detector.model import build_detector, count_params
 from components.detector.precision import choose_precision, choose_xla
 from components.detector.records import count_records
+from components.detector.tile_choice import windows_per_photo
 from components.train.accumulation import use_micro_batches
 from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
@@ -91,6 +92,12 @@ class RunFacts:
     machine: MachineFacts  # with the measured auto batch when `--batch-size auto`
     warm: WarmStart  # where training starts from (warm_start.py)
     warm_weights: list | None = None  # the source's weights (numpy, model.weights order) when warm.used
+    windows_per_photo: int = 1  # a tiled model: training windows of each photo per epoch (a median photo's tiles)
+
+    @property
+    def examples_per_epoch(self) -> int:
+        """What an epoch trains on: each photo, or each photo's windows when tiled."""
+        return self.num_train * self.windows_per_photo
 
 
 @dataclass
@@ -119,7 +126,7 @@ def train_detector(config: TrainConfig) -> TrainResult:
     try:
         with training_state(config.seed, config.deterministic, precision):  # the batch search's trials use it too
             facts = gather_facts(config, machine)
-            plan = plan_training(facts.config, facts.machine, facts.num_train, fine_tune=facts.warm.used)
+            plan = plan_training(facts.config, facts.machine, facts.examples_per_epoch, fine_tune=facts.warm.used)
             built = build_run(facts, plan, role, strategy)
             decisions = _decisions(plan, facts.config, built.parts.model, Path(config.output_dir),
                                    built.steps_done, facts.shape, facts.warm)
@@ -144,21 +151,22 @@ def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
     sample = read_box_sample(config.data_dir, label_map=label_map)
     fresh = shape_for_sample(sample, config.model_size, num_class_slots(label_map), config.image_size,
                              on_gpu=bool(machine.gpu_majors), preset=config.preset,
-                             allow_poor_anchors=config.allow_poor_anchors)
+                             allow_poor_anchors=config.allow_poor_anchors, tile=config.tile)
     warm, shape = choose_warm_start(config, label_map, sample, fresh)
     logger.info("train: starts %s", warm.line())
+    windows = windows_per_photo(sample, shape.model.tiling) if shape.model.tiled else 1
     resolved = replace(config, image_size=shape.model.image_size)  # from here on the size is a number
     measured = machine
     if config.batch_size == "auto":
         # A from-scratch run's batch is bounded by its steps (plan.steps_bound): search no higher.
-        limit = auto_batch_ceiling(GPU_BATCH_LIMIT, num_train, config.epochs,
+        limit = auto_batch_ceiling(GPU_BATCH_LIMIT, num_train * windows, config.epochs,
                                    machine.workers * machine.local_replicas, fine_tune=warm.used)
         # The trials compile as training will (XLA or not): memory differs between the two.
         xla, _ = choose_xla(config.xla, machine.gpu_majors, machine.replicas, config.deterministic)
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
                                                                   max(1, sample.densest_image_boxes), limit, xla))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
-                    warm_weights(warm) if warm.used else None)
+                    warm_weights(warm) if warm.used else None, windows)
 
 
 def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.distribute.Strategy) -> BuiltRun:
@@ -192,7 +200,8 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
         finish_in_step=on_accelerator() or plan.xla,
         workers=role.workers, worker_index=role.index,
-        box_floor=max(1, facts.shape.densest_image_boxes) if plan.xla else 0)
+        box_floor=max(1, facts.shape.densest_image_boxes) if plan.xla else 0,
+        tiled=facts.shape.model.tiled, tiles_per_photo=facts.windows_per_photo)
     multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
     if multi_worker:
         fit_across_workers(model)
