@@ -49,17 +49,25 @@ def make_shards(workdir: Path, photos: int, photo_size, object_size, objects) ->
 
 
 def run(shards: Path, out: Path, tile: str, epochs: int) -> dict:
-    from components.detector.artifacts import TrainConfigFile
+    """Train and evaluate one way; a run already in `out` (an earlier invocation with the same
+    --workdir) is reused, its CPU seconds then unknown (its wall seconds are recorded)."""
+    from components.detector.artifacts import CONFIG_FILE, TrainConfigFile
     from components.evaluate.evaluator import evaluate_detector
+    from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
     from components.train.trainer import TrainConfig, train_detector
 
-    started = time.process_time()
-    train_detector(TrainConfig(data_dir=str(shards), output_dir=str(out / "model"), epochs=epochs, tile=tile))
-    cpu = time.process_time() - started
+    cpu = None
+    if not (out / "eval" / METRICS_FILE).exists() or not (out / "model" / CONFIG_FILE).exists():
+        started = time.process_time()
+        # Without tiles the fitted shape refuses such boxes (PoorAnchors): trained anyway, to measure.
+        train_detector(TrainConfig(data_dir=str(shards), output_dir=str(out / "model"), epochs=epochs, tile=tile,
+                                   allow_poor_anchors=tile == "none"))
+        cpu = time.process_time() - started
+        evaluate_detector(str(out / "model"), str(shards), str(out / "eval"))
     written = TrainConfigFile.read(out / "model")
-    evaluated = evaluate_detector(str(out / "model"), str(shards), str(out / "eval"))
-    return {"tiling": written.result.get("decisions", {}).get("tiling", ""),
-            "tiled": written.tiling, "image_size": written.image_size, "cpu": cpu, "metrics": evaluated.metrics}
+    return {"tiling": written.result.get("decisions", {}).get("tiling", ""), "tiled": written.tiling,
+            "image_size": written.image_size, "cpu": cpu, "wall": written.result.get("seconds", float("nan")),
+            "metrics": EvalMetrics.read(out / "eval" / METRICS_FILE).metrics}
 
 
 def main() -> None:
@@ -80,12 +88,13 @@ def main() -> None:
           f"{args.object_size[0]}-{args.object_size[1]} px, {args.epochs} epochs; shards: {shards}")
     for tile, found in results.items():
         print(f"--tile {tile}: {found['tiling'] or 'whole photos'}")
-    print("| run | input | train CPU s | AP50 | mAP | AP75 | " + " | ".join(f"AP50 {c}" for c in classes) + " |")
-    print("|---|---|---|---|---|---|" + "---|" * len(classes))
+    print("| run | input | train CPU s | train wall s | AP50 | mAP | AP75 | " + " | ".join(f"AP50 {c}" for c in classes) + " |")
+    print("|---|---|---|---|---|---|---|" + "---|" * len(classes))
     for tile, found in results.items():
         m = found["metrics"]
         shape = f"tiles of {found['tiled'].tile}px" if found["tiled"] else f"whole, {found['image_size']}px"
-        print(f"| --tile {tile} | {shape} | {found['cpu']:.0f} | {m['AP50']:.3f} | {m['mAP']:.3f} | {m['AP75']:.3f} | "
+        cpu = "reused" if found["cpu"] is None else f"{found['cpu']:.0f}"
+        print(f"| --tile {tile} | {shape} | {cpu} | {found['wall']:.0f} | {m['AP50']:.3f} | {m['mAP']:.3f} | {m['AP75']:.3f} | "
               + " | ".join(f"{m.get(f'AP50/{c}', float('nan')):.3f}" for c in classes) + " |")
 
 
