@@ -8,7 +8,7 @@ photos (COCO figures in the photos' own pixels). Prints the tiling decision, AP5
 per-class AP50 and the training process's CPU seconds of each, in one run.
 
 Usage:
-    .venv/bin/python benchmarks/tiling.py [--photos 48] [--epochs 6] [--workdir DIR]
+    .venv/bin/python benchmarks/tiling.py [--photos 48] [--epochs N] [--workdir DIR]
         [--photo-size 1600,2400] [--object-size 10,24] [--objects 10,30]
 """
 
@@ -73,12 +73,15 @@ def run(shards: Path, out: Path, tile: str, epochs: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--photos", type=int, default=48, help="generated photos (a quarter go to val)")
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=None, help="default: train's (every default)")
     parser.add_argument("--photo-size", type=_pair, default=(1600, 2400), help="MIN,MAX side in pixels")
     parser.add_argument("--object-size", type=_pair, default=(10, 24), help="MIN,MAX object side in pixels")
     parser.add_argument("--objects", type=_pair, default=(10, 30), help="MIN,MAX objects per photo")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
+    from components.train.trainer import TrainConfig
+
+    args.epochs = args.epochs or TrainConfig.epochs
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-tiling-"))
     shards = make_shards(workdir, args.photos, args.photo_size, args.object_size, args.objects)

@@ -45,6 +45,48 @@ def test_a_tile_is_the_photo_s_pixels_at_full_resolution_and_its_boxes_follow(la
     assert seen_boxes > 0
 
 
+def test_a_box_a_tile_cuts_to_a_fragment_is_an_ignored_region_that_the_loss_skips():
+    from components.detector.model import ModelConfig, build_detector
+
+    # A 200 x 200 photo's window of its top-left 100 x 100: a box wholly inside, one with 60% of
+    # its area inside, one with 30% (a fragment), one outside.
+    boxes = tf.constant([[10, 10, 30, 30], [75, 70, 95, 120], [10, 70, 60, 170], [150, 150, 180, 180]],
+                        tf.float32) / 200.0
+    labels = tf.constant([1, 2, 3, 1], tf.int64)
+    moved, kept = augment.window_boxes(boxes, labels, tf.constant([0.0, 0.0]), tf.constant([0.5, 0.5]),
+                                       cut_label=augment.IGNORED)
+    assert kept.numpy().tolist() == [1, 2, augment.IGNORED, 0]
+    np.testing.assert_allclose(moved.numpy()[2] * 100, [10, 70, 60, 100], atol=1e-4)  # the fragment, clipped
+    # Whole photos (no cut_label) drop the fragment, as before.
+    assert augment.window_boxes(boxes, labels, tf.constant([0.0, 0.0]), tf.constant([0.5, 0.5]))[1].numpy(
+        ).tolist() == [1, 2, 0, 0]
+    # The fragment's 0-based label is KerasHub's ignore class: the anchors it matches are taught
+    # neither object nor background, the ones a dropped box matched become background.
+    targets = ip._targets(moved, kept, 128)
+    model = build_detector(ModelConfig(num_classes=3, image_size=128, backbone_filters=(64, 16, 16, 16)))
+    encoder = model.label_encoder
+    assert float(targets["labels"][2]) == encoder.ignore_class
+    images = tf.zeros([1, 128, 128, 3])
+
+    def anchor_classes(labels):
+        y = keras_box_format(model, targets["boxes"][None], 128)
+        return encoder(images=images, gt_boxes=y, gt_classes=labels[None])[1].numpy()[0]
+
+    with_fragment = anchor_classes(targets["labels"])
+    dropped = anchor_classes(tf.where(targets["labels"] == encoder.ignore_class, -1.0, targets["labels"]))
+    became_ignored = (with_fragment == encoder.ignore_class) & (dropped == encoder.background_class)
+    assert became_ignored.sum() > 0
+    assert ((with_fragment == dropped) | became_ignored).all()
+
+
+def keras_box_format(model, boxes, size):
+    import keras
+
+    return keras.utils.bounding_boxes.convert_format(boxes, source=model.bounding_box_format,
+                                                     target=model.label_encoder.bounding_box_format,
+                                                     height=size, width=size)
+
+
 def test_a_png_photo_is_cropped_as_a_jpeg_is(large_photo_shards):
     serialized = _records(large_photo_shards, 1)[0]
     photo = decode_rgb(parse_boxes(serialized, encoded=True)["encoded"])

@@ -30,6 +30,10 @@ from typing import NamedTuple
 import tensorflow as tf
 
 MIN_VISIBLE = 0.4  # keep a cropped box only if at least this share of its area is left
+# The 1-based label of an ignored region: the input pipeline's 0-based shift makes it -2,
+# KerasHub's RetinaNetLabelEncoder's `ignore_class`, whose anchors the loss skips (taught
+# neither object nor background).
+IGNORED = -1
 GREY = 127  # where a zoomed-out window lies outside the image
 FLIP, BRIGHTNESS, CONTRAST = range(3)  # what `draw` draws per image, in this order
 NO_DRAWS = (0.0, 0.0, 1.0)  # not flipped, no brightness shift, contrast factor 1
@@ -121,10 +125,12 @@ def scale_jitter(image: tf.Tensor, boxes: tf.Tensor, labels: tf.Tensor, strength
     return (fill_window(crop, window, size), *window_boxes(boxes, labels, window.origin, window.span))
 
 
-def window_boxes(boxes: tf.Tensor, labels: tf.Tensor, start: tf.Tensor,
-                 window: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def window_boxes(boxes: tf.Tensor, labels: tf.Tensor, start: tf.Tensor, window: tf.Tensor,
+                 cut_label: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     """Boxes in the coordinates of a window (`start`, `window`: (y, x) fractions of the
-    image), clipped to it; label 0 for boxes that keep less than `MIN_VISIBLE` of their area."""
+    image), clipped to it; label 0 for boxes outside it, and `cut_label` for boxes it cuts so
+    that less than `MIN_VISIBLE` of their area is left (0: dropped; `IGNORED`: an ignored
+    region, the tiled training's rule: a fragment is neither an object nor background)."""
     offset = tf.concat([start, start], 0)
     extent = tf.concat([window, window], 0)
     moved = (boxes - offset) / extent
@@ -132,7 +138,8 @@ def window_boxes(boxes: tf.Tensor, labels: tf.Tensor, start: tf.Tensor,
     area = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
     visible = (clipped[:, 2] - clipped[:, 0]) * (clipped[:, 3] - clipped[:, 1])
     kept = visible >= MIN_VISIBLE * tf.maximum(area, 1e-12)
-    return clipped, tf.where(kept, labels, tf.zeros_like(labels))
+    cut = (visible > 0) & (labels > 0)
+    return clipped, tf.where(kept, labels, tf.where(cut, tf.cast(cut_label, labels.dtype), tf.zeros_like(labels)))
 
 
 def draw(strength: float, flip: bool, flip_seed: tf.Tensor, photometric_seed: tf.Tensor) -> tf.Tensor:

@@ -67,7 +67,8 @@ def _calls(config: InputConfig) -> int:
 
 
 def _targets(boxes, labels, image_size: int) -> dict:
-    """Normalised boxes to pixels at the model size; 1-based labels to 0-based (0 becomes -1, padding)."""
+    """Normalised boxes to pixels at the model size; 1-based labels to 0-based (0 becomes -1, padding;
+    augment.IGNORED becomes -2, KerasHub's ignore class)."""
     return {"boxes": boxes * float(image_size), "labels": tf.cast(labels, tf.float32) - 1.0}
 
 
@@ -102,10 +103,13 @@ def _tile_window(serialized: tf.Tensor, config: InputConfig, seed: tf.Tensor):
         return window.corner, window.extent, window
 
     crop, window = decode_crop(example["encoded"], crop_of)
-    boxes, labels = augment.window_boxes(example["boxes"], example["labels"], window.origin, window.span)
+    # A box the window's border cuts to less than MIN_VISIBLE of its area is an ignored region:
+    # the part of an object left in a tile is no background to learn.
+    boxes, labels = augment.window_boxes(example["boxes"], example["labels"], window.origin, window.span,
+                                         cut_label=augment.IGNORED)
     # A tile holds few of a large photo's boxes: the rest would only pad every batch. One padding
     # row stays (label 0), so a batch of tiles without objects still has a box axis.
-    inside = labels > 0
+    inside = labels != 0
     boxes = tf.concat([tf.boolean_mask(boxes, inside), tf.zeros([1, 4])], 0)
     labels = tf.concat([tf.boolean_mask(labels, inside), tf.zeros([1], labels.dtype)], 0)
     return augment.fill_window(crop, window, size), boxes, labels
