@@ -115,8 +115,8 @@ KEY_FIGURES["validate-and-convert"] = lambda out: (f"{out.get('written', '?')} w
 
 
 def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: str, batch_size: str,
-          precision: str, xla: str, allow_poor_anchors: bool, box_loss: str, ema: bool, flip: bool, preset: str,
-          deterministic: bool, report: Output[Markdown], probe_json: Output[Artifact]) -> str:
+          precision: str, xla: str, allow_poor_anchors: bool, tile: str, box_loss: str, ema: bool, flip: bool,
+          preset: str, deterministic: bool, report: Output[Markdown], probe_json: Output[Artifact]) -> str:
     """Check the training machine (and read speed of the shards), and run a few steps of the
     real training there (the dry run); fails the run on FAIL. `probe_json` tells tune and
     train a starting batch, the precision and the parallelism. Returns the verdict."""
@@ -128,10 +128,10 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: 
     from components.train.config import TrainConfig
 
     logging.basicConfig(level=logging.INFO)
-    expect = Expectations.from_train_options(image_size, model_size, batch_size, data_dir=data.path)
+    expect = Expectations.from_train_options(image_size, model_size, batch_size, data_dir=data.path, tile=tile)
     dry_run = TrainConfig(data_dir=data.path, output_dir="", image_size=image_size, model_size=model_size,
-                          precision=precision, xla=xla, allow_poor_anchors=allow_poor_anchors, box_loss=box_loss,
-                          ema=ema, flip=flip, preset=preset or None, deterministic=deterministic)
+                          precision=precision, xla=xla, allow_poor_anchors=allow_poor_anchors, tile=tile,
+                          box_loss=box_loss, ema=ema, flip=flip, preset=preset or None, deterministic=deterministic)
     result = run_probe(require_gpu=require_gpu, data_dir=data.path, output_dir=str(Path(report.path).parent),
                        expect=expect, dry_run=dry_run)
     write_probe(result, Path(probe_json.path), Path(report.path))

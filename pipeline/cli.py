@@ -127,14 +127,15 @@ def cmd_probe(args) -> int:
     baseline = load_baseline(Path(args.baseline)) if args.baseline else None
     if args.dry_run and not args.data:
         raise UsageError("--dry-run trains on the shards: give --data too")
-    expect = Expectations.from_train_options(args.image_size, args.model_size, args.batch_size, data_dir=args.data)
+    expect = Expectations.from_train_options(args.image_size, args.model_size, args.batch_size, data_dir=args.data,
+                                             tile=args.tile)
     dry_run = None
     if args.dry_run:
         from components.train.config import TrainConfig
 
         dry_run = TrainConfig(data_dir=args.data, output_dir="", image_size=args.image_size,
                               model_size=args.model_size, precision=args.precision, xla=args.xla,
-                              allow_poor_anchors=args.allow_poor_anchors)
+                              allow_poor_anchors=args.allow_poor_anchors, tile=args.tile)
     result = run_probe(require_gpu=args.require_gpu, data_dir=args.data, expect=expect, baseline=baseline,
                        dry_run=dry_run)
     write_probe(result, Path(args.json) if args.json else None, None)
@@ -248,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--xla", **declared("xla", help="XLA choice the dry run trains with (default %(default)s)"))
     p.add_argument("--allow-poor-anchors", action="store_true",
                    help="let the dry run train when few boxes can match an anchor, as `train --allow-poor-anchors`")
+    p.add_argument("--tile", **declared("tile", help="tiles the memory check, the input rate and the dry run assume, "
+                                                   "as `train --tile` (default %(default)s)"))
     p.set_defaults(func=cmd_probe)
 
     add_train_commands(sub)

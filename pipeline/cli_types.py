@@ -66,6 +66,17 @@ def image_size_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
 
 
+def tile_arg(value: str) -> str:
+    """auto, none or SIZE[:OVERLAP] (tile_choice.parse_tile), kept as a string (the pipeline parameter's type)."""
+    from components.detector.tile_choice import parse_tile
+
+    try:
+        parse_tile(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
 class DetpipeParser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (the command, the problem, where help is)."""
 

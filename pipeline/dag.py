@@ -108,8 +108,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         dataset = data.outputs["dataset"]
         probe = steps.probe(data=dataset, require_gpu=p.require_gpu, image_size=p.image_size,
                             model_size=p.model_size, batch_size=p.batch_size, precision=p.precision, xla=p.xla,
-                            allow_poor_anchors=p.allow_poor_anchors, box_loss=p.box_loss, ema=p.ema, flip=p.flip,
-                            preset=p.preset, deterministic=p.deterministic)
+                            allow_poor_anchors=p.allow_poor_anchors, tile=p.tile, box_loss=p.box_loss, ema=p.ema,
+                            flip=p.flip, preset=p.preset, deterministic=p.deterministic)
         probe.set_caching_options(False)  # the machine may differ from one run to the next
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]

@@ -35,6 +35,7 @@ class RunSummary:
     metrics: dict
     per_class: list[tuple[str, float, float]]  # (class, AP@[.5:.95], AP50), weakest AP50 first
     cap_warning: str | None  # the detection cap decided most val images
+    prediction: str | None  # what predicting the val photos cost (metrics_file.PredictionCost.line)
     saved_model: Path
     version: str
     comparison: str  # the champion comparison and the decision, one line
@@ -47,7 +48,7 @@ class RunSummary:
             f"probe: {self.probe_verdict}",
             f"training: {self.images_per_second:.1f} images/s, started {self.started}",
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
-            f"AP75 {self.metrics['AP75']:.3f}",
+            f"AP75 {self.metrics['AP75']:.3f}" + (f"; prediction: {self.prediction}" if self.prediction else ""),
             "per class (AP@[.5:.95] / AP50): " + ", ".join(
                 f"{name} {ap:.3f} / {ap50:.3f}" for name, ap, ap50 in self.per_class[:PER_CLASS_SHOWN])
             + (f", ... ({len(self.per_class) - PER_CLASS_SHOWN} more in the report)"
@@ -87,6 +88,7 @@ def summarise(run_dir: Path) -> RunSummary:
         per_class=sorted(((name, ap, metrics.per_class_ap50.get(name, -1.0)) for name, ap in metrics.per_class.items()),
                          key=lambda row: (row[2], row[0])),
         cap_warning=metrics.cap.warning(metrics.num_images) if metrics.cap else None,
+        prediction=metrics.prediction.line() if metrics.prediction else None,
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
         report=_top_level_report(run_dir),

@@ -17,7 +17,6 @@ from beam.options import FORMATS, ConvertOptions, GateOptions
 from beam.record_checks import BAD_BOX_MODES, CheckOptions
 from components.detector.box_losses import BOX_LOSSES
 from components.detector.precision import PRECISIONS, XLA_MODES
-from components.detector.tile_choice import TILE_MODES
 from components.registry.decision import RULES, PromotionRule
 from components.registry.registry import DEFAULT_MODEL_NAME
 from components.train.config import TrainConfig
@@ -88,8 +87,9 @@ PARAMS: tuple[Param, ...] = (
     Param("image_size", str, TrainConfig.image_size, "Square model input in pixels, or auto: fitted to the training boxes "
           "(with the pyramid levels and anchors).", cli_type=cli_types.image_size_arg),
     Param("tile", str, TrainConfig.tile, "auto: large photos whose small objects a resize would lose are trained "
-          "and answered in tiles at full resolution (with --image-size auto); none: whole photos.",
-          choices=TILE_MODES),
+          "and answered in tiles at full resolution (with --image-size auto); none: whole photos; SIZE[:OVERLAP]: "
+          "tiles of SIZE px (the model's input), overlapping by OVERLAP px (default: the large boxes' side).",
+          cli_type=cli_types.tile_arg),
     Param("allow_poor_anchors", bool, TrainConfig.allow_poor_anchors, "Train (and tune) even when, after fitting the input size, levels "
           "and anchors, fewer than 75% of some class's training boxes can match an anchor (tiny objects in large "
           "images); the train report warns. A larger image_size is the better fix."),

@@ -54,6 +54,8 @@ def test_evaluation_of_any_val_size_gives_finite_metrics_and_one_list_per_image(
     saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert saved["num_images"] == size and all(math.isfinite(v) for v in saved["metrics"].values())
     assert "AP/raccoon" in saved["metrics"]
+    # whole photos: one model input per photo
+    assert saved["prediction"]["photos"] == saved["prediction"]["inputs"] == size and not saved["prediction"]["tiled"]
     model, config = load_trained(str(raccoon_model))
     truths, detections = predict_split(model, str(data), config.image_size)
     assert len(truths) == len(detections) == size

@@ -365,3 +365,18 @@ def test_the_dry_run_names_a_fix_for_each_kind_of_failure():
     assert "--precision float32" in fix_for(AttributeError("'LossScaleOptimizer' object has no attribute 'x'"))
     assert "--image-size" in fix_for(type("ResourceExhaustedError", (Exception,), {})("OOM when allocating"))
     assert "run `detpipe train` here" in fix_for(KeyError("something else"))
+
+
+def test_the_probe_assumes_the_tiles_training_will_take(large_photo_shards):
+    """Large photos with small objects: the memory check assumes the tile as the input, and the
+    input rate times windows of the photos at full resolution, as training takes them."""
+    from components.probe.training_rate import measure_input_rate
+
+    tiled = Expectations.from_train_options("auto", "tiny", "auto", data_dir=str(large_photo_shards), on_gpu=False,
+                                            tile="auto")
+    whole = Expectations.from_train_options("auto", "tiny", "auto", data_dir=str(large_photo_shards), on_gpu=False,
+                                            tile="none")
+    assert tiled.model().tiled and not whole.model().tiled
+    assert "auto: tiles of" in tiled.shape and "tiles of" not in whole.shape
+    rate = measure_input_rate(str(large_photo_shards), tiled.model().image_size, 4, seconds=0.5, tiled=True)
+    assert rate.images_per_second > 0 and "tiles of the train photos at full resolution" in rate.source

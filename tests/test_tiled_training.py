@@ -188,3 +188,11 @@ def test_training_on_large_photos_with_small_objects_tiles_them_and_evaluates_wh
     assert evaluated.num_images == count_records(str(large_photo_shards), "val") > 0
     for truth, found in zip(evaluated.truths, evaluated.detections):
         assert truth.height >= 700 and all(0.0 <= v <= 1.0 for box in found.boxes for v in box)
+    # The cost shown: each val photo's tiles counted, the prediction pass timed, in the evaluation report.
+    from components.detector.tile_choice import tiles_per_photo
+    from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
+
+    cost = EvalMetrics.read(tmp_path / "eval" / METRICS_FILE).prediction
+    assert cost.tiled and cost.photos == evaluated.num_images and cost.seconds > 0
+    assert cost.inputs == sum(tiles_per_photo(written.tiling, t.height, t.width) for t in evaluated.truths)
+    assert cost.line() in (tmp_path / "eval" / "eval_report.md").read_text()

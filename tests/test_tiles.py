@@ -158,7 +158,35 @@ def test_the_fitted_shape_of_large_photos_with_small_objects_is_tiled_and_fits_a
     # (whole photos shrink them to about 5 px); the anchors are fitted to those sizes.
     assert 9 <= tiled.smallest_box_px <= 16 and tiled.smallest_box_px >= 1.5 * whole.smallest_box_px
     assert tiled.coverage >= 0.75
-    # A pinned size keeps whole photos; other --tile values are not built yet.
+    # A pinned size keeps whole photos.
     assert not fit_shape(sample, base, 512, on_gpu=False, tile="auto", allow_poor_anchors=True).model.tiled
-    with pytest.raises(NotImplementedError):
-        fit_shape(sample, base, "auto", on_gpu=False, tile="512:64")
+
+
+def test_a_given_tile_size_and_overlap_are_taken_as_given(large_photo_shards):
+    from components.detector.fitted_shape import fit_shape, read_box_sample
+    from components.detector.model import model_config_for
+    from components.detector.tile_choice import Tiling
+
+    sample = read_box_sample(str(large_photo_shards))
+    base = model_config_for("tiny", 128, 4)
+    auto = fit_shape(sample, base, "auto", on_gpu=False, tile="auto").model.tiling
+    given = fit_shape(sample, base, "auto", on_gpu=False, tile="256:40")
+    assert given.model.tiling == Tiling(256, 40) and given.model.image_size == 256
+    assert given.decisions["tiling"].startswith("256:40: given with --tile: tiles of 256px")
+    # Without an overlap, auto's rule picks it from the boxes; a size equal to --image-size is no conflict.
+    assert fit_shape(sample, base, "320", on_gpu=False, tile="320").model.tiling == Tiling(320, auto.overlap)
+    with pytest.raises(ValueError, match="leave --image-size auto"):
+        fit_shape(sample, base, 512, on_gpu=False, tile="256")
+
+
+@pytest.mark.parametrize("value, problem", [("big", "auto, none or SIZE"), ("100", "multiple of 32"),
+                                            ("32", "at least 64"), ("256:200", "0 to half the tile"),
+                                            ("256:-8", "0 to half the tile"), ("256:x", "auto, none or SIZE")])
+def test_a_bad_tile_option_is_one_line_saying_what_is_wrong(value, problem):
+    import argparse
+
+    from pipeline.cli_types import tile_arg
+
+    with pytest.raises(argparse.ArgumentTypeError, match=problem):
+        tile_arg(value)
+    assert tile_arg("512:0") == "512:0" and tile_arg("none") == "none"

@@ -19,7 +19,7 @@ from components.detector.geometry import (FAIL_COVERAGE, FIXED_SIZE, FIXED_SPEC,
                                           CostModel, best_anchor_iou, choose_image_size, choose_max_detections,
                                           coverage, fit_anchors, size_cap)
 from components.detector.model import ModelConfig, model_config_for
-from components.detector.tile_choice import TILE_MODES, choose_tiling, tile_box_sample
+from components.detector.tile_choice import choose_tiling, given_tiling, parse_tile, tile_box_sample
 
 logger = logging.getLogger(__name__)
 
@@ -85,15 +85,20 @@ def fit_shape(sample: BoxSample, base: ModelConfig, image_size: int | str, on_gp
     `image_size` is "auto"), levels and anchors fitted to `sample`. Raises PoorAnchors
     when fewer than FAIL_COVERAGE of the boxes (of any class) can match an anchor, unless allowed.
     With `tile` "auto" and an "auto" size, large photos with small objects are seen in tiles at
-    full resolution when `tile_choice.choose_tiling` says so: the input size is the tile, and the
-    anchors are fitted to the boxes as the tiles hold them."""
+    full resolution when `tile_choice.choose_tiling` says so (with `tile` "SIZE[:OVERLAP]", always):
+    the input size is the tile, and the anchors are fitted to the boxes as the tiles hold them."""
     decisions = {}
     tiling = None
-    if tile == "auto" and image_size == "auto":
+    given = parse_tile(tile)
+    if given is not None:
+        if image_size not in ("auto", given[0], str(given[0])):
+            raise ValueError(f"--tile {tile} makes the model's input the {given[0]}px tile: leave --image-size auto "
+                             f"(it is {image_size})")
+        tiling, why = given_tiling(sample, *given)
+        decisions["tiling"] = f"{tile}: given with --tile: {why}"
+    elif tile == "auto" and image_size == "auto":  # auto with a pinned --image-size: whole photos, as asked
         tiling, why = choose_tiling(sample, on_gpu)
         decisions["tiling"] = f"auto: {why}"
-    elif tile not in TILE_MODES:  # auto with a pinned --image-size: whole photos, as asked
-        raise NotImplementedError(f"--tile {tile}: only auto (with --image-size auto) and none are built")
     if tiling is not None:
         sample = tile_box_sample(sample, tiling)
         size = tiling.tile
@@ -185,13 +190,13 @@ def gpu_visible() -> bool:
 
 
 def shape_for_data(data_dir: str, model_size: str, num_classes: int, image_size: int | str, on_gpu: bool,
-                   preset: str | None = None, allow_poor_anchors: bool = False) -> FittedShape:
+                   preset: str | None = None, allow_poor_anchors: bool = False, tile: str = "none") -> FittedShape:
     """`fit_shape` of the model size's (or preset's) detector on the train split of the
     shards in `data_dir`."""
     from beam.contract.label_map import read_dataset_label_map
 
     sample = read_box_sample(data_dir, label_map=read_dataset_label_map(data_dir))
-    return shape_for_sample(sample, model_size, num_classes, image_size, on_gpu, preset, allow_poor_anchors)
+    return shape_for_sample(sample, model_size, num_classes, image_size, on_gpu, preset, allow_poor_anchors, tile)
 
 
 def shape_for_sample(sample: BoxSample, model_size: str, num_classes: int, image_size: int | str, on_gpu: bool,

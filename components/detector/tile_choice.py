@@ -39,7 +39,7 @@ import numpy as np
 from components.detector.geometry import (SIZE_BUDGET, SIZE_STEP, SMALL_BOX_PERCENTILE, SMALLEST_ANCHOR_PX, BoxSample,
                                           small_sides)
 
-TILE_MODES = ("auto", "none")  # --tile: decided from the boxes, or whole photos
+TILE_MODES = ("auto", "none")  # --tile: decided from the boxes, or whole photos (or SIZE[:OVERLAP]: parse_tile)
 MIN_TILING_GAIN = 1.5  # tile only when full resolution makes the small boxes at least this much larger
 LARGE_BOX_PERCENTILE = 99  # the overlap holds boxes up to this percentile of the longer side whole
 BORDER_MARGIN = 2.0  # pixels: a box edge this close to a tile's inner border touches it (tiles.py)
@@ -104,18 +104,61 @@ def choose_tiling(sample: BoxSample, on_gpu: bool) -> tuple[Tiling | None, str]:
                       f"anchor ({SMALLEST_ANCHOR_PX}px), but only {native:.1f}px at full resolution: tiles would not "
                       f"enlarge it {MIN_TILING_GAIN:g}x")
     tile = max(SIZE_STEP, int(min(SIZE_BUDGET[device], median_short) // SIZE_STEP) * SIZE_STEP)
+    tiling, holds = _with_overlap(pixels, tile)
+    return tiling, (f"tiles of {tile}px at full resolution, overlapping by {tiling.overlap}px: {small} would be "
+                    f"{at_whole:.1f}px at a {whole_size:.0f}px input, under the smallest anchor "
+                    f"({SMALLEST_ANCHOR_PX}px), and is {native:.1f}px at full resolution; {holds}; "
+                    f"a median photo takes {windows_per_photo(sample, tiling)} tiles")
+
+
+def _with_overlap(pixels: np.ndarray, tile: int) -> tuple[Tiling, str]:
+    """Tiles of `tile` px overlapping by the large boxes' side (`LARGE_BOX_PERCENTILE` of the
+    boxes' longer side in `pixels`) plus the merge's margin on both ends, at most half a tile."""
     large = float(np.percentile(pixels.max(axis=1), LARGE_BOX_PERCENTILE))
     wanted = int(math.ceil((large + 2 * BORDER_MARGIN) / OVERLAP_STEP) * OVERLAP_STEP)
     overlap = min(wanted, tile // 2)
-    tiling = Tiling(tile=tile, overlap=overlap)
     capped = "" if overlap == wanted else (
         f"; capped at half a tile, so boxes above {overlap - 2 * BORDER_MARGIN:.0f}px may lie whole in no tile")
-    count = tiles_per_photo(tiling, int(np.median(shapes[:, 0])), int(np.median(shapes[:, 1])))
-    return tiling, (f"tiles of {tile}px at full resolution, overlapping by {overlap}px: {small} would be "
-                    f"{at_whole:.1f}px at a {whole_size:.0f}px input, under the smallest anchor "
-                    f"({SMALLEST_ANCHOR_PX}px), and is {native:.1f}px at full resolution; the overlap holds the "
-                    f"{LARGE_BOX_PERCENTILE}th percentile of the longer box side ({large:.0f}px) whole{capped}; "
-                    f"a median photo takes {count} tiles")
+    return Tiling(tile=tile, overlap=overlap), (f"the overlap holds the {LARGE_BOX_PERCENTILE}th percentile of the "
+                                                f"longer box side ({large:.0f}px) whole{capped}")
+
+
+def parse_tile(value: str) -> tuple[int, int | None] | None:
+    """`--tile SIZE[:OVERLAP]` → (SIZE, OVERLAP, None when left to the boxes); None for the
+    modes (auto, none). Raises ValueError saying what is wrong.
+
+    >>> parse_tile("auto"), parse_tile("640"), parse_tile("640:64")
+    (None, (640, None), (640, 64))
+    """
+    if value in TILE_MODES:
+        return None
+    text, _, overlap_text = str(value).partition(":")
+    try:
+        size, overlap = int(text), (int(overlap_text) if overlap_text else None)
+    except ValueError:
+        raise ValueError(f"--tile {value!r}: give auto, none or SIZE[:OVERLAP] in pixels (e.g. 640 or 640:64)") \
+            from None
+    if size < 2 * SIZE_STEP or size % SIZE_STEP:
+        raise ValueError(f"--tile {value}: the tile SIZE is the model's input: a multiple of {SIZE_STEP} px, at "
+                         f"least {2 * SIZE_STEP}")
+    if overlap is not None and not 0 <= overlap <= size // 2:
+        raise ValueError(f"--tile {value}: the OVERLAP must be 0 to half the tile ({size // 2} px)")
+    return size, overlap
+
+
+def given_tiling(sample: BoxSample, size: int, overlap: int | None) -> tuple[Tiling, str]:
+    """The tiling `--tile SIZE[:OVERLAP]` asks for (the overlap, when not given, as auto picks
+    it: from the large boxes), and what it means."""
+    if overlap is None:
+        pixels = box_pixel_hw(sample)
+        if pixels is None or not len(pixels):
+            raise ValueError(f"--tile {size}: no training boxes with their photos' sizes to choose the overlap "
+                             f"from; give it (--tile {size}:OVERLAP)")
+        tiling, holds = _with_overlap(pixels, size)
+    else:
+        tiling, holds = Tiling(tile=size, overlap=overlap), "the overlap given"
+    count = "" if sample.image_shapes is None else f"; a median photo takes {windows_per_photo(sample, tiling)} tiles"
+    return tiling, f"tiles of {size}px at full resolution, overlapping by {tiling.overlap}px ({holds}){count}"
 
 
 def windows_per_photo(sample: BoxSample, tiling: Tiling) -> int:

@@ -23,10 +23,10 @@ from components.detector.artifacts import load_trained
 from components.detector.detect import BatchDetector
 from components.detector.geometry import COCO_MAX_DETECTIONS
 from components.detector.records import eval_examples, read_records, shard_files, to_model_image
-from components.detector.tile_choice import Tiling
+from components.detector.tile_choice import Tiling, tiles_per_photo
 from components.detector.tiles import TiledDetector
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
-from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate
+from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate, PredictionCost
 from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
 from components.evaluate.threshold import best_f1_threshold
 
@@ -135,9 +135,15 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     if moved:
         raise ValueError(f"class ids differ between the model and the data ({', '.join(moved[:5])}): build the data "
                          "with the model's label map (data build --label-map, from the model's train_config.json)")
+    predicting = time.monotonic()
     truths, detections = predict_split(model, data_dir, config.image_size, tiling=config.tiling)
     if not truths:
         raise ValueError(f"the val split in {data_dir} has no records")
+    tiling = config.tiling
+    prediction = PredictionCost(
+        photos=len(truths), seconds=round(time.monotonic() - predicting, 2), input_size=config.image_size,
+        inputs=sum(tiles_per_photo(tiling, t.height, t.width) for t in truths) if tiling else len(truths),
+        tiled=tiling is not None)
     metrics = coco_box_metrics(truths, detections, names)
     threshold = best_f1_threshold(truths, detections)  # the exported model's default
     passed = metrics["mAP"] >= min_map
@@ -147,7 +153,7 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     cap = DetectionCap(config.max_detections, sum(
         1 for d in detections if sum(score >= threshold.score for score in d.scores) >= config.max_detections))
     measured = EvalMetrics(metrics, len(truths), Gate(min_map, passed), threshold, round(time.monotonic() - started, 1),
-                           cap)
+                           cap, prediction)
     cap_warning = cap.warning(len(truths))
     if cap_warning:
         logger.warning("%s", cap_warning)
@@ -184,6 +190,8 @@ def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str], worst: l
     lines += ["", f"Default score threshold for the exported model: {threshold.score:.3f} (the highest F1 at IoU "
                   f"{threshold.iou}: F1 {threshold.f1:.3f}, precision {threshold.precision:.3f}, "
                   f"recall {threshold.recall:.3f})."]
+    if measured.prediction:
+        lines += ["", f"Prediction: {measured.prediction.line()}."]
     for title, name in pictures.items():
         lines += ["", f"## {title}", "", f"![{title}]({name})"]
         if name == GALLERY_FILE and worst:

@@ -66,11 +66,12 @@ class Expectations:
 
     @classmethod
     def from_train_options(cls, image_size: int | str, model_size: str, batch_size: str,
-                           data_dir: str | None = None, on_gpu: bool | None = None) -> "Expectations":
+                           data_dir: str | None = None, on_gpu: bool | None = None,
+                           tile: str = "none") -> "Expectations":
         """From the train step's options, where the batch size is a number or 'auto', and
         the classes of the shards in `data_dir` when given. With data, the model's shape is
-        fitted to the train boxes as training will fit it (`image_size` a number or 'auto');
-        without, 'auto' stands for the fixed 128 px shape."""
+        fitted to the train boxes as training will fit it (`image_size` a number or 'auto', in
+        tiles as `tile` says); without, 'auto' stands for the fixed 128 px shape."""
         image_size, batch_size = number_or_auto(image_size, "image_size"), number_or_auto(batch_size, "batch_size")
         batch = None if batch_size == "auto" else batch_size
         if not data_dir:
@@ -82,11 +83,12 @@ class Expectations:
         num_classes = num_class_slots(read_dataset_label_map(data_dir))
         fitted = shape_for_data(data_dir, model_size, num_classes, image_size,
                                 gpu_visible() if on_gpu is None else on_gpu,
-                                allow_poor_anchors=True)  # the probe reports; training refuses
+                                allow_poor_anchors=True, tile=tile)  # the probe reports; training refuses
         m = fitted.model
         return cls(image_size=m.image_size, model_size=model_size, num_classes=num_classes, batch_size=batch,
                    model_config=m, boxes_per_image=max(1, fitted.densest_image_boxes),
-                   shape=f"{m.image_size}px, P{m.min_level}-P{m.max_level} ({fitted.decisions['image_size']})")
+                   shape=f"{m.image_size}px, P{m.min_level}-P{m.max_level} ({fitted.decisions['image_size']})"
+                   + (f"; {fitted.decisions['tiling']}" if m.tiled else ""))
 
 
 def _version(text) -> tuple[int, ...]:

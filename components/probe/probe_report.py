@@ -77,7 +77,8 @@ def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir
         from components.probe.training_rate import measure_input_rate
 
         try:
-            made = measure_input_rate(shards, expect.model().image_size, batch)
+            model = expect.model()
+            made = measure_input_rate(shards, model.image_size, batch, tiled=model.tiled)
             expect = replace(expect, input_images_per_second=made.images_per_second, input_source=made.source)
         except FileNotFoundError:  # no train split to time (storage timed what there is)
             pass

@@ -54,15 +54,17 @@ def measure_training_rate(model_config, batch: int, boxes_per_image: int = 1) ->
                               + ") on this machine")
 
 
-def measure_input_rate(data_dir: str, image_size: int, batch: int, seconds: float = INPUT_SECONDS) -> TrainingRate:
+def measure_input_rate(data_dir: str, image_size: int, batch: int, seconds: float = INPUT_SECONDS,
+                       tiled: bool = False) -> TrainingRate:
     """Images/s of the training input pipeline (`train_dataset`, augmentation as training does
-    it) on the train shards of `data_dir` at `image_size`, for about `seconds` after a warm-up."""
+    it) on the train shards of `data_dir` at `image_size` (windows of the photos at full
+    resolution when `tiled`), for about `seconds` after a warm-up."""
     import time
 
     from components.train.input_pipeline import InputConfig, on_accelerator, train_dataset
 
     # Where training does the flip and photometric jitter: in the step on a GPU, on the host on a CPU.
-    config = InputConfig(image_size=image_size, batch_size=batch, finish_in_step=on_accelerator())
+    config = InputConfig(image_size=image_size, batch_size=batch, finish_in_step=on_accelerator(), tiled=tiled)
     batches = iter(train_dataset(data_dir, config))
     for _ in range(INPUT_WARMUP_BATCHES):
         next(batches)
@@ -71,5 +73,6 @@ def measure_input_rate(data_dir: str, image_size: int, batch: int, seconds: floa
         next(batches)
         count += batch
     rate = count / (time.perf_counter() - started)
-    return TrainingRate(rate, f"measured: {count} images of the train shards in batches of {batch} at "
-                              f"{image_size} px, decoded and augmented as training does on this machine")
+    what = "tiles of the train photos at full resolution" if tiled else "images of the train shards"
+    return TrainingRate(rate, f"measured: {count} {what} in batches of {batch} at {image_size} px, decoded and "
+                              f"augmented as training does on this machine")

@@ -149,7 +149,8 @@ def evaluation_section(evaluation_dir: str | Path) -> dict | None:
                 if (folder / name).is_file()]
     return {"summary": metrics.summary, "per_class": metrics.per_class, "per_class_ap50": metrics.per_class_ap50,
             "num_images": metrics.num_images, "threshold": metrics.threshold, "pictures": pictures,
-            "cap_warning": metrics.cap.warning(metrics.num_images) if metrics.cap else None}
+            "cap_warning": metrics.cap.warning(metrics.num_images) if metrics.cap else None,
+            "prediction": metrics.prediction.line() if metrics.prediction else None}
 
 
 def comparison_section(decision_json: str | Path) -> dict | None:
