@@ -97,7 +97,7 @@ def test_a_png_photo_is_cropped_as_a_jpeg_is(large_photo_shards):
 
 
 def test_tiled_batches_hold_several_photos_windows_at_the_model_size(large_photo_shards):
-    config = ip.InputConfig(image_size=192, batch_size=4, tiled=True, tiles_per_photo=3, augment_strength=0.5,
+    config = ip.InputConfig(image_size=192, batch_size=4, tiled=True, windows_per_photo=3, augment_strength=0.5,
                             deterministic=True)
     for (images, draws), targets in ip.train_dataset(str(large_photo_shards), config).take(3):
         assert images.shape == (4, 192, 192, 3) and images.dtype == tf.uint8

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from components.detector.tile_choice import Tiling
+from components.detector.tile_choice import tiles_along
 from components.detector.tiles import PAD_GREY, cut_tiles, detect_tiled, merge_tile_detections, tile_starts
 
 
@@ -14,6 +15,7 @@ from components.detector.tiles import PAD_GREY, cut_tiles, detect_tiled, merge_t
                                                   (641, 640, 639), (37, 64, 8), (2000, 320, 160)])
 def test_tiles_cover_the_side_overlapping_by_at_least_the_overlap_with_the_fewest_tiles(length, tile, overlap):
     starts = tile_starts(length, tile, overlap).numpy()
+    assert len(starts) == tiles_along(length, tile, overlap)  # the count tile_choice plans with
     assert starts[0] == 0 and starts[-1] == max(length - tile, 0)
     assert (np.diff(starts) > 0).all()
     assert (tile - np.diff(starts) >= overlap).all()  # neighbours share at least `overlap` pixels

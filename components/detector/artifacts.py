@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from components.detector.tile_choice import Tiling
+from components.detector.tile_choice import Tiling, model_tiling
 
 MODEL_FILE = "model.keras"
 CONFIG_FILE = "train_config.json"  # model config, label map, training options and result
@@ -51,7 +51,7 @@ class TrainConfigFile:
     def tiling(self) -> Tiling | None:
         """How the model sees photos: tile_choice.Tiling, or None for whole photos (also for a
         model trained before tiles existed)."""
-        return Tiling(self.image_size, self.model.get("tile_overlap", 0)) if self.model.get("tiled") else None
+        return model_tiling(self.image_size, self.model.get("tiled", False), self.model.get("tile_overlap", 0))
 
     @property
     def images_per_second(self) -> float:

@@ -99,9 +99,9 @@ def fit_shape(sample: BoxSample, base: ModelConfig, image_size: int | str, on_gp
     elif tile == "auto" and image_size == "auto":  # auto with a pinned --image-size: whole photos, as asked
         tiling, why = choose_tiling(sample, on_gpu)
         decisions["tiling"] = f"auto: {why}"
-    if tiling is not None:
+    if tiling is not None:  # the size is the tile's; a search over sizes would change the tiles
         sample = tile_box_sample(sample, tiling)
-        size = tiling.tile
+        image_size = size = tiling.tile
         decisions["image_size"] = f"{size}: the tile (see tiling)"
     elif image_size == "auto":
         size, decisions["image_size"] = choose_image_size(sample, on_gpu)
@@ -111,8 +111,6 @@ def fit_shape(sample: BoxSample, base: ModelConfig, image_size: int | str, on_gp
         decisions["image_size"] = f"{size}: given with --image-size"
     preset = base.extra.get("preset")
     fixed_levels = (base.min_level, base.max_level) if preset else None
-    if tiling is not None:  # the size is the tile's; a search over sizes would change the tiles
-        image_size = size
     costs = cost_model(base)
     groups = sample.classes()
     fit = fit_anchors(sample.boxes * size, size, costs, fixed_levels, groups)

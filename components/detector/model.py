@@ -22,7 +22,7 @@ from components.detector.retinanet import (
     NarrowRetinaNetBackbone,
     NarrowRetinaNetObjectDetector,
 )
-from components.detector.tile_choice import Tiling
+from components.detector.tile_choice import Tiling, model_tiling
 
 # Pixel box format used between the input pipeline, the model and the evaluator.
 BOX_FORMAT = "yxyx"
@@ -54,7 +54,7 @@ class ModelConfig:
 
     @property
     def tiling(self) -> Tiling | None:
-        return Tiling(self.image_size, self.tile_overlap) if self.tiled else None
+        return model_tiling(self.image_size, self.tiled, self.tile_overlap)
 
     def to_dict(self) -> dict:
         return asdict(self)

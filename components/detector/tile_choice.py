@@ -60,6 +60,12 @@ class Tiling:
                              f"overlap {self.overlap}")
 
 
+def model_tiling(image_size: int, tiled: bool, overlap: int) -> Tiling | None:
+    """A model config's tiling (ModelConfig, train_config.json): tiles of its input size, or
+    None for whole photos."""
+    return Tiling(image_size, overlap) if tiled else None
+
+
 def tiles_along(length: int, tile: int, overlap: int) -> int:
     """How many tiles cover a side of `length` pixels (tiles.tile_starts lays them out)."""
     return (max(length - tile, 0) + tile - overlap - 1) // (tile - overlap) + 1

@@ -55,11 +55,11 @@ class InputConfig:
     box_floor: int = 0
     # Large photos with small objects (components/detector/tile_choice.py): train on windows of
     # `image_size` pixels of the photo at full resolution (a tile, scale-jittered), decoding only
-    # that window of a JPEG, rather than on the whole photo resized; `tiles_per_photo` windows of
+    # that window of a JPEG, rather than on the whole photo resized; `windows_per_photo` windows of
     # each photo per pass, from `batch_size` photos at a time (so one pass sees about the tiles
     # the photos hold, and a batch holds windows of different photos).
     tiled: bool = False
-    tiles_per_photo: int = 1
+    windows_per_photo: int = 1
 
 
 def _calls(config: InputConfig) -> int:
@@ -243,8 +243,8 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     # Skipping raw records (before decoding) is cheap; with a seeded, deterministic
     # pipeline it puts a resumed run exactly where the killed one stopped.
     ds = ds.shuffle(config.shuffle_buffer, seed=config.seed).repeat()
-    if config.tiled and config.tiles_per_photo > 1:  # each photo k times, photos interleaved a batch at a time
-        copies = config.tiles_per_photo
+    if config.tiled and config.windows_per_photo > 1:  # each photo k times, photos interleaved a batch at a time
+        copies = config.windows_per_photo
         ds = ds.interleave(lambda record: tf.data.Dataset.from_tensors(record).repeat(copies),
                            cycle_length=config.batch_size, block_length=1, deterministic=True)
     ds = ds.skip(skip)

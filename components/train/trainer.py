@@ -201,7 +201,7 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         finish_in_step=on_accelerator() or plan.xla,
         workers=role.workers, worker_index=role.index,
         box_floor=max(1, facts.shape.densest_image_boxes) if plan.xla else 0,
-        tiled=facts.shape.model.tiled, tiles_per_photo=facts.windows_per_photo)
+        tiled=facts.shape.model.tiled, windows_per_photo=facts.windows_per_photo)
     multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
     if multi_worker:
         fit_across_workers(model)
