@@ -273,6 +273,10 @@ def _finish(options: ConvertOptions, sources: list, started: float,
                                                              sum(facts["boxes_written"].values()))
     anomalies = dataset_problems(out, label_map, written, sum(images_rejected.values()), len(sources), options.gates,
                                  found)
+    # The photos in tiles as training would cut them (one read of a tiled dataset's boxes).
+    from components.detector.tile_counts import count_tiles
+
+    tiles = count_tiles(out, options.tile)
     manifest = Manifest(
         format=options.format,
         records_in=len(sources),
@@ -287,6 +291,7 @@ def _finish(options: ConvertOptions, sources: list, started: float,
         # Images with an EXIF orientation: written upright (applied) or as stored (ignored).
         exif_orientation={"mode": options.exif, **facts["exif_orientation"]},
         converted_formats=dict(sorted(facts["converted_formats"].items())),
+        tiles=tiles,
         num_classes=len(label_map),
         shards=shards,
         anomalies=anomalies,

@@ -64,6 +64,7 @@ def validate_and_convert(
     allow_new_classes: bool,
     drift_threshold: float,
     exif: str,
+    tile: str,
     data_runner: str,
     beam_options: str,
     sdk_container_image: str,
@@ -94,7 +95,7 @@ def validate_and_convert(
             images=images, annotations=annotations, output=dataset.path, format=data_format,
             val_fraction=val_fraction, split_file=split_file or None, val_annotations=val_annotations or None,
             val_images=val_images or None, bad_box=bad_box, seed=seed,
-            allow_anomalies=allow_anomalies, exif=exif,
+            allow_anomalies=allow_anomalies, exif=exif, tile=tile,
             overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
             runner=data_runner, beam_args=step_beam_args(beam_options, data_runner, sdk_container_image)))

@@ -75,7 +75,7 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
 
 def _data_build(args, beam_args: list[str]) -> int:
     from beam.contract.label_map import read_label_map
-    from beam.contract.manifest import REJECTS_GLOB, near_duplicate_line
+    from beam.contract.manifest import REJECTS_GLOB, near_duplicate_line, tile_lines
     from beam.convert_job import build_dataset
     from beam.options import GateOptions
 
@@ -86,7 +86,7 @@ def _data_build(args, beam_args: list[str]) -> int:
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
         val_annotations=args.val_annotations, val_images=args.val_images, bad_box=args.bad_box,
         gzip=args.gzip, overwrite=args.overwrite, overwrite_unrecognised=args.overwrite_unrecognised, exif=args.exif,
-        allow_anomalies=args.allow_anomalies,
+        allow_anomalies=args.allow_anomalies, tile=args.tile,
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
                           previous_stats=args.previous_stats, drift_threshold=args.drift_threshold,
                           allow_new_classes=args.allow_new_classes),
@@ -100,6 +100,8 @@ def _data_build(args, beam_args: list[str]) -> int:
         print(f"  rejected {count}: {reason} (details in {args.output}/{REJECTS_GLOB})")
     if m.converted_formats:
         print("  written as PNG: " + ", ".join(f"{count} {fmt}" for fmt, count in m.converted_formats.items()))
+    for line in tile_lines(m):
+        print("  " + line)
     if m.near_duplicates["pairs"]:
         print(f"detpipe: warning: {near_duplicate_line(m)}", file=sys.stderr)
     if args.val_annotations:
@@ -208,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(BY_NAME[name].option, **declared(name))
     p.add_argument("--gzip", action="store_true", help="GZIP-compress the shards (*.tfrecord.gz)")
     p.add_argument("--exif", **declared("exif"))
+    p.add_argument("--tile", **declared("tile", help="count the photos in the tiles `train --tile` would cut them "
+                                                   "into (auto: decided for a GPU's and a CPU's input budget), in the "
+                                                   "manifest and on the dataset page (default %(default)s)"))
     p.add_argument("--schema", type=existing_file, help="pin the TFDV schema (schema.pbtxt of an earlier run) instead of inferring it")
     p.add_argument("--max-reject-fraction", **declared("max_reject_fraction"))
     p.add_argument("--previous-stats", type=existing_file, help="stats-train.pb of an earlier run: fail on drift of the class "

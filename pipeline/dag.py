@@ -101,7 +101,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             val_images=p.val_images, bad_box=p.bad_box, seed=p.seed,
             max_reject_fraction=p.max_reject_fraction,
             allow_anomalies=p.allow_anomalies, allow_new_classes=p.allow_new_classes,
-            drift_threshold=p.drift_threshold, exif=p.exif, data_runner=p.data_runner, beam_options=p.beam_options,
+            drift_threshold=p.drift_threshold, exif=p.exif, tile=p.tile, data_runner=p.data_runner,
+            beam_options=p.beam_options,
             sdk_container_image=image)
         data.set_display_name("validate-and-convert")
         data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)

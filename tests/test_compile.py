@@ -31,7 +31,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # the probe's dry run (deterministic), tune and train; the data step imports its options from beam.options;
 # the data and tune steps take data_runner, tune_trials and tune_trial_steps under the parameters' names.
 # Three parameter descriptions shortened (val_annotations, warm_start, precision); max_steps says it rounds up.
-GOLDEN_SHA256 = "8c42d6c0abdcfe362d54ed83a9ddd01d5acb830b07eca9ba843c70e8518431b1"
+GOLDEN_SHA256 = "5e3fa003612b8f52c1dbe63f9f16de8dc66e80bc5b80d5005b16cd7444a0742f"
 
 
 def test_golden_compile(tmp_path):

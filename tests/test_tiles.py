@@ -23,6 +23,64 @@ def test_tiles_cover_the_side_overlapping_by_at_least_the_overlap_with_the_fewes
         assert (len(starts) - 2) * (tile - overlap) + tile < length
 
 
+@pytest.mark.parametrize("length,tile,overlap", [(1000, 512, 64), (513, 512, 0), (4000, 640, 90), (37, 64, 8),
+                                                  (2000, 320, 160), (1799, 1024, 48)])
+def test_the_counted_layout_is_the_layout_the_model_cuts(length, tile, overlap):
+    from components.detector.tile_choice import tile_starts_px
+
+    assert tile_starts_px(length, tile, overlap).tolist() == tile_starts(length, tile, overlap).numpy().tolist()
+
+
+def test_a_box_is_whole_in_a_tile_when_some_tile_holds_it_on_both_axes():
+    from components.detector.tile_choice import Tiling, whole_in_a_tile
+
+    # 1000 x 1000 photo, tiles of 512 at 0, 244 and 488 on each axis.
+    boxes = [[10, 10, 50, 50], [480, 480, 520, 520], [100, 600, 140, 1000], [300, 200, 740, 260], [0, 0, 1000, 30]]
+    assert whole_in_a_tile(np.array(boxes, float), 1000, 1000, Tiling(512, 64)).tolist() == [
+        True, True, True, True, False]
+    assert whole_in_a_tile(np.array([[250, 250, 260, 760]], float), 1000, 1000, Tiling(512, 0)).tolist() == [False]
+
+
+def test_the_manifest_counts_the_tiles_training_would_cut_and_they_reconcile(large_photo_shards, demo_shards):
+    from beam.contract.files import read_manifest
+    from beam.contract.manifest import tile_lines
+    from components.detector.records import parse_boxes, shard_files
+    from components.detector.tile_choice import Tiling, tiles_per_photo
+    from components.detector.tile_counts import count_tiles
+    from components.report.run_report import write_dataset_page
+
+    manifest = read_manifest(str(large_photo_shards))  # written by data build, --tile auto (the default)
+    assert manifest.tiles["mode"] == "auto" and manifest.reconcile_problems() == []
+    # 700-1000 px photos: a CPU's 512 px input would shrink the objects below the anchors, a GPU's
+    # 1,024 px budget takes the photos whole (full resolution would not enlarge them 1.5x).
+    (layout,) = manifest.tiles["layouts"]
+    assert layout["devices"] == ["cpu"] and "at full resolution" in layout["reason"]
+    assert "would not enlarge" in manifest.tiles["whole"]["gpu"]
+    tiling = Tiling(layout["tile"], layout["overlap"])
+    for split in ("train", "val"):
+        records = [parse_boxes(r) for r in tf.data.TFRecordDataset(shard_files(str(large_photo_shards), split))]
+        counted = layout["splits"][split]
+        assert counted["photos"] == manifest.written[split] == len(records)
+        assert counted["tiles"] == sum(tiles_per_photo(tiling, int(r["height"]), int(r["width"])) for r in records)
+        assert counted["boxes"] == manifest.boxes[split].written
+        # 10-16 px objects, an overlap of the large boxes' side: every one whole in some tile
+        assert counted["boxes_whole_in_a_tile"] == counted["boxes"]
+    assert tile_lines(manifest)[0].startswith(f"tiles of {tiling.tile}px overlapping by {tiling.overlap}px")
+    page = write_dataset_page(str(large_photo_shards), large_photo_shards.parent / "dataset_page.html").read_text()
+    assert f"tiles of {tiling.tile} px, overlap {tiling.overlap} px" in page
+    # Given tiles are counted as given; none and photos that need no tiles count none.
+    given = count_tiles(str(large_photo_shards), "256:8")
+    assert given["layouts"][0]["devices"] == ["any"] and given["layouts"][0]["overlap"] == 8
+    assert count_tiles(str(large_photo_shards), "none")["layouts"] == []
+    demo = read_manifest(str(demo_shards)).tiles
+    assert demo["layouts"] == [] and set(demo["whole"]) == {"gpu", "cpu"}
+    # A count that does not match what was written is a reconcile problem.
+    from dataclasses import replace
+
+    wrong = {**manifest.tiles, "layouts": [{**layout, "splits": {"train": {**layout["splits"]["train"], "boxes": 1}}}]}
+    assert "train in tiles of" in replace(manifest, tiles=wrong).reconcile_problems()[0]
+
+
 def test_tiles_are_the_photo_s_pixels_and_grey_beyond_its_edge():
     rng = np.random.default_rng(0)
     photo = rng.integers(0, 256, (70, 150, 3)).astype(np.uint8)

@@ -162,6 +162,10 @@ class Manifest:
     near_duplicates: dict = field(default_factory=lambda: {"iou_above": 0.8, "pairs": 0, "examples": []})
     # Images written as PNG, by the source's format (beam/contract/images.py): {"BMP": 3, ...}.
     converted_formats: dict[str, int] = field(default_factory=dict)
+    # The photos in tiles as training would cut them (components/detector/tile_counts.py):
+    # {"mode", "whole": {device: why whole photos}, "layouts": [{"devices", "tile", "overlap",
+    # "reason", "splits": {split: {"photos", "tiles", "boxes", "boxes_whole_in_a_tile"}}}]}.
+    tiles: dict = field(default_factory=dict)
 
     @property
     def written_total(self) -> int:
@@ -185,6 +189,13 @@ class Manifest:
             if counts.written + counts.rejected != counts.boxes_in:
                 problems.append(f"{split} boxes: {counts.boxes_in} in, {counts.written} written, "
                                 f"{counts.rejected} rejected")
+        for layout in self.tiles.get("layouts", []):
+            for split, counted in layout["splits"].items():
+                boxes = self.boxes[split].written if split in self.boxes else 0
+                if (counted["photos"], counted["boxes"]) != (self.written.get(split, 0), boxes):
+                    problems.append(f"{split} in tiles of {layout['tile']}px: {counted['photos']} photos and "
+                                    f"{counted['boxes']} boxes counted, {self.written.get(split, 0)} and {boxes} "
+                                    "written")
         return problems
 
     def to_dict(self) -> dict:
@@ -200,7 +211,7 @@ class Manifest:
             raise ManifestError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION} (written by "
                                 "another detpipe): rebuild the dataset with `detpipe data build`")
         # Added later: older manifests lack them.
-        optional = {"class_boxes", "split_file", "near_duplicates", "converted_formats"}
+        optional = {"class_boxes", "split_file", "near_duplicates", "converted_formats", "tiles"}
         try:
             values = {f.name: data[f.name] for f in fields(cls) if f.name not in optional or f.name in data}
         except KeyError as err:
@@ -208,6 +219,25 @@ class Manifest:
         values["boxes"] = {split: BoxCounts.from_dict(counts) for split, counts in data["boxes"].items()}
         return cls(**values)
 
+
+
+def tile_lines(manifest: Manifest) -> list[str]:
+    """The tile counts, a line per layout and split, for the console (none when seen whole).
+
+    >>> m = {"mode": "auto", "whole": {}, "layouts": [{"devices": ["gpu", "cpu"], "tile": 512, "overlap": 32,
+    ...      "reason": "...", "splits": {"train": {"photos": 3, "tiles": 75, "boxes": 40, "boxes_whole_in_a_tile": 39}}}]}
+    >>> tile_lines(Manifest("voc", 3, {"train": 3}, {}, {}, {}, {}, 1, [], [], False, {}, 0.0, tiles=m))
+    ['tiles of 512px overlapping by 32px (train --tile auto on a gpu or cpu): train 3 photos -> 75 tiles, 39 of 40 boxes whole in a tile']
+    """
+    lines = []
+    for layout in manifest.tiles.get("layouts", []):
+        where = " or ".join(layout["devices"])
+        head = (f"tiles of {layout['tile']}px overlapping by {layout['overlap']}px (train --tile "
+                f"{manifest.tiles['mode']}" + ("" if where == "any" else f" on a {where}") + ")")
+        lines.append(head + ": " + "; ".join(
+            f"{split} {c['photos']} photos -> {c['tiles']} tiles, {c['boxes_whole_in_a_tile']} of {c['boxes']} boxes "
+            "whole in a tile" for split, c in layout["splits"].items()))
+    return lines
 
 
 def near_duplicate_line(manifest: Manifest) -> str:

@@ -40,6 +40,7 @@ from components.detector.geometry import (SIZE_BUDGET, SIZE_STEP, SMALL_BOX_PERC
                                           small_sides)
 
 TILE_MODES = ("auto", "none")  # --tile: decided from the boxes, or whole photos (or SIZE[:OVERLAP]: parse_tile)
+DEFAULT_TILE = "auto"  # train's, data build's and the pipeline's --tile
 MIN_TILING_GAIN = 1.5  # tile only when full resolution makes the small boxes at least this much larger
 LARGE_BOX_PERCENTILE = 99  # the overlap holds boxes up to this percentile of the longer side whole
 BORDER_MARGIN = 2.0  # pixels: a box edge this close to a tile's inner border touches it (tiles.py)
@@ -73,6 +74,32 @@ def tiles_along(length: int, tile: int, overlap: int) -> int:
 
 def tiles_per_photo(tiling: Tiling, height: int, width: int) -> int:
     return tiles_along(height, tiling.tile, tiling.overlap) * tiles_along(width, tiling.tile, tiling.overlap)
+
+
+def tile_starts_px(length: int, tile: int, overlap: int) -> np.ndarray:
+    """Where the tiles along a side start: tiles.tile_starts' layout in numpy, for counting
+    (that one runs inside the SavedModel's graph on a photo's dynamic size; a test holds the
+    two equal).
+
+    >>> tile_starts_px(1000, 512, 64).tolist(), tile_starts_px(300, 512, 64).tolist()
+    ([0, 244, 488], [0])
+    """
+    span, count = max(length - tile, 0), tiles_along(length, tile, overlap)
+    gaps = max(count - 1, 1)
+    return (np.arange(count) * span + gaps // 2) // gaps
+
+
+def whole_in_a_tile(boxes_px: np.ndarray, height: int, width: int, tiling: Tiling) -> np.ndarray:
+    """Which of a photo's boxes ((N, 4) yxyx, its pixels) lie whole in at least one of its tiles:
+    the ones the tiled model can see whole (the others, larger than the overlap allows, are
+    seen only in parts)."""
+    boxes_px = np.asarray(boxes_px, np.float64).reshape(-1, 4)
+    whole = np.ones(len(boxes_px), bool)
+    for axis, length in ((0, height), (1, width)):
+        starts = tile_starts_px(length, tiling.tile, tiling.overlap)[None, :]
+        low, high = boxes_px[:, axis, None], boxes_px[:, axis + 2, None]
+        whole &= ((starts <= low + 1e-6) & (high <= starts + tiling.tile + 1e-6)).any(axis=1)
+    return whole
 
 
 def box_pixel_hw(sample: BoxSample) -> np.ndarray | None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from components.detector.tile_choice import DEFAULT_TILE
+
 
 @dataclass(frozen=True)
 class ProbeAdvice:
@@ -51,7 +53,7 @@ class TrainConfig:
     batch_size: str | int = "auto"  # images per step on one machine, or "auto"
     image_size: int | str = "auto"  # square model input in pixels, or "auto": fitted to the boxes (fitted_shape.py)
     allow_poor_anchors: bool = False  # train even when few boxes can match an anchor after fitting
-    tile: str = "auto"  # "auto": tiles at full resolution for large photos with small objects (tile_choice.py); "none"
+    tile: str = DEFAULT_TILE  # "auto": tiles at full resolution for large photos with small objects (tile_choice.py); "none"
     model_size: str = "tiny"
     preset: str | None = None  # KerasHub preset whose pretrained backbone replaces model_size's
     base_lr_per_64: float = 8e-3
