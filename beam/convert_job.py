@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import apache_beam as beam
@@ -212,8 +213,10 @@ def _box_counts(facts: dict[str, dict[str, int]], rejects: list[Reject]) -> dict
                              rejected_by_reason=dict(dropped[split])) for split in (TRAIN, VAL)}
 
 
-def build_dataset(options: ConvertOptions) -> ConvertResult:
-    """Run the whole step and write manifest, label map, schema, anomalies and stats HTML."""
+def build_dataset(options: ConvertOptions, count_tiles: Callable[[str], dict] | None = None) -> ConvertResult:
+    """Run the whole step and write manifest, label map, schema, anomalies and stats HTML.
+    `count_tiles(output)`: the manifest's `tiles` from the written shards (the caller's
+    components.detector.tile_counts: beam/ imports nothing of the steps above it)."""
     if options.format not in FORMATS:
         raise NotImplementedError(f"format {options.format!r} is not built yet; available: {', '.join(FORMATS)}")
     if not 0.0 <= options.val_fraction < 1.0:
@@ -232,7 +235,7 @@ def build_dataset(options: ConvertOptions) -> ConvertResult:
     try:
         _run_beam(options, sources, split_of)
         _write_statistics(options.output)
-        return _finish(options, sources, started, split_of)
+        return _finish(options, sources, started, split_of, count_tiles)
     finally:
         job = FileSystems.join(options.output, JOB_DIR)
         if tf.io.gfile.isdir(job):
@@ -247,8 +250,8 @@ def _publish_job_files(out: str, shards: list[dict]) -> None:
     publish(out, names + sorted(n for n in present if n in (stats_file_name(TRAIN), stats_file_name(VAL))))
 
 
-def _finish(options: ConvertOptions, sources: list, started: float,
-            split_of: dict[str, str] | None = None) -> ConvertResult:
+def _finish(options: ConvertOptions, sources: list, started: float, split_of: dict[str, str] | None = None,
+            count_tiles: Callable[[str], dict] | None = None) -> ConvertResult:
     """Read the job's outputs, move its files into place, run the dataset gates, write the
     label map and, last, the manifest."""
     out = options.output
@@ -273,10 +276,7 @@ def _finish(options: ConvertOptions, sources: list, started: float,
                                                              sum(facts["boxes_written"].values()))
     anomalies = dataset_problems(out, label_map, written, sum(images_rejected.values()), len(sources), options.gates,
                                  found)
-    # The photos in tiles as training would cut them (one read of a tiled dataset's boxes).
-    from components.detector.tile_counts import count_tiles
-
-    tiles = count_tiles(out, options.tile)
+    tiles = count_tiles(out) if count_tiles else {}  # the photos in tiles as training would cut them
     manifest = Manifest(
         format=options.format,
         records_in=len(sources),

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 
 from beam.record_checks import CheckOptions
 from beam.split import GivenSplit
-from components.detector.tile_choice import DEFAULT_TILE
 
 # Shards of about this many bytes, and at least this many a split (parallel reading).
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
@@ -70,7 +69,6 @@ class ConvertOptions:
     overwrite_unrecognised: bool = False  # with overwrite: also build into a folder that is not an earlier build
     exif: str = CheckOptions.exif  # auto | apply | ignore: the frame of the annotations (beam/contract/exif.py)
     bad_box: str = CheckOptions.bad_box  # drop | reject-image: what a box that cannot be trusted costs
-    tile: str = DEFAULT_TILE  # the manifest counts the tiles training would cut (components/detector/tile_counts.py)
     gates: GateOptions = field(default_factory=GateOptions)
     allow_anomalies: bool = False
     runner: str = "DirectRunner"

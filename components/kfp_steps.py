@@ -79,10 +79,12 @@ def validate_and_convert(
     import logging
     import tempfile
     from collections import namedtuple
+    from functools import partial
 
     from beam.convert_job import build_dataset
     from beam.options import ConvertOptions, GateOptions, with_champion
     from beam.runner import step_beam_args
+    from components.detector.tile_counts import count_tiles
     from components.registry.registry import Registry
     from components.report.run_report import write_dataset_page
 
@@ -95,10 +97,11 @@ def validate_and_convert(
             images=images, annotations=annotations, output=dataset.path, format=data_format,
             val_fraction=val_fraction, split_file=split_file or None, val_annotations=val_annotations or None,
             val_images=val_images or None, bad_box=bad_box, seed=seed,
-            allow_anomalies=allow_anomalies, exif=exif, tile=tile,
+            allow_anomalies=allow_anomalies, exif=exif,
             overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
-            runner=data_runner, beam_args=step_beam_args(beam_options, data_runner, sdk_container_image)))
+            runner=data_runner, beam_args=step_beam_args(beam_options, data_runner, sdk_container_image)),
+            count_tiles=partial(count_tiles, mode=tile))
     m = result.manifest
     dataset.metadata.update({"records_in": m.records_in, "written": m.written_total, "rejected": m.rejected,
                              "boxes_written": sum(c.written for c in m.boxes.values()),

@@ -75,9 +75,12 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
 
 def _data_build(args, beam_args: list[str]) -> int:
     from beam.contract.label_map import read_label_map
+    from functools import partial
+
     from beam.contract.manifest import REJECTS_GLOB, near_duplicate_line, tile_lines
     from beam.convert_job import build_dataset
     from beam.options import GateOptions
+    from components.detector.tile_counts import count_tiles
 
     options = ConvertOptions(
         images=args.images, annotations=args.annotations, output=args.output, format=args.format,
@@ -86,13 +89,13 @@ def _data_build(args, beam_args: list[str]) -> int:
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
         val_annotations=args.val_annotations, val_images=args.val_images, bad_box=args.bad_box,
         gzip=args.gzip, overwrite=args.overwrite, overwrite_unrecognised=args.overwrite_unrecognised, exif=args.exif,
-        allow_anomalies=args.allow_anomalies, tile=args.tile,
+        allow_anomalies=args.allow_anomalies,
         gates=GateOptions(schema_file=args.schema, max_reject_fraction=args.max_reject_fraction,
                           previous_stats=args.previous_stats, drift_threshold=args.drift_threshold,
                           allow_new_classes=args.allow_new_classes),
         runner=args.runner, num_workers=args.direct_num_workers, beam_args=tuple(beam_args),
     )
-    result = build_dataset(options)
+    result = build_dataset(options, count_tiles=partial(count_tiles, mode=args.tile))
     m = result.manifest
     print(f"{m.records_in} records in: {m.written['train']} train + {m.written['val']} val written, "
           f"{m.rejected} rejected -> {args.output}")

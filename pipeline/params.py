@@ -86,9 +86,9 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.batch_size_arg),
     Param("image_size", str, TrainConfig.image_size, "Square model input in pixels, or auto: fitted to the training boxes "
           "(with the pyramid levels and anchors).", cli_type=cli_types.image_size_arg),
-    Param("tile", str, TrainConfig.tile, "auto: large photos whose small objects a resize would lose are trained "
-          "and answered in tiles at full resolution (with --image-size auto); none: whole photos; SIZE[:OVERLAP]: "
-          "tiles of SIZE px (the model's input), overlapping by OVERLAP px (default: the large boxes' side).",
+    Param("tile", str, TrainConfig.tile, "auto: tiles at full resolution for large photos whose small objects a "
+          "resize would lose (with --image-size auto); none: whole photos; SIZE[:OVERLAP]: tiles of SIZE px "
+          "overlapping by OVERLAP px.",
           cli_type=cli_types.tile_arg),
     Param("allow_poor_anchors", bool, TrainConfig.allow_poor_anchors, "Train (and tune) even when, after fitting the input size, levels "
           "and anchors, fewer than 75% of some class's training boxes can match an anchor (tiny objects in large "

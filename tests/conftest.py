@@ -2,6 +2,7 @@
 
 import os
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -78,13 +79,15 @@ def large_photo_shards(tmp_path_factory) -> Path:
     """10-16 px objects in 700-1000 px photos: what tiles at full resolution are for."""
     from beam.convert_job import build_dataset
     from beam.options import ConvertOptions
+    from components.detector.tile_counts import count_tiles
     from pipeline.demo_data import write_demo_dataset
 
     raw, out = tmp_path_factory.mktemp("large_photos"), tmp_path_factory.mktemp("large_photo_shards")
     write_demo_dataset(raw, num_train=10, num_val=4, seed=7, object_size=(10, 16), image_size=(700, 1000),
                        objects=(6, 12))
     result = build_dataset(ConvertOptions(images=str(raw / "images"), annotations=str(raw / "annotations"),
-                                          output=str(out), val_fraction=0.25))
+                                          output=str(out), val_fraction=0.25),
+                           count_tiles=partial(count_tiles, mode="auto"))  # as `data build` counts them
     assert result.ok, result.anomalies
     return out
 

@@ -257,7 +257,7 @@ OWN_WORDS = {
     ("train", "--registry"), ("train", "--base-lr"), ("train", "--weight-decay"), ("train", "--augment-strength"),
     ("registry promote", "--vertex-model"), ("data build", "--images"), ("data build", "--annotations"),
     ("data build", "--allow-new-classes"), ("data build", "--allow-anomalies"), ("probe", "--require-gpu"),
-    ("probe", "--allow-poor-anchors"),
+    ("probe", "--allow-poor-anchors"), ("probe", "--tile"), ("data build", "--tile"),
 }
 
 

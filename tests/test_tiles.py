@@ -72,7 +72,7 @@ def test_the_manifest_counts_the_tiles_training_would_cut_and_they_reconcile(lar
     given = count_tiles(str(large_photo_shards), "256:8")
     assert given["layouts"][0]["devices"] == ["any"] and given["layouts"][0]["overlap"] == 8
     assert count_tiles(str(large_photo_shards), "none")["layouts"] == []
-    demo = read_manifest(str(demo_shards)).tiles
+    demo = count_tiles(str(demo_shards), "auto")
     assert demo["layouts"] == [] and set(demo["whole"]) == {"gpu", "cpu"}
     # A count that does not match what was written is a reconcile problem.
     from dataclasses import replace

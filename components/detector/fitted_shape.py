@@ -59,7 +59,8 @@ def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dic
     from components.detector.records import compression_type, parse_boxes, shard_files
 
     files = shard_files(data_dir, "train")
-    data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(parse_boxes)
+    data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(
+        tf.autograph.experimental.do_not_convert(parse_boxes))  # no generated files (the data step's count)
     boxes, labels, shapes = [], [], []
     for example in data:
         boxes.append(example["boxes"].numpy())
