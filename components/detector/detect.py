@@ -32,25 +32,30 @@ def _one_batch(model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
     return model.decode_predictions(model(images, training=False), images)
 
 
-def detect(model: keras.Model, images: tf.Tensor, batch_size: int) -> dict[str, tf.Tensor]:
-    """Decoded detections for `images` ([N, S, S, 3] float32, N any, 0 included), one row
-    per image. Runs eagerly or inside a tf.function / SavedModel signature."""
+def detect(model: keras.Model, images: tf.Tensor, batch_size: int, scale: float = 1.0) -> dict[str, tf.Tensor]:
+    """Decoded detections for `images` ([N, S, S, 3], N any, 0 included), one row per image:
+    what the model takes is `images` as float32 times `scale`, made a batch at a time (uint8
+    tiles of a large photo with scale 1/255 stay a quarter of float32's bytes until their
+    batch runs). Runs eagerly or inside a tf.function / SavedModel signature."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     size = images.shape[1]
     if size is None or images.shape[2] is None:
         raise ValueError("detect needs images of a static size; resize them with records.to_model_image first")
-    images = tf.cast(images, tf.float32)
     count = tf.shape(images)[0]
     padded = (count + batch_size - 1) // batch_size * batch_size
     images = tf.pad(images, [[0, padded - count], [0, 0], [0, 0], [0, 0]])
     chunks = tf.reshape(images, [-1, batch_size, size, images.shape[2], 3])
-    spec = tf.TensorSpec([batch_size, size, images.shape[2], 3], tf.float32)
+    spec = tf.TensorSpec([batch_size, size, images.shape[2], 3], images.dtype)
     # map_fn needs the per-chunk output signature; its dtypes follow the model's precision
     # policy, so trace one batch to learn it rather than assume them, and run that trace for
     # every chunk (tracing the model again in map_fn's body doubled the cost of every trace
     # of `detect`: an export's, an evaluation's).
-    traced = tf.function(lambda batch: _one_batch(model, batch)).get_concrete_function(spec)
+    def model_input(batch):
+        batch = tf.cast(batch, tf.float32)
+        return batch if scale == 1.0 else batch * scale
+
+    traced = tf.function(lambda batch: _one_batch(model, model_input(batch))).get_concrete_function(spec)
     signature = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in traced.structured_outputs.items()}
     outputs = tf.map_fn(traced, chunks, fn_output_signature=signature)
     # [chunks, batch, ...] → [chunks * batch, ...] → the first `count` rows (the real images).

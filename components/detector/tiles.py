@@ -119,7 +119,7 @@ def detect_tiled(model, image: tf.Tensor, tiling: Tiling, batch_size: int) -> di
     `merge_tile_detections` gives them: the detector run on its tiles at full resolution,
     `batch_size` tiles a call, merged with the detector's own NMS threshold and limit."""
     tiles, origins = cut_tiles(image, tiling)
-    found = detect(model, tf.cast(tiles, tf.float32) / 255.0, batch_size)
+    found = detect(model, tiles, batch_size, scale=1.0 / 255.0)  # uint8 until each batch runs
     decoder = model.prediction_decoder
     shape = tf.shape(image)
     return merge_tile_detections(found, origins, shape[0], shape[1], tiling.tile, decoder.max_detections,
