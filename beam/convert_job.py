@@ -213,9 +213,10 @@ def _box_counts(facts: dict[str, dict[str, int]], rejects: list[Reject]) -> dict
                              rejected_by_reason=dict(dropped[split])) for split in (TRAIN, VAL)}
 
 
-def build_dataset(options: ConvertOptions, count_tiles: Callable[[str], dict] | None = None) -> ConvertResult:
+def build_dataset(options: ConvertOptions,
+                  count_tiles: Callable[[str, dict[str, int]], dict] | None = None) -> ConvertResult:
     """Run the whole step and write manifest, label map, schema, anomalies and stats HTML.
-    `count_tiles(output)`: the manifest's `tiles` from the written shards (the caller's
+    `count_tiles(output, label_map)`: the manifest's `tiles` from the written shards (the caller's
     components.detector.tile_counts: beam/ imports nothing of the steps above it)."""
     if options.format not in FORMATS:
         raise NotImplementedError(f"format {options.format!r} is not built yet; available: {', '.join(FORMATS)}")
@@ -251,7 +252,7 @@ def _publish_job_files(out: str, shards: list[dict]) -> None:
 
 
 def _finish(options: ConvertOptions, sources: list, started: float, split_of: dict[str, str] | None = None,
-            count_tiles: Callable[[str], dict] | None = None) -> ConvertResult:
+            count_tiles: Callable[[str, dict[str, int]], dict] | None = None) -> ConvertResult:
     """Read the job's outputs, move its files into place, run the dataset gates, write the
     label map and, last, the manifest."""
     out = options.output
@@ -276,7 +277,7 @@ def _finish(options: ConvertOptions, sources: list, started: float, split_of: di
                                                              sum(facts["boxes_written"].values()))
     anomalies = dataset_problems(out, label_map, written, sum(images_rejected.values()), len(sources), options.gates,
                                  found)
-    tiles = count_tiles(out) if count_tiles else {}  # the photos in tiles as training would cut them
+    tiles = count_tiles(out, label_map) if count_tiles else {}  # the photos in tiles as training would cut them
     manifest = Manifest(
         format=options.format,
         records_in=len(sources),

@@ -5,11 +5,13 @@ of 10-24 px, three classes; `pipeline.demo_data`'s shapes), builds the shards, a
 same detector twice with every other default: `--tile auto` (tiles chosen from the boxes) and
 `--tile none` (whole photos shrunk to the input size). Each is evaluated on the whole val
 photos (COCO figures in the photos' own pixels). Prints the tiling decision, AP50, mAP, AP75,
-per-class AP50 and the training process's CPU seconds of each, in one run.
+per-class AP50 and the training process's CPU seconds of each, in one run. With `--decide
+NAME=SHARDS` (repeatable), also what `--tile auto` decides for other datasets (the demo,
+raccoon: whole photos expected), for a GPU's and a CPU's budget, without training.
 
 Usage:
     .venv/bin/python benchmarks/tiling.py [--photos 48] [--epochs N] [--workdir DIR]
-        [--photo-size 1600,2400] [--object-size 10,24] [--objects 10,30]
+        [--photo-size 1600,2400] [--object-size 10,24] [--objects 10,30] [--decide NAME=SHARDS ...]
 """
 
 from __future__ import annotations
@@ -72,17 +74,31 @@ def run(shards: Path, out: Path, tile: str, epochs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--photos", type=int, default=48, help="generated photos (a quarter go to val)")
+    parser.add_argument("--photos", type=int, default=48, help="generated photos (a quarter go to val); 0: only "
+                        "--decide")
     parser.add_argument("--epochs", type=int, default=None, help="default: train's (every default)")
     parser.add_argument("--photo-size", type=_pair, default=(1600, 2400), help="MIN,MAX side in pixels")
     parser.add_argument("--object-size", type=_pair, default=(10, 24), help="MIN,MAX object side in pixels")
     parser.add_argument("--objects", type=_pair, default=(10, 30), help="MIN,MAX objects per photo")
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--decide", action="append", default=[], metavar="NAME=SHARDS",
+                        help="also print --tile auto's decision for these shards (repeatable)")
     args = parser.parse_args()
     from components.train.trainer import TrainConfig
 
     args.epochs = args.epochs or TrainConfig.epochs
 
+    from beam.contract.label_map import read_dataset_label_map
+    from components.detector.tile_counts import count_tiles
+
+    for name, shards in (item.split("=", 1) for item in args.decide):
+        decided = count_tiles(shards, read_dataset_label_map(shards), "auto", splits=("train",))
+        for device, why in decided["whole"].items():
+            print(f"{name} on a {device}: {why}")
+        for layout in decided["layouts"]:
+            print(f"{name} on a {' or '.join(layout['devices'])}: {layout['reason']}")
+    if not args.photos:
+        return
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-tiling-"))
     shards = make_shards(workdir, args.photos, args.photo_size, args.object_size, args.objects)
     results = {tile: run(shards, workdir / f"tile-{tile}", tile, args.epochs) for tile in ("auto", "none")}

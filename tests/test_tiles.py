@@ -55,6 +55,7 @@ def test_the_manifest_counts_the_tiles_training_would_cut_and_they_reconcile(lar
     # 1,024 px budget takes the photos whole (full resolution would not enlarge them 1.5x).
     (layout,) = manifest.tiles["layouts"]
     assert layout["devices"] == ["cpu"] and "at full resolution" in layout["reason"]
+    assert any(f"{name}'s shorter side" in layout["reason"] for name in ("circle", "square", "triangle"))
     assert "would not enlarge" in manifest.tiles["whole"]["gpu"]
     tiling = Tiling(layout["tile"], layout["overlap"])
     for split in ("train", "val"):
@@ -69,10 +70,10 @@ def test_the_manifest_counts_the_tiles_training_would_cut_and_they_reconcile(lar
     page = write_dataset_page(str(large_photo_shards), large_photo_shards.parent / "dataset_page.html").read_text()
     assert f"tiles of {tiling.tile} px, overlap {tiling.overlap} px" in page
     # Given tiles are counted as given; none and photos that need no tiles count none.
-    given = count_tiles(str(large_photo_shards), "256:8")
+    given = count_tiles(str(large_photo_shards), mode="256:8")
     assert given["layouts"][0]["devices"] == ["any"] and given["layouts"][0]["overlap"] == 8
-    assert count_tiles(str(large_photo_shards), "none")["layouts"] == []
-    demo = count_tiles(str(demo_shards), "auto")
+    assert count_tiles(str(large_photo_shards), mode="none")["layouts"] == []
+    demo = count_tiles(str(demo_shards), mode="auto")
     assert demo["layouts"] == [] and set(demo["whole"]) == {"gpu", "cpu"}
     # A count that does not match what was written is a reconcile problem.
     from dataclasses import replace

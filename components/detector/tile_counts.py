@@ -44,13 +44,15 @@ def _split_counts(data_dir: str, split: str, tiling: Tiling) -> dict[str, int]:
     return counts
 
 
-def count_tiles(data_dir: str, mode: str, splits: tuple[str, ...] = ("train", "val")) -> dict:
+def count_tiles(data_dir: str, label_map: dict[str, int] | None = None, mode: str = "auto",
+                splits: tuple[str, ...] = ("train", "val")) -> dict:
     """The manifest's `tiles` for `--tile mode` on the shards in `data_dir`: {"mode", "whole":
     {device: why whole photos}, "layouts": [{"devices", "tile", "overlap", "reason", "splits":
-    {split: {"photos", "tiles", "boxes", "boxes_whole_in_a_tile"}}}]}."""
+    {split: {"photos", "tiles", "boxes", "boxes_whole_in_a_tile"}}}]}. `label_map` names the
+    classes in the reasons (the data step's, before its label_map.json is written)."""
     if mode == "none":
         return {"mode": mode, "whole": {"any": "--tile none: whole photos"}, "layouts": []}
-    sample = read_box_sample(data_dir)
+    sample = read_box_sample(data_dir, label_map=label_map)
     given = parse_tile(mode)
     if given is not None:
         try:
