@@ -196,3 +196,14 @@ def test_training_on_large_photos_with_small_objects_tiles_them_and_evaluates_wh
     assert cost.tiled and cost.photos == evaluated.num_images and cost.seconds > 0
     assert cost.inputs == sum(tiles_per_photo(written.tiling, t.height, t.width) for t in evaluated.truths)
     assert cost.line() in (tmp_path / "eval" / "eval_report.md").read_text()
+
+
+def test_the_shuffle_buffer_holds_fewer_records_when_they_are_large(large_photo_shards, monkeypatch):
+    from components.detector.records import mean_record_bytes
+
+    size = mean_record_bytes(str(large_photo_shards), "train")
+    assert size > 10_000 and ip.shuffle_buffer_for(str(large_photo_shards)) == 1024  # 1024 x ~100 KB: within
+    monkeypatch.setattr(ip, "SHUFFLE_BUFFER_BYTES", int(size * 100) + 1)
+    assert ip.shuffle_buffer_for(str(large_photo_shards)) == 100
+    monkeypatch.setattr(ip, "SHUFFLE_BUFFER_BYTES", int(size))
+    assert ip.shuffle_buffer_for(str(large_photo_shards)) == 16

@@ -48,6 +48,14 @@ def _manifest_shards(root: str) -> list[dict] | None:
         return Manifest.from_dict(json.load(handle)).shards
 
 
+def mean_record_bytes(data_dir: str, split: str) -> float | None:
+    """The mean size of a split's records as written (the manifest's shard list); None without
+    a manifest or records."""
+    shards = [s for s in _manifest_shards(data_dir.rstrip("/")) or [] if s["split"] == split]
+    records = sum(s["records"] for s in shards)
+    return sum(s["bytes"] for s in shards) / records if records else None
+
+
 def shard_files(data_dir: str, split: str) -> list[str]:
     """The split's shard files, sorted; raises if there are none.
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from components.detector.geometry import FIXED_SIZE
-from components.detector.records import AUTOTUNE, decode_crop, parse_boxes, parse_example, read_records, shard_files
+from components.detector.records import (AUTOTUNE, decode_crop, mean_record_bytes, parse_boxes, parse_example,
+                                        read_records, shard_files)
 from components.train import augment
 from components.train.config import TrainConfig
 
@@ -41,7 +42,7 @@ class InputConfig:
     augment_strength: float = TrainConfig.augment_strength  # 0: flips only; 1: strongest scale jitter and photometric jitter (augment.py)
     flip: bool = TrainConfig.flip  # horizontal flips when augmenting
     cache: str = TrainConfig.cache  # "memory", or a file path prefix for a disk cache of the encoded records
-    shuffle_buffer: int = 1024
+    shuffle_buffer: int = 1024  # records; at most SHUFFLE_BUFFER_BYTES of them (shuffle_buffer_for)
     seed: int = TrainConfig.seed
     deterministic: bool = TrainConfig.deterministic
     parallelism: int | None = None  # parallel calls per map; None lets tf.data tune it
@@ -60,6 +61,18 @@ class InputConfig:
     # the photos hold, and a batch holds windows of different photos).
     tiled: bool = False
     windows_per_photo: int = 1
+
+
+# Host RAM the shuffle buffer may hold of encoded records: 1,024 photos of 10,000 px (~20 MB
+# each as JPEG) would take 20 GB, an out-of-memory crash on most training VMs.
+SHUFFLE_BUFFER_BYTES = 512 * 2**20
+
+
+def shuffle_buffer_for(data_dir: str, limit: int = InputConfig.shuffle_buffer) -> int:
+    """The shuffle buffer in records: `limit`, fewer when the train records are so large that
+    `limit` of them would pass SHUFFLE_BUFFER_BYTES (at least 16; 25 records of 20 MB)."""
+    size = mean_record_bytes(data_dir, "train")
+    return limit if not size else max(16, min(limit, int(SHUFFLE_BUFFER_BYTES // size)))
 
 
 def _calls(config: InputConfig) -> int:

@@ -34,7 +34,7 @@ from components.train.config import ProbeAdvice, TrainConfig
 from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers, make_strategy,
                                            synchronise_batch_norm, vector_logs, weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
-from components.train.input_pipeline import InputConfig, finishing, on_accelerator
+from components.train.input_pipeline import InputConfig, finishing, on_accelerator, shuffle_buffer_for
 from components.train.loop import LoopParts, StopRequest, fit_with_recovery
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import MachineFacts, TrainPlan, auto_batch_ceiling, plan_training
@@ -201,7 +201,8 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         finish_in_step=on_accelerator() or plan.xla,
         workers=role.workers, worker_index=role.index,
         box_floor=max(1, facts.shape.densest_image_boxes) if plan.xla else 0,
-        tiled=facts.shape.model.tiled, windows_per_photo=facts.windows_per_photo)
+        tiled=facts.shape.model.tiled, windows_per_photo=facts.windows_per_photo,
+        shuffle_buffer=shuffle_buffer_for(config.data_dir))
     multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
     if multi_worker:
         fit_across_workers(model)
