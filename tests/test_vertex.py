@@ -178,6 +178,8 @@ def _sample(param) -> str:
         return "v3"
     if param.name in ("batch_size", "image_size"):  # STRING parameters that also take "auto"
         return "64"
+    if param.name == "tile":  # auto, none or SIZE[:OVERLAP]
+        return "640:64"
     return {int: "3", float: "0.5"}.get(param.type, "gs://bucket/x")
 
 
