@@ -1,0 +1,195 @@
+"""Which labels to fix: likely missing, wrong-class and misplaced boxes, from labels and the
+out-of-sample detections of a model trained without them.
+
+The scores are cleanlab's (`cleanlab.object_detection.rank`, ObjectLab: Tkachenko et al.,
+2023): per predicted box, how likely an object was overlooked (a confident prediction that no
+label of its class matches); per labelled box, how likely its class was swapped (a confident
+prediction of another class on it) and how likely it is badly located (the predictions of its
+class agree on another place). Each score is in [0, 1], lower meaning more likely wrong.
+Written here: turning those scores into ranked issues a person can act on, each with its box in
+the dataset's own pixels, the class, the score and the evidence (the prediction that disagrees),
+because cleanlab returns per-image masks and per-box arrays, not that list.
+
+A box is flagged when its score is at most `FLAG_SCORE`; every scored box is ranked (the page
+shows the best first), so a person can read past the flagged ones.
+
+Example (one 100 x 100 image: a labelled box the model agrees with, an object it finds that
+nobody labelled):
+    >>> from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+    >>> truth = ImageTruth(1, 100, 100, [(0.1, 0.1, 0.4, 0.4)], [1], name="a.jpg")
+    >>> found = ImageDetections(1, [(0.1, 0.1, 0.4, 0.4), (0.6, 0.6, 0.9, 0.9)], [0.99, 0.98], [1, 1])
+    >>> issues = review_labels([truth], [found], {1: "cat"})
+    >>> [(i.kind, i.image, i.box, i.class_name, i.flagged) for i in issues][:1]
+    [('missing box', 'a.jpg', (60.0, 60.0, 90.0, 90.0), 'cat', True)]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+
+MISSING, WRONG_CLASS, MISPLACED = "missing box", "wrong class", "misplaced box"
+FLAG_SCORE = 0.2  # a box whose cleanlab score is at most this is flagged (a likely label problem)
+# cleanlab's default for a confident prediction (0.95) suits a softmax classifier; a detector
+# trained with the focal loss seldom scores that high (its best-F1 threshold is typically
+# 0.3-0.7), so the review takes the model's own threshold, this when none is known.
+CONFIDENT = 0.5
+REVIEW_FILE = "label_review.jsonl"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The prediction that disagrees with the label: its box (xmin, ymin, xmax, ymax, the
+    image's pixels), class and score; none for a label no prediction overlaps."""
+
+    box: tuple[float, float, float, float]
+    class_name: str
+    score: float
+
+
+@dataclass(frozen=True)
+class LabelIssue:
+    """One likely label problem. `box`: (xmin, ymin, xmax, ymax) in the image's own pixels, the
+    labelled box (wrong class, misplaced) or the predicted one that nobody labelled (missing);
+    `class_name`: its class (the labelled one, or the predicted one for a missing box);
+    `score`: cleanlab's, lower is more likely wrong; `label_index`: the box's index among the
+    image's labels (None for a missing box)."""
+
+    image: str
+    kind: str
+    box: tuple[float, float, float, float]
+    class_name: str
+    score: float
+    flagged: bool
+    label_index: int | None
+    evidence: Evidence | None
+    width: int
+    height: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pixels(boxes, height: int, width: int) -> np.ndarray:
+    """Normalised yxyx → pixel xyxy (cleanlab's format)."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    return np.stack([b[:, 1] * width, b[:, 0] * height, b[:, 3] * width, b[:, 2] * height], axis=1)
+
+
+def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
+    lo, hi = np.maximum(box[:2], others[:, :2]), np.minimum(box[2:], others[:, 2:])
+    inter = np.prod(np.maximum(hi - lo, 0.0), axis=1)
+    area = lambda b: np.prod(np.maximum(b[..., 2:] - b[..., :2], 0.0), axis=-1)  # noqa: E731
+    return inter / np.maximum(area(box) + area(others) - inter, 1e-9)
+
+
+def _cleanlab_inputs(truths: list[ImageTruth], detections: list[ImageDetections],
+                     num_classes: int) -> tuple[list[dict], list[np.ndarray]]:
+    """cleanlab's labels ({'bboxes', 'labels'} 0-based) and predictions (per image an object
+    array of `num_classes` arrays of [xmin, ymin, xmax, ymax, score])."""
+    labels, predictions = [], []
+    for truth, found in zip(truths, detections):
+        labels.append({"bboxes": _pixels(truth.boxes, truth.height, truth.width),
+                       "labels": np.asarray(truth.labels, np.int64) - 1})
+        boxes = _pixels(found.boxes, truth.height, truth.width)
+        scores, classes = np.asarray(found.scores, np.float64), np.asarray(found.labels, np.int64) - 1
+        per_class = np.empty(num_classes, dtype=object)
+        for k in range(num_classes):
+            mine = classes == k
+            per_class[k] = np.hstack([boxes[mine], scores[mine, None]]).reshape(-1, 5)
+        predictions.append(per_class)
+    return labels, predictions
+
+
+def review_labels(truths: list[ImageTruth], detections: list[ImageDetections], names: dict[int, str],
+                  confident: float = CONFIDENT) -> list[LabelIssue]:
+    """Every scored box of the split as a `LabelIssue`, most likely wrong first (`names`:
+    1-based class id → name). `detections` must come from a model that did not train on these
+    images (the val split, or a held-out fold). `confident`: the score from which a prediction
+    is evidence against a label (the evaluation's best-F1 threshold: the exported model's)."""
+    from cleanlab.object_detection.rank import (
+        compute_badloc_box_scores,
+        compute_overlooked_box_scores,
+        compute_swap_box_scores,
+    )
+
+    if len(truths) != len(detections):
+        raise ValueError(f"{len(truths)} images of labels but {len(detections)} of detections")
+    used = [c for t in truths for c in t.labels] + [c for d in detections for c in d.labels]
+    num_classes = max([*names, *used, 1])
+    labels, predictions = _cleanlab_inputs(truths, detections, num_classes)
+    if not any(len(p) for image in predictions for p in image):
+        return []  # nothing predicted: no evidence about any label
+    overlooked = compute_overlooked_box_scores(labels=labels, predictions=predictions,
+                                               high_probability_threshold=confident)
+    swapped = compute_swap_box_scores(labels=labels, predictions=predictions, high_probability_threshold=confident)
+    misplaced = compute_badloc_box_scores(labels=labels, predictions=predictions,
+                                          low_probability_threshold=confident)
+    name = lambda c: names.get(int(c) + 1, f"class {int(c) + 1}")  # noqa: E731  0-based → its name
+    issues = []
+    for i, (truth, label, prediction) in enumerate(zip(truths, labels, predictions)):
+        pred = np.vstack([p for p in prediction if len(p)] or [np.zeros((0, 5))])
+        pred_class = np.concatenate([np.full(len(p), k) for k, p in enumerate(prediction)] or [np.zeros(0)])
+        common = dict(image=truth.name or str(truth.image_id), width=truth.width, height=truth.height)
+        for j, score in enumerate(overlooked[i]):
+            if math.isfinite(score):
+                box = tuple(round(float(v), 1) for v in pred[j, :4])
+                issues.append(LabelIssue(kind=MISSING, box=box, class_name=name(pred_class[j]), score=float(score),
+                                         flagged=bool(score <= FLAG_SCORE), label_index=None,
+                                         evidence=Evidence(box, name(pred_class[j]), round(float(pred[j, 4]), 4)),
+                                         **common))
+        for kind, scores in ((WRONG_CLASS, swapped[i]), (MISPLACED, misplaced[i])):
+            for j, score in enumerate(scores):
+                if not math.isfinite(score):
+                    continue
+                box = label["bboxes"][j]
+                issues.append(LabelIssue(kind=kind, box=tuple(round(float(v), 1) for v in box),
+                                         class_name=name(label["labels"][j]), score=float(score),
+                                         flagged=bool(score <= FLAG_SCORE), label_index=j,
+                                         evidence=_evidence(box, label["labels"][j], pred, pred_class, kind, name),
+                                         **common))
+    return sorted(issues, key=lambda issue: (issue.score, issue.image, issue.kind, issue.box))
+
+
+def _evidence(box: np.ndarray, cls: int, pred: np.ndarray, pred_class: np.ndarray, kind: str, name) -> Evidence | None:
+    """The prediction that disagrees with a labelled box: for a wrong class, the most confident
+    prediction of another class on it; for a misplaced box, its class's prediction that overlaps
+    it most."""
+    if not len(pred):
+        return None
+    overlap = _iou(np.asarray(box, np.float64), pred[:, :4])
+    pick = (pred_class != cls) if kind == WRONG_CLASS else (pred_class == cls)
+    candidates = np.flatnonzero(pick & (overlap > 0.0))
+    if not len(candidates):
+        return None
+    best = candidates[np.argmax(pred[candidates, 4] if kind == WRONG_CLASS else overlap[candidates])]
+    return Evidence(tuple(round(float(v), 1) for v in pred[best, :4]), name(pred_class[best]),
+                    round(float(pred[best, 4]), 4))
+
+
+def write_review(issues: list[LabelIssue], path: str | Path) -> Path:
+    """`label_review.jsonl`: one flagged issue a line, most likely first (ids and boxes in the
+    dataset's own pixels, for a labelling tool to import)."""
+    path = Path(path)
+    path.write_text("".join(json.dumps(i.to_dict(), sort_keys=True) + "\n" for i in issues if i.flagged))
+    return path
+
+
+def summary_line(issues: list[LabelIssue]) -> str:
+    """'46 likely label problems: 36 missing circle boxes, ...' (the run report's and the console's)."""
+    flagged = [i for i in issues if i.flagged]
+    if not flagged:
+        return "no likely label problems"
+    counts: dict[tuple[str, str], int] = {}
+    for issue in flagged:
+        counts[(issue.kind, issue.class_name)] = counts.get((issue.kind, issue.class_name), 0) + 1
+    parts = [f"{n} {kind.replace(' box', '')} {cls} box{'es' if n > 1 else ''}" if kind != WRONG_CLASS else
+             f"{n} {cls} box{'es' if n > 1 else ''} of the wrong class"
+             for (kind, cls), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    return f"{len(flagged)} likely label problem{'s' if len(flagged) > 1 else ''}: " + ", ".join(parts)
