@@ -11,11 +11,11 @@ import tempfile
 from pathlib import Path
 
 from components.train.tuning import TuneConfig
-from pipeline.cli_types import UsageError, existing_file
+from pipeline.cli_types import UsageError, existing_dir, existing_file
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.cli_types import output_dir
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.cli_types import shards_dir, trained_model_dir
+from pipeline.cli_types import shards_dir, trained_model_dir, unit_float
 from pipeline.model_cli import export_after_train
 from pipeline.params import BY_NAME, declared, declared_help
 
@@ -120,6 +120,19 @@ def cmd_evaluate(args) -> int:
     return EXIT_OK
 
 
+def cmd_review(args) -> int:
+    from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
+    from components.evaluate.review import review_model
+
+    confident = args.confident
+    if confident is None and args.evaluation:
+        confident = EvalMetrics.read(Path(args.evaluation) / METRICS_FILE).threshold.score
+    result = review_model(args.model, args.data, args.output, confident=confident)
+    print(f"{result.images} val images reviewed: {result.summary} -> {args.output}/label_review.html, "
+          f"{args.output}/label_review.jsonl")
+    return EXIT_OK
+
+
 def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
     """Options of `train` and `tune` that are also pipeline parameters (pipeline/params.py):
     their type, default, choices and help are the declaration's."""
@@ -195,3 +208,22 @@ def add_train_commands(sub) -> None:
     p.add_argument("--min-map", **declared("min_map", help="exit 1 when mAP@[.5:.95] is below this (default "
                                                           "%(default)s)"))
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("review", help="the val labels most likely wrong (missing, wrong-class, misplaced boxes), "
+                                      "from a trained model's predictions",
+                       description="Score the val split's labels against the predictions of a model trained "
+                                   "without them (cleanlab's object-detection scores) and write "
+                                   "label_review.jsonl (the flagged issues, best first, boxes in the images' pixels, "
+                                   "for a labelling tool) and label_review.html (crops to look at).")
+    p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
+    p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build` (its val "
+                                                                    "split is reviewed)")
+    p.add_argument("--output", required=True, type=output_dir, help="folder for label_review.jsonl and "
+                                                                      "label_review.html")
+    p.add_argument("--confident", type=unit_float, default=None,
+                   help="score from which a prediction counts as evidence against a label (default: the "
+                        "evaluation's best-F1 threshold from --evaluation, else 0.5)")
+    p.add_argument("--evaluation", type=existing_dir, default=None,
+                   help="output folder of `detpipe evaluate` for this model (its threshold is the default "
+                        "--confident)")
+    p.set_defaults(func=cmd_review)

@@ -23,13 +23,14 @@ def raccoon_truths(raccoon_shards):
 
     from components.detector.records import parse_boxes, shard_files
 
-    truths = []
+    truths, images = [], {}
     for i, record in enumerate(tf.data.TFRecordDataset(shard_files(str(raccoon_shards), "train"))):
-        example = parse_boxes(record)
+        example = parse_boxes(record, encoded=True)
         truths.append(ImageTruth(i + 1, int(example["height"]), int(example["width"]),
                                  [tuple(map(float, b)) for b in example["boxes"].numpy()],
                                  [int(c) for c in example["labels"].numpy()], name=f"raccoon-{i}"))
-    return truths
+        images[truths[-1].name] = example["encoded"].numpy()
+    return truths, images
 
 
 def _detector(truths: list[ImageTruth], seed: int = 0) -> list[ImageDetections]:
@@ -92,6 +93,7 @@ def _plant(truths, rng):
 
 
 def test_planted_label_errors_are_found_near_the_top_and_untouched_labels_rarely_flagged(raccoon_truths, tmp_path):
+    raccoon_truths, images = raccoon_truths
     detections = _detector(raccoon_truths)
     planted, dirty = _plant(raccoon_truths, np.random.default_rng(1))
     issues = review_labels(dirty, detections, NAMES)
@@ -114,6 +116,13 @@ def test_planted_label_errors_are_found_near_the_top_and_untouched_labels_rarely
     first = json.loads(lines[0])
     assert first["image"].startswith("raccoon-") and first["kind"] in (MISSING, WRONG_CLASS, MISPLACED)
     assert 0 <= first["box"][0] < first["box"][2] <= first["width"]
+    # What people look at: a crop of each flagged issue, in the ranked order, embedded.
+    from components.evaluate.review_page import write_review_page
+
+    page = write_review_page(issues, images, tmp_path / "label_review.html", "raccoon reviewed").read_text()
+    assert page.count("<figure>") == len(lines) and page.count("data:image/png;base64,") == len(lines)
+    assert page.index(f"<code>{first['image']}</code>") < page.rindex("<code>") or len(lines) == 1
+    assert summary_line(issues).capitalize() in page
 
 
 def test_a_review_with_nothing_predicted_flags_nothing():
@@ -121,3 +130,27 @@ def test_a_review_with_nothing_predicted_flags_nothing():
     assert review_labels([truth], [ImageDetections(1, [], [], [])], {1: "a"}) == []
     with pytest.raises(ValueError, match="1 images of labels but 0"):
         review_labels([truth], [], {1: "a"})
+
+
+@pytest.fixture(scope="module")
+def tiny_raccoon_model(raccoon_shards, tmp_path_factory):
+    """A detector trained a few steps on raccoon (what its predictions say does not matter here)."""
+    from components.train.trainer import TrainConfig, train_detector
+
+    out = tmp_path_factory.mktemp("tiny_raccoon_model")
+    train_detector(TrainConfig(data_dir=str(raccoon_shards), output_dir=str(out), epochs=1, batch_size=8,
+                               image_size=64, max_steps=3))
+    return out
+
+
+def test_review_command_writes_the_list_and_the_page(tiny_raccoon_model, raccoon_shards, tmp_path, capsys):
+    from pipeline.cli import main
+
+    out = tmp_path / "review"
+    assert main(["review", "--model", str(tiny_raccoon_model), "--data", str(raccoon_shards), "--output", str(out),
+                 "--confident", "0.01"]) == 0
+    printed = capsys.readouterr().out
+    assert "43 val images reviewed:" in printed and "label_review.html" in printed
+    page = (out / "label_review.html").read_text()
+    lines = (out / "label_review.jsonl").read_text().splitlines()
+    assert page.startswith("<!doctype html>") and page.count("<figure>") == min(len(lines), 200)
