@@ -205,7 +205,8 @@ def test_an_overlap_larger_than_half_a_tile_is_capped_and_says_so():
 
 def test_the_fitted_shape_of_large_photos_with_small_objects_is_tiled_and_fits_anchors_at_full_resolution(
         large_photo_shards):
-    from components.detector.fitted_shape import fit_shape, read_box_sample
+    from components.detector.fitted_shape import fit_shape
+    from components.detector.records import read_box_sample
     from components.detector.model import model_config_for
 
     sample = read_box_sample(str(large_photo_shards))
@@ -224,7 +225,8 @@ def test_the_fitted_shape_of_large_photos_with_small_objects_is_tiled_and_fits_a
 
 
 def test_a_given_tile_size_and_overlap_are_taken_as_given(large_photo_shards):
-    from components.detector.fitted_shape import fit_shape, read_box_sample
+    from components.detector.fitted_shape import fit_shape
+    from components.detector.records import read_box_sample
     from components.detector.model import model_config_for
     from components.detector.tile_choice import Tiling
 

@@ -10,7 +10,8 @@ import pytest
 
 from beam.contract.label_map import read_dataset_label_map
 from components.detector.artifacts import WARM_START_FILES, TrainConfigFile
-from components.detector.fitted_shape import fit_shape, read_box_sample
+from components.detector.fitted_shape import fit_shape
+from components.detector.records import read_box_sample
 from components.detector.geometry import BoxSample
 from components.detector.model import ModelConfig, build_detector, model_config_for
 from components.registry.register import register_run

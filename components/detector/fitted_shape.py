@@ -23,8 +23,6 @@ from components.detector.tile_choice import choose_tiling, given_tiling, parse_t
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RECORDS = 2000
-
 
 class PoorAnchors(ValueError):
     """Too few training boxes can match any anchor, even after fitting the shape."""
@@ -50,28 +48,6 @@ class FittedShape:
                 "aspect_ratios": ",".join(f"{r:g}" for r in m.aspect_ratios),
                 "anchor_coverage": round(self.coverage, 4), "anchor_coverage_fixed_shape": round(self.coverage_fixed, 4),
                 "relative_compute": round(self.relative_compute, 2)}
-
-
-def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dict[str, int] | None = None) -> BoxSample:
-    """The boxes, classes and image sizes of the first `records` train records (in shard order)."""
-    import tensorflow as tf
-
-    from components.detector.records import compression_type, parse_boxes, shard_files
-
-    files = shard_files(data_dir, "train")
-    data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(
-        tf.autograph.experimental.do_not_convert(parse_boxes))  # no generated files (the data step's count)
-    boxes, labels, shapes = [], [], []
-    for example in data:
-        boxes.append(example["boxes"].numpy())
-        labels.append(example["labels"].numpy())
-        shapes.append((int(example["height"]), int(example["width"])))
-    names = {index: name for name, index in (label_map or {}).items()}
-    shapes = np.asarray(shapes, np.float64).reshape(-1, 2)
-    return BoxSample(np.concatenate(boxes) if boxes else np.zeros((0, 4)), shapes.max(axis=1, initial=0.0),
-                     labels=np.concatenate(labels).astype(np.int64) if labels else np.zeros(0, np.int64),
-                     class_names=names, boxes_per_image=np.asarray([len(b) for b in boxes], np.int64),
-                     image_shapes=shapes)
 
 
 def cost_model(config: ModelConfig) -> CostModel:
@@ -193,6 +169,7 @@ def shape_for_data(data_dir: str, model_size: str, num_classes: int, image_size:
     """`fit_shape` of the model size's (or preset's) detector on the train split of the
     shards in `data_dir`."""
     from beam.contract.label_map import read_dataset_label_map
+    from components.detector.records import read_box_sample
 
     sample = read_box_sample(data_dir, label_map=read_dataset_label_map(data_dir))
     return shape_for_sample(sample, model_size, num_classes, image_size, on_gpu, preset, allow_poor_anchors, tile)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+import numpy as np
 import tensorflow as tf
 
 from beam.contract import feature_keys as K
 from beam.contract.manifest import MANIFEST_FILE, Manifest
+from components.detector.geometry import BoxSample
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -216,3 +218,25 @@ def count_records(data_dir: str, split: str) -> int:
         return sum(shard["records"] for shard in listed if shard["split"] == split)
     compression = compression_type(files)
     return sum(1 for f in files for _ in tf.data.TFRecordDataset(f, compression_type=compression))
+
+
+# The train records the fitted shape, the tiling and the box-prior baseline read their boxes from.
+SAMPLE_RECORDS = 2000
+
+
+def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dict[str, int] | None = None) -> BoxSample:
+    """The boxes, classes and image sizes of the first `records` train records (in shard order)."""
+    files = shard_files(data_dir, "train")
+    data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(
+        tf.autograph.experimental.do_not_convert(parse_boxes))  # no generated files (the data step's count)
+    boxes, labels, shapes = [], [], []
+    for example in data:
+        boxes.append(example["boxes"].numpy())
+        labels.append(example["labels"].numpy())
+        shapes.append((int(example["height"]), int(example["width"])))
+    names = {index: name for name, index in (label_map or {}).items()}
+    shapes = np.asarray(shapes, np.float64).reshape(-1, 2)
+    return BoxSample(np.concatenate(boxes) if boxes else np.zeros((0, 4)), shapes.max(axis=1, initial=0.0),
+                     labels=np.concatenate(labels).astype(np.int64) if labels else np.zeros(0, np.int64),
+                     class_names=names, boxes_per_image=np.asarray([len(b) for b in boxes], np.int64),
+                     image_shapes=shapes)

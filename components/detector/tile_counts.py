@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from components.detector.fitted_shape import read_box_sample
-from components.detector.records import compression_type, parse_boxes, shard_files
+from components.detector.records import compression_type, parse_boxes, read_box_sample, shard_files
 from components.detector.tile_choice import (
     Tiling,
     choose_tiling,

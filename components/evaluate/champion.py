@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from components.detector.artifacts import TrainConfigFile
-from components.detector.fitted_shape import read_box_sample
+from components.detector.records import read_box_sample
 from components.evaluate.baseline import Baseline, box_prior_baseline
 from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth

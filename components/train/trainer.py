@@ -21,11 +21,11 @@ import tensorflow as tf
 from beam.contract.label_map import num_class_slots, read_dataset_label_map
 from components.detector.artifacts import (CHECKPOINT_DIR, HISTORY_FILE, LOSS_CURVE_FILE, MODEL_FILE, REPORT_FILE,
                                            TENSORBOARD_DIR, TrainConfigFile)
-from components.detector.fitted_shape import FittedShape, read_box_sample, shape_for_sample
+from components.detector.fitted_shape import FittedShape, shape_for_sample
 from components.detector.losses import AveragedAdamW, compile_detector, finite_on_every_replica, use_weight_average
 from components.detector.model import build_detector, count_params
 from components.detector.precision import choose_precision, choose_xla
-from components.detector.records import count_records
+from components.detector.records import count_records, read_box_sample
 from components.detector.tile_choice import windows_per_photo
 from components.train.accumulation import use_micro_batches
 from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
