@@ -38,6 +38,17 @@ def raccoon_shards(raccoon, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def raccoon_model(raccoon_shards, tmp_path_factory):
+    """A small detector trained a few steps on real photos (one class): a model to run, not to trust."""
+    from components.train.trainer import TrainConfig, train_detector
+
+    out = tmp_path_factory.mktemp("raccoon_model")
+    train_detector(TrainConfig(data_dir=str(raccoon_shards), output_dir=str(out), epochs=1, batch_size=8,
+                               image_size=64, max_steps=3))
+    return out
+
+
+@pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
     from pipeline.demo_data import write_demo_dataset
 

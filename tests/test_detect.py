@@ -16,17 +16,6 @@ from components.evaluate.evaluator import evaluate_detector, predict_split
 from components.detector.records import compression_type, shard_files
 
 
-@pytest.fixture(scope="module")
-def raccoon_model(raccoon_shards, tmp_path_factory):
-    """A small detector trained a few steps on real photos (one class)."""
-    from components.train.trainer import TrainConfig, train_detector
-
-    out = tmp_path_factory.mktemp("raccoon_model")
-    train_detector(TrainConfig(data_dir=str(raccoon_shards), output_dir=str(out), epochs=1, batch_size=8,
-                               image_size=64, max_steps=3))
-    return out
-
-
 def _val_records(data_dir) -> list[bytes]:
     files = shard_files(str(data_dir), "val")
     return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type=compression_type(files))]

@@ -132,22 +132,11 @@ def test_a_review_with_nothing_predicted_flags_nothing():
         review_labels([truth], [], {1: "a"})
 
 
-@pytest.fixture(scope="module")
-def tiny_raccoon_model(raccoon_shards, tmp_path_factory):
-    """A detector trained a few steps on raccoon (what its predictions say does not matter here)."""
-    from components.train.trainer import TrainConfig, train_detector
-
-    out = tmp_path_factory.mktemp("tiny_raccoon_model")
-    train_detector(TrainConfig(data_dir=str(raccoon_shards), output_dir=str(out), epochs=1, batch_size=8,
-                               image_size=64, max_steps=3))
-    return out
-
-
-def test_review_command_writes_the_list_and_the_page(tiny_raccoon_model, raccoon_shards, tmp_path, capsys):
+def test_review_command_writes_the_list_and_the_page(raccoon_model, raccoon_shards, tmp_path, capsys):
     from pipeline.cli import main
 
     out = tmp_path / "review"
-    assert main(["review", "--model", str(tiny_raccoon_model), "--data", str(raccoon_shards), "--output", str(out),
+    assert main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(out),
                  "--confident", "0.01"]) == 0
     printed = capsys.readouterr().out
     assert "43 val images reviewed:" in printed and "label_review.html" in printed
