@@ -224,13 +224,18 @@ def count_records(data_dir: str, split: str) -> int:
 SAMPLE_RECORDS = 2000
 
 
+def box_records(data_dir: str, split: str) -> tf.data.Dataset:
+    """The split's records as `parse_boxes` gives them (boxes, labels, size; nothing decoded), in
+    shard order. Not converted by autograph: the data step leaves no generated files behind."""
+    files = shard_files(data_dir, split)
+    return tf.data.TFRecordDataset(files, compression_type=compression_type(files)).map(
+        tf.autograph.experimental.do_not_convert(parse_boxes))
+
+
 def read_box_sample(data_dir: str, records: int = SAMPLE_RECORDS, label_map: dict[str, int] | None = None) -> BoxSample:
     """The boxes, classes and image sizes of the first `records` train records (in shard order)."""
-    files = shard_files(data_dir, "train")
-    data = tf.data.TFRecordDataset(files, compression_type=compression_type(files)).take(records).map(
-        tf.autograph.experimental.do_not_convert(parse_boxes))  # no generated files (the data step's count)
     boxes, labels, shapes = [], [], []
-    for example in data:
+    for example in box_records(data_dir, "train").take(records):
         boxes.append(example["boxes"].numpy())
         labels.append(example["labels"].numpy())
         shapes.append((int(example["height"]), int(example["width"])))

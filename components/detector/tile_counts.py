@@ -11,9 +11,7 @@ dataset (boxes and sizes only, no decoding), so a dataset seen whole costs no ex
 
 from __future__ import annotations
 
-import tensorflow as tf
-
-from components.detector.records import compression_type, parse_boxes, read_box_sample, shard_files
+from components.detector.records import box_records, read_box_sample, shard_files
 from components.detector.tile_choice import (
     Tiling,
     choose_tiling,
@@ -26,20 +24,19 @@ from components.detector.tile_choice import (
 DEVICES = ("gpu", "cpu")  # whose budget `--tile auto` is decided for
 
 
-def _split_counts(data_dir: str, split: str, tiling: Tiling) -> dict[str, int]:
-    counts = {"photos": 0, "tiles": 0, "boxes": 0, "boxes_whole_in_a_tile": 0}
-    files = shard_files(data_dir, split)
-    if not files:
+def _split_counts(data_dir: str, split: str, tilings: list[Tiling]) -> list[dict[str, int]]:
+    """Per tiling, the split's photos, tiles, boxes and boxes whole in a tile: one read of its records."""
+    counts = [{"photos": 0, "tiles": 0, "boxes": 0, "boxes_whole_in_a_tile": 0} for _ in tilings]
+    if not shard_files(data_dir, split):
         return counts
-    # Not converted by autograph: the data step leaves no generated files in the temp folder.
-    records = tf.data.TFRecordDataset(files, compression_type=compression_type(files))
-    for example in records.map(tf.autograph.experimental.do_not_convert(parse_boxes)):
+    for example in box_records(data_dir, split):
         height, width = int(example["height"]), int(example["width"])
         boxes = example["boxes"].numpy() * [height, width, height, width]
-        counts["photos"] += 1
-        counts["tiles"] += tiles_per_photo(tiling, height, width)
-        counts["boxes"] += len(boxes)
-        counts["boxes_whole_in_a_tile"] += int(whole_in_a_tile(boxes, height, width, tiling).sum())
+        for tiling, count in zip(tilings, counts):
+            count["photos"] += 1
+            count["tiles"] += tiles_per_photo(tiling, height, width)
+            count["boxes"] += len(boxes)
+            count["boxes_whole_in_a_tile"] += int(whole_in_a_tile(boxes, height, width, tiling).sum())
     return counts
 
 
@@ -71,5 +68,9 @@ def count_tiles(data_dir: str, label_map: dict[str, int] | None = None, mode: st
             same["devices"].extend(devices)
             continue
         layouts.append({"devices": list(devices), "tile": tiling.tile, "overlap": tiling.overlap, "reason": why,
-                        "splits": {split: _split_counts(data_dir, split, tiling) for split in splits}})
+                        "splits": {}})
+    tilings = [Tiling(layout["tile"], layout["overlap"]) for layout in layouts]
+    for split in splits if layouts else ():  # every layout counted in one read of each split
+        for layout, counted in zip(layouts, _split_counts(data_dir, split, tilings)):
+            layout["splits"][split] = counted
     return {"mode": mode, "whole": whole, "layouts": layouts}
