@@ -276,6 +276,27 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
 KEY_FIGURES["evaluate"] = lambda out: f"mAP {out.get('Output', 0):.3f}"
 
 
+def review(model: Input[Model], data: Input[Dataset], evaluation: Input[Artifact], label_review: Output[Artifact],
+           review_page: Output[HTML]) -> str:
+    """The val labels most likely wrong (missing, wrong-class, misplaced, duplicate boxes), from
+    the detections evaluation made (no second prediction pass): label_review.jsonl and
+    label_review.html in `label_review`, the page again as `review_page` (the console shows it).
+    Returns the summary line."""
+    import logging
+    import shutil
+
+    from components.evaluate.review import PAGE_FILE, review_model
+
+    logging.basicConfig(level=logging.INFO)
+    result = review_model(model.path, data.path, label_review.path, evaluation_dir=evaluation.path)
+    shutil.copyfile(f"{label_review.path}/{PAGE_FILE}", review_page.path)
+    label_review.metadata.update({"flagged": result.flagged, "images": result.images, "confident": result.confident})
+    return result.summary
+
+
+KEY_FIGURES["review"] = lambda out: str(out.get("Output", "")).split(":")[0]
+
+
 def export(model: Input[Model], metrics_json: Input[Artifact], saved_model: Output[Model]) -> float:
     """A SavedModel with an image-bytes signature, the evaluation's F1-best score threshold
     as its default. Returns that threshold."""
@@ -331,14 +352,14 @@ KEY_FIGURES["register"] = lambda out: f"{out.get('version', '?')} {out.get('stat
 
 
 def report(data: Input[Dataset], probe_json: Input[Artifact], model: Input[Model], evaluation: Input[Artifact],
-           decision: Input[Artifact], version: str, status: str, champion: str, run_id: str,
-           run_report: Output[HTML]):
+           label_review: Input[Artifact], decision: Input[Artifact], version: str, status: str, champion: str,
+           run_id: str, run_report: Output[HTML]):
     """One self-contained HTML page about the run (what the Vertex AI console shows)."""
     from components.report.run_report import RunInputs, write_run_report
 
     write_run_report(RunInputs(
         dataset_dir=data.path, probe_json=probe_json.path, train_dir=model.path, evaluation_dir=evaluation.path,
-        decision_json=decision.path, registered={"version": version, "status": status, "champion": champion},
+        review_dir=label_review.path, decision_json=decision.path, registered={"version": version, "status": status, "champion": champion},
         title=f"detpipe run {run_id}"), run_report.path)
 
 
@@ -350,6 +371,7 @@ class Steps:
     tune_hyperparameters: object
     train: object
     evaluate: object
+    review: object
     export: object
     register: object
     report: object
@@ -361,4 +383,4 @@ def make_steps(image: str) -> Steps:
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
     return Steps(*(component(f) for f in (fingerprint_source, validate_and_convert, probe, tune_hyperparameters,
-                                          train, evaluate, export, register, report)))
+                                          train, evaluate, review, export, register, report)))

@@ -1,5 +1,6 @@
 """The detpipe DAG: fingerprint-source → validate-and-convert → probe → tune → train →
-evaluate → export → register → report.
+evaluate → review → export → register → report (review: the val labels most likely wrong,
+from evaluation's detections; it decides nothing, so export and register do not wait for it).
 
 Linear on purpose: kfp's local runner has no dsl.If/ParallelFor/ExitHandler, so the
 promotion decision is made inside the evaluate step and acted on inside register, and a
@@ -138,6 +139,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
                                    max_regression=p.max_regression, min_map=p.min_map, seed=p.seed)
         if resources.evaluate_on_gpu:
             _on_accelerator(evaluated, resources)
+        reviewed = steps.review(model=trained.outputs["model"], data=dataset, evaluation=evaluated.outputs["evaluation"])
         exported = steps.export(model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"])
         registered = steps.register(
             saved_model=exported.outputs["saved_model"], model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
@@ -150,7 +152,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         registered.set_caching_options(False)  # the registry may have moved since a cached run
         reported = steps.report(
             data=dataset, probe_json=advice, model=trained.outputs["model"],
-            evaluation=evaluated.outputs["evaluation"], decision=evaluated.outputs["decision"],
+            evaluation=evaluated.outputs["evaluation"], label_review=reviewed.outputs["label_review"],
+            decision=evaluated.outputs["decision"],
             version=registered.outputs["version"], status=registered.outputs["status"],
             champion=registered.outputs["champion"], run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
         reported.set_caching_options(False)  # it names this run

@@ -40,6 +40,8 @@ class RunSummary:
     version: str
     comparison: str  # the champion comparison and the decision, one line
     report: Path | None  # run_report.html at the top of the run folder
+    review: str | None = None  # the label review's summary line ("3 likely label problems: ...")
+    review_page: Path | None = None  # label_review.html at the top of the run folder
 
     def lines(self) -> list[str]:
         return [
@@ -54,6 +56,8 @@ class RunSummary:
             + (f", ... ({len(self.per_class) - PER_CLASS_SHOWN} more in the report)"
                if len(self.per_class) > PER_CLASS_SHOWN else ""),
             *([f"warning: {self.cap_warning}"] if self.cap_warning else []),
+            *([f"label review: {self.review}" + (f", see {self.review_page}" if self.review_page else "")]
+              if self.review else []),
             f"model to serve: detpipe serve --model {self.saved_model}",
             f"artifacts: {self.run_dir}",
             f"report: {self.report or 'not written'}",
@@ -91,7 +95,7 @@ def summarise(run_dir: Path) -> RunSummary:
         prediction=metrics.prediction.line() if metrics.prediction else None,
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
-        report=_top_level_report(run_dir),
+        report=_top_level_report(run_dir), review=_review_summary(run_dir), review_page=_top_level_review(run_dir),
     )
 
 
@@ -103,6 +107,23 @@ def _top_level_report(run_dir: Path) -> Path | None:
     if not source.is_file():
         return None
     return Path(shutil.copyfile(source, run_dir / REPORT_FILE))
+
+
+def _review_summary(run_dir: Path) -> str | None:
+    """The review step's summary line (None when it did not run)."""
+    if not (run_dir / "review").is_dir():
+        return None
+    return read_outputs(run_dir, "review").get("parameterValues", {}).get("Output")
+
+
+def _top_level_review(run_dir: Path) -> Path | None:
+    """The review step's page, copied to RUN/label_review.html beside the run report."""
+    from components.evaluate.review_page import PAGE_FILE
+
+    source = run_dir / "review" / "review_page"
+    if not source.is_file():
+        return None
+    return Path(shutil.copyfile(source, run_dir / PAGE_FILE))
 
 
 def _register_output(run_dir: Path, name: str) -> str:

@@ -121,13 +121,10 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_review(args) -> int:
-    from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
     from components.evaluate.review import review_model
 
-    confident = args.confident
-    if confident is None and args.evaluation:
-        confident = EvalMetrics.read(Path(args.evaluation) / METRICS_FILE).threshold.score
-    result = review_model(args.model, args.data, args.output, confident=confident)
+    result = review_model(args.model, args.data, args.output, confident=args.confident,
+                          evaluation_dir=args.evaluation)
     print(f"{result.images} val images reviewed: {result.summary} -> {args.output}/label_review.html, "
           f"{args.output}/label_review.jsonl")
     return EXIT_OK
@@ -209,8 +206,8 @@ def add_train_commands(sub) -> None:
                                                           "%(default)s)"))
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("review", help="the val labels most likely wrong (missing, wrong-class, misplaced boxes), "
-                                      "from a trained model's predictions",
+    p = sub.add_parser("review", help="the val labels most likely wrong (missing, wrong-class, misplaced, duplicate "
+                                      "boxes), from a trained model's predictions",
                        description="Score the val split's labels against the predictions of a model trained "
                                    "without them (cleanlab's object-detection scores) and write "
                                    "label_review.jsonl (the flagged issues, best first, boxes in the images' pixels, "
@@ -224,6 +221,6 @@ def add_train_commands(sub) -> None:
                    help="score from which a prediction counts as evidence against a label (default: the "
                         "evaluation's best-F1 threshold from --evaluation, else 0.5)")
     p.add_argument("--evaluation", type=existing_dir, default=None,
-                   help="output folder of `detpipe evaluate` for this model (its threshold is the default "
-                        "--confident)")
+                   help="output folder of `detpipe evaluate` for this model on this data: its detections are "
+                        "reviewed (no second prediction pass) and its threshold is the default --confident")
     p.set_defaults(func=cmd_review)

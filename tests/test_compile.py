@@ -31,7 +31,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # the probe's dry run (deterministic), tune and train; the data step imports its options from beam.options;
 # the data and tune steps take data_runner, tune_trials and tune_trial_steps under the parameters' names.
 # Three parameter descriptions shortened (val_annotations, warm_start, precision); max_steps says it rounds up.
-GOLDEN_SHA256 = "2293e29716147f8b89ad9841cc9cc984cd33acd79c3c76501a1af78977c367b2"
+GOLDEN_SHA256 = "f8a9d122a5559ed88fc7c9636c997d0d3859b7c5a2ccb10ee492c199c0efc85f"
 
 
 def test_golden_compile(tmp_path):
@@ -78,8 +78,10 @@ def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
     assert not any("pip install" in " ".join(e["container"]["command"]) for e in executors.values())
     tasks = spec["root"]["dag"]["tasks"]
     assert set(tasks) == {"fingerprint-source", "validate-and-convert", "probe", "tune-hyperparameters", "train",
-                          "evaluate", "export", "register", "report"}
-    assert tasks["export"]["dependentTasks"] == ["evaluate", "train"]
+                          "evaluate", "review", "export", "register", "report"}
+    assert tasks["export"]["dependentTasks"] == ["evaluate", "train"]  # the label review decides nothing
+    assert tasks["review"]["dependentTasks"] == ["evaluate", "train", "validate-and-convert"]
+    assert "review" in tasks["report"]["dependentTasks"]
     assert tasks["register"]["dependentTasks"] == ["evaluate", "export", "fingerprint-source", "train",
                                                    "validate-and-convert"]
     assert tasks["register"]["cachingOptions"] == {}

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
-from components.evaluate.label_review import (MISPLACED, MISSING, WRONG_CLASS, review_labels, summary_line,
-                                              write_review)
+from components.evaluate.label_review import (DUPLICATE, MISPLACED, MISSING, WRONG_CLASS, Evidence, read_review,
+                                              review_labels, summary_line, write_review)
 
-PLANTED = 5  # of each kind: removed, relabelled, shifted
+PLANTED = 5  # of each kind: removed, relabelled, shifted, drawn twice
+KINDS = (MISSING, WRONG_CLASS, MISPLACED, DUPLICATE)
 NAMES = {1: "raccoon", 2: "dog"}
 
 
@@ -57,6 +58,12 @@ def _detector(truths: list[ImageTruth], seed: int = 0) -> list[ImageDetections]:
     return out
 
 
+def _iou_yxyx(a, b) -> float:
+    lo, hi = np.maximum(a[:2], b[:2]), np.minimum(a[2:], b[2:])
+    inter = float(np.prod(np.maximum(np.subtract(hi, lo), 0)))
+    return inter / (np.prod(np.subtract(a[2:], a[:2])) + np.prod(np.subtract(b[2:], b[:2])) - inter)
+
+
 def _points_at(issue, truth, index, kind) -> bool:
     """Whether `issue` points at label `index` of `truth` (or, for a removed box, at its place)."""
     if issue.image != truth.name or issue.kind != kind:
@@ -73,12 +80,16 @@ def _points_at(issue, truth, index, kind) -> bool:
 
 def _plant(truths, rng):
     planted, dirty = [], list(truths)
-    for n, i in enumerate(rng.choice(len(truths), size=3 * PLANTED, replace=False)):
+    for n, i in enumerate(rng.choice(len(truths), size=len(KINDS) * PLANTED, replace=False)):
         truth = truths[i]
         j = int(rng.integers(len(truth.boxes)))
-        kind = (MISSING, WRONG_CLASS, MISPLACED)[n // PLANTED]
+        kind = KINDS[n // PLANTED]
         boxes, labels = list(truth.boxes), list(truth.labels)
-        if kind == MISSING:  # the label removed: the raccoon is now unlabelled
+        if kind == DUPLICATE:  # drawn again, a few pixels off: the copy is the last label
+            boxes.append(tuple(float(v) for v in np.clip(np.add(boxes[j], rng.normal(0, 0.005, 4)), 0, 1)))
+            labels.append(labels[j])
+            j = len(boxes) - 1
+        elif kind == MISSING:  # the label removed: the raccoon is now unlabelled
             del boxes[j], labels[j]
         elif kind == WRONG_CLASS:
             labels[j] = 3 - labels[j]
@@ -99,7 +110,7 @@ def test_planted_label_errors_are_found_near_the_top_and_untouched_labels_rarely
     issues = review_labels(dirty, detections, NAMES)
     top = issues[:2 * len(planted)]
     found = {kind: sum(any(_points_at(issue, t, j, k) for issue in top) for t, j, k in planted if k == kind)
-             for kind in (MISSING, WRONG_CLASS, MISPLACED)}
+             for kind in KINDS}
     untouched = sum(len(t.boxes) for t in raccoon_truths) - len(planted)
     other_flags = [i for i in issues if i.flagged and not any(_points_at(i, *p) for p in planted)]
     print(f"found in the top {len(top)}: {found} of {PLANTED} each; {len(other_flags)} other flags over "
@@ -111,10 +122,11 @@ def test_planted_label_errors_are_found_near_the_top_and_untouched_labels_rarely
     # What a labelling tool imports: the flagged issues, best first, boxes in the photo's pixels.
     lines = write_review(issues, tmp_path / "label_review.jsonl").read_text().splitlines()
     assert len(lines) == sum(i.flagged for i in issues) > 0
+    assert read_review(tmp_path / "label_review.jsonl") == [i for i in issues if i.flagged]
     import json
 
     first = json.loads(lines[0])
-    assert first["image"].startswith("raccoon-") and first["kind"] in (MISSING, WRONG_CLASS, MISPLACED)
+    assert first["image"].startswith("raccoon-") and first["kind"] in KINDS
     assert 0 <= first["box"][0] < first["box"][2] <= first["width"]
     # What people look at: a crop of each flagged issue, in the ranked order, embedded.
     from components.evaluate.review_page import write_review_page
@@ -128,6 +140,10 @@ def test_planted_label_errors_are_found_near_the_top_and_untouched_labels_rarely
 def test_a_review_with_nothing_predicted_flags_nothing():
     truth = ImageTruth(1, 50, 50, [(0.1, 0.1, 0.5, 0.5)], [1], name="x")
     assert review_labels([truth], [ImageDetections(1, [], [], [])], {1: "a"}) == []
+    # ... but a box drawn twice is a duplicate, predictions or not; the copy is flagged, the original kept.
+    twice = replace(truth, boxes=[truth.boxes[0], (0.11, 0.1, 0.5, 0.5), (0.6, 0.6, 0.9, 0.9)], labels=[1, 1, 1])
+    [issue] = review_labels([twice], [ImageDetections(1, [], [], [])], {1: "a"})
+    assert (issue.kind, issue.label_index, issue.flagged, issue.repeats) == (DUPLICATE, 1, True, (5.0, 5.0, 25.0, 25.0))
     with pytest.raises(ValueError, match="1 images of labels but 0"):
         review_labels([truth], [], {1: "a"})
 
@@ -143,3 +159,49 @@ def test_review_command_writes_the_list_and_the_page(raccoon_model, raccoon_shar
     page = (out / "label_review.html").read_text()
     lines = (out / "label_review.jsonl").read_text().splitlines()
     assert page.startswith("<!doctype html>") and page.count("<figure>") == min(len(lines), 200)
+
+    # With the evaluation of the model on this data: its detections are reviewed, no second
+    # prediction pass, and the list is the one the review's own prediction gave.
+    from components.evaluate.detections_file import read_detections, write_detections
+
+    evaluation = tmp_path / "evaluation"
+    assert main(["evaluate", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output",
+                 str(evaluation)]) == 0
+    again = tmp_path / "again"
+    assert main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(again),
+                 "--confident", "0.01", "--evaluation", str(evaluation)]) == 0
+    first, second = read_review(out / "label_review.jsonl"), read_review(again / "label_review.jsonl")
+    assert [(i.image, i.kind, i.label_index, i.box) for i in first] == \
+        [(i.image, i.kind, i.label_index, i.box) for i in second]
+    assert np.allclose([i.score for i in first], [i.score for i in second], atol=1e-4)
+    # What the review reads is the evaluation's file: a 3-step model finds little, so a good
+    # detector's answer is put there, with a confident raccoon in the first photo nobody boxed.
+    truths, _ = read_detections(evaluation / "val_detections.jsonl")
+    found = _detector(truths)
+    found[0].boxes.append((0.0, 0.0, 0.02, 0.02))
+    found[0].scores.append(0.97)
+    found[0].labels.append(1)
+    assert not any(_iou_yxyx((0.0, 0.0, 0.02, 0.02), box) > 0 for box in truths[0].boxes)
+    write_detections(truths, found, evaluation / "val_detections.jsonl")
+    assert main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(again),
+                 "--evaluation", str(evaluation)]) == 0
+    top = read_review(again / "label_review.jsonl")[0]
+    assert (top.image, top.kind, top.evidence.score) == (truths[0].name, MISSING, 0.97)
+    assert (again / "label_review.html").read_text().count("<figure>") >= 1
+    # An evaluation of other data is refused, in one line.
+    lines = (evaluation / "val_detections.jsonl").read_text().splitlines()
+    (evaluation / "val_detections.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    capsys.readouterr()
+    assert main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(again),
+                 "--evaluation", str(evaluation)]) != 0
+    [line] = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "evaluated 42 val images but the data has 43: review the data that evaluation used" in line
+
+
+def test_a_misplaced_box_is_shown_with_the_confident_prediction_that_disagrees():
+    """The evidence is the prediction cleanlab weighs (score >= confident), not a faint one that
+    happens to overlap the label more."""
+    truth = ImageTruth(1, 100, 100, [(0.1, 0.1, 0.4, 0.4)], [1], name="x")
+    found = ImageDetections(1, [(0.12, 0.1, 0.42, 0.4), (0.25, 0.25, 0.55, 0.55)], [0.06, 0.9], [1, 1])
+    [issue] = [i for i in review_labels([truth], [found], {1: "a"}) if i.kind == MISPLACED]
+    assert issue.evidence == Evidence((25.0, 25.0, 55.0, 55.0), "a", 0.9)

@@ -34,7 +34,7 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     assert "per class (AP@[.5:.95] / AP50): " in out and "circle" in out.split("per class", 1)[1]
     # Quiet: one line per step and the summary; no ANSI codes when stdout is not a terminal.
     assert len(out.strip().splitlines()) <= 25 and "\x1b[" not in out
-    assert "✓ validate-and-convert" in out and "64 written" in out and "✓ register" in out
+    assert "✓ validate-and-convert" in out and "64 written" in out and "✓ register" in out and "✓ review" in out
     summary = json.loads(summary_file.read_text())
     run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
 
@@ -215,6 +215,20 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     assert set(k for k in metrics["metrics"] if k.startswith("AP/")) == {"AP/raccoon"}
     assert all(math.isfinite(v) for v in metrics["metrics"].values())
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]
+
+    # The label review of the val split, from evaluation's detections (no second prediction pass):
+    # the list for a labelling tool, the page beside the run report, the line in the summary.
+    from components.evaluate.label_review import read_review, summary_line
+
+    issues = read_review(run_dir / "review" / "label_review" / "label_review.jsonl")
+    assert all(i.flagged for i in issues) and summary["review"] == summary_line(issues)
+    assert f"label review: {summary_line(issues)}, see {run_dir / 'label_review.html'}" in out
+    page = (run_dir / "label_review.html").read_text()
+    assert page == (run_dir / "review" / "review_page").read_text()
+    assert page.count("<figure>") == min(len(issues), 200) and f"{written['val']} val images reviewed" in page
+    val_ids = {i for i, split in listed.items() if split == "val"}
+    assert all(i.image in val_ids and 0 <= i.box[0] <= i.box[2] <= i.width for i in issues)
+    assert 'id="review"' in report and summary_line(issues).capitalize() in report
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """Evaluate a trained detector on the val shards with COCO metrics.
 
-Plain function used by the CLI and the KFP component. Writes `metrics.json` and
-`eval_report.md`; `min_map` turns the step into a gate.
+Plain function used by the CLI and the KFP component. Writes `metrics.json`,
+`eval_report.md` and `val_detections.jsonl` (what the label review reads); `min_map` turns the
+step into a gate.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from components.detector.records import eval_examples, read_records, shard_files
 from components.detector.tile_choice import Tiling, tiles_per_photo
 from components.detector.tiles import TiledDetector
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
+from components.evaluate.detections_file import DETECTIONS_FILE, write_detections
 from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate, PredictionCost
 from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
 from components.evaluate.threshold import best_f1_threshold
@@ -158,6 +160,7 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     if cap_warning:
         logger.warning("%s", cap_warning)
     measured.write(out / METRICS_FILE)
+    write_detections(truths, detections, out / DETECTIONS_FILE)  # for the label review
     images, val_fingerprint = val_images(data_dir)
     pictures, worst = draw_evaluation(out, truths, detections, names, metrics, threshold.score,
                                       images if len(images) == len(truths) else None)

@@ -34,13 +34,17 @@ import numpy as np
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 
-MISSING, WRONG_CLASS, MISPLACED = "missing box", "wrong class", "misplaced box"
+MISSING, WRONG_CLASS, MISPLACED, DUPLICATE = "missing box", "wrong class", "misplaced box", "duplicate box"
+KINDS = (MISSING, WRONG_CLASS, MISPLACED, DUPLICATE)
 FLAG_SCORE = 0.2  # a box whose cleanlab score is at most this is flagged (a likely label problem)
 # cleanlab's default for a confident prediction (0.95) suits a softmax classifier; a detector
 # trained with the focal loss seldom scores that high (its best-F1 threshold is typically
 # 0.3-0.7), so the review takes the model's own threshold, this when none is known.
 CONFIDENT = 0.5
 REVIEW_FILE = "label_review.jsonl"
+# Two labels of one class overlapping at IoU >= this are scored as a duplicate (1 - IoU, so
+# flagged from IoU 1 - FLAG_SCORE = 0.8): a box drawn twice, or two labellers' boxes merged.
+DUPLICATE_IOU = 0.5
 
 
 @dataclass(frozen=True)
@@ -58,8 +62,9 @@ class LabelIssue:
     """One likely label problem. `box`: (xmin, ymin, xmax, ymax) in the image's own pixels, the
     labelled box (wrong class, misplaced) or the predicted one that nobody labelled (missing);
     `class_name`: its class (the labelled one, or the predicted one for a missing box);
-    `score`: cleanlab's, lower is more likely wrong; `label_index`: the box's index among the
-    image's labels (None for a missing box)."""
+    `score`: cleanlab's (a duplicate's: 1 - its IoU with the label it repeats), lower is more
+    likely wrong; `label_index`: the box's index among the image's labels (None for a missing
+    box); `repeats`: for a duplicate, the box of the earlier label it repeats (the one to keep)."""
 
     image: str
     kind: str
@@ -71,6 +76,7 @@ class LabelIssue:
     evidence: Evidence | None
     width: int
     height: int
+    repeats: tuple[float, float, float, float] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -124,15 +130,15 @@ def review_labels(truths: list[ImageTruth], detections: list[ImageDetections], n
     used = [c for t in truths for c in t.labels] + [c for d in detections for c in d.labels]
     num_classes = max([*names, *used, 1])
     labels, predictions = _cleanlab_inputs(truths, detections, num_classes)
+    name = lambda c: names.get(int(c) + 1, f"class {int(c) + 1}")  # noqa: E731  0-based → its name
+    issues = _duplicates(truths, labels, name)
     if not any(len(p) for image in predictions for p in image):
-        return []  # nothing predicted: no evidence about any label
+        return _ranked(issues)  # nothing predicted: no evidence about any label but its copies
     overlooked = compute_overlooked_box_scores(labels=labels, predictions=predictions,
                                                high_probability_threshold=confident)
     swapped = compute_swap_box_scores(labels=labels, predictions=predictions, high_probability_threshold=confident)
     misplaced = compute_badloc_box_scores(labels=labels, predictions=predictions,
                                           low_probability_threshold=confident)
-    name = lambda c: names.get(int(c) + 1, f"class {int(c) + 1}")  # noqa: E731  0-based → its name
-    issues = []
     for i, (truth, label, prediction) in enumerate(zip(truths, labels, predictions)):
         pred = np.vstack([p for p in prediction if len(p)] or [np.zeros((0, 5))])
         pred_class = np.concatenate([np.full(len(p), k) for k, p in enumerate(prediction)] or [np.zeros(0)])
@@ -152,15 +158,46 @@ def review_labels(truths: list[ImageTruth], detections: list[ImageDetections], n
                 issues.append(LabelIssue(kind=kind, box=tuple(round(float(v), 1) for v in box),
                                          class_name=name(label["labels"][j]), score=float(score),
                                          flagged=bool(score <= FLAG_SCORE), label_index=j,
-                                         evidence=_evidence(box, label["labels"][j], pred, pred_class, kind, name),
+                                         evidence=_evidence(box, label["labels"][j], pred, pred_class, kind, name,
+                                                            confident),
                                          **common))
+    return _ranked(issues)
+
+
+def _ranked(issues: list[LabelIssue]) -> list[LabelIssue]:
     return sorted(issues, key=lambda issue: (issue.score, issue.image, issue.kind, issue.box))
 
 
-def _evidence(box: np.ndarray, cls: int, pred: np.ndarray, pred_class: np.ndarray, kind: str, name) -> Evidence | None:
+def _duplicates(truths: list[ImageTruth], labels: list[dict], name) -> list[LabelIssue]:
+    """Labels that repeat an earlier label of the same class in their image (IoU >= DUPLICATE_IOU),
+    scored 1 - IoU. Written here: cleanlab scores a label against the predictions, and a box
+    drawn twice agrees with them twice, so none of its scores points at the copy."""
+    issues = []
+    for truth, label in zip(truths, labels):
+        boxes, classes = label["bboxes"], label["labels"]
+        for j in range(1, len(boxes)):
+            earlier = np.flatnonzero(classes[:j] == classes[j])
+            if not len(earlier):
+                continue
+            overlap = _iou(boxes[j], boxes[earlier])
+            k = int(np.argmax(overlap))
+            if overlap[k] < DUPLICATE_IOU:
+                continue
+            score = round(1.0 - float(overlap[k]), 6)
+            issues.append(LabelIssue(
+                image=truth.name or str(truth.image_id), kind=DUPLICATE, box=tuple(round(float(v), 1) for v in boxes[j]),
+                class_name=name(classes[j]), score=score, flagged=bool(score <= FLAG_SCORE), label_index=j,
+                evidence=None, width=truth.width, height=truth.height,
+                repeats=tuple(round(float(v), 1) for v in boxes[earlier[k]])))
+    return issues
+
+
+def _evidence(box: np.ndarray, cls: int, pred: np.ndarray, pred_class: np.ndarray, kind: str, name,
+              confident: float) -> Evidence | None:
     """The prediction that disagrees with a labelled box: for a wrong class, the most confident
-    prediction of another class on it; for a misplaced box, its class's prediction that overlaps
-    it most."""
+    prediction of another class on it; for a misplaced box, among its class's confident
+    predictions (score >= `confident`, those cleanlab weighs) the one that overlaps it most,
+    else its class's most confident prediction on it."""
     if not len(pred):
         return None
     overlap = _iou(np.asarray(box, np.float64), pred[:, :4])
@@ -168,7 +205,11 @@ def _evidence(box: np.ndarray, cls: int, pred: np.ndarray, pred_class: np.ndarra
     candidates = np.flatnonzero(pick & (overlap > 0.0))
     if not len(candidates):
         return None
-    best = candidates[np.argmax(pred[candidates, 4] if kind == WRONG_CLASS else overlap[candidates])]
+    sure = candidates[pred[candidates, 4] >= confident]
+    if kind == MISPLACED and len(sure):
+        best = sure[np.argmax(overlap[sure])]
+    else:
+        best = candidates[np.argmax(pred[candidates, 4])]
     return Evidence(tuple(round(float(v), 1) for v in pred[best, :4]), name(pred_class[best]),
                     round(float(pred[best, 4]), 4))
 
@@ -179,6 +220,22 @@ def write_review(issues: list[LabelIssue], path: str | Path) -> Path:
     path = Path(path)
     path.write_text("".join(json.dumps(i.to_dict(), sort_keys=True) + "\n" for i in issues if i.flagged))
     return path
+
+
+def read_review(path: str | Path) -> list[LabelIssue]:
+    """The flagged issues `write_review` wrote, in its order."""
+    issues = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        try:
+            row = json.loads(line)
+            evidence = row.pop("evidence")
+            issues.append(LabelIssue(**{**row, "box": tuple(row["box"]),
+                                        "repeats": tuple(row["repeats"]) if row.get("repeats") else None,
+                                        "evidence": Evidence(**{**evidence, "box": tuple(evidence["box"])})
+                                        if evidence else None}))
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}:{number}: not a line of {REVIEW_FILE} ({error})") from None
+    return issues
 
 
 def summary_line(issues: list[LabelIssue]) -> str:

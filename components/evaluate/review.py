@@ -37,17 +37,23 @@ class ReviewResult:
         return sum(issue.flagged for issue in self.issues)
 
 
-def review_model(model_dir: str, data_dir: str, output_dir: str, confident: float | None = None) -> ReviewResult:
+def review_model(model_dir: str, data_dir: str, output_dir: str, confident: float | None = None,
+                 evaluation_dir: str | None = None) -> ReviewResult:
     """Review the val labels of `data_dir` with the model in `model_dir` (`detpipe train`'s
-    output) and write REVIEW_FILE and PAGE_FILE to `output_dir`. `confident`: the score from which
-    a prediction is evidence (default: the model's exported threshold when an evaluation wrote
-    one next to it, else CONFIDENT)."""
-    from components.detector.artifacts import load_trained
-    from components.evaluate.evaluator import predict_split, val_images
+    output) and write REVIEW_FILE and PAGE_FILE to `output_dir`. With `evaluation_dir` (the
+    evaluation of that model on that data), its detections are reviewed: no prediction pass.
+    `confident`: the score from which a prediction is evidence (default: the evaluation's
+    best-F1 threshold, the exported model's; without an evaluation, CONFIDENT)."""
+    from components.detector.artifacts import TrainConfigFile
+    from components.evaluate.evaluator import val_images
 
-    model, config = load_trained(model_dir)
-    names = {index: name for name, index in config.label_map.items()}
-    truths, detections = predict_split(model, data_dir, config.image_size, tiling=config.tiling)
+    names = {index: name for name, index in TrainConfigFile.read(model_dir).label_map.items()}
+    encoded, _ = val_images(data_dir)
+    if evaluation_dir:
+        truths, detections, threshold = _evaluated(evaluation_dir, len(encoded))
+        confident = threshold if confident is None else confident
+    else:
+        truths, detections = _predicted(model_dir, data_dir)
     if not truths:
         raise ValueError(f"the val split in {data_dir} has no records to review")
     confident = CONFIDENT if confident is None else confident
@@ -55,7 +61,6 @@ def review_model(model_dir: str, data_dir: str, output_dir: str, confident: floa
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_review(issues, out / REVIEW_FILE)
-    encoded, _ = val_images(data_dir)
     images = {truth.name or str(truth.image_id): data for truth, data in zip(truths, encoded)}
     summary = summary_line(issues)
     write_review_page(issues, images, out / PAGE_FILE,
@@ -63,3 +68,29 @@ def review_model(model_dir: str, data_dir: str, output_dir: str, confident: floa
                       f"{confident:.2f} count as evidence).")
     logger.info("label review: %s -> %s", summary, out / PAGE_FILE)
     return ReviewResult(issues, summary, len(truths), confident)
+
+
+def _evaluated(evaluation_dir: str, images: int):
+    """The labels and detections an evaluation wrote, and its score threshold; checked against
+    the val split's image count (an evaluation of other data would put crops on wrong photos)."""
+    from components.evaluate.detections_file import DETECTIONS_FILE, read_detections
+    from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
+
+    path = Path(evaluation_dir) / DETECTIONS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {evaluation_dir} the output of `detpipe evaluate` "
+                                "(of this detpipe)? Or leave --evaluation out to predict the val split again")
+    truths, detections = read_detections(path)
+    if len(truths) != images:
+        raise ValueError(f"{evaluation_dir} evaluated {len(truths)} val images but the data has {images}: "
+                         "review the data that evaluation used")
+    return truths, detections, EvalMetrics.read(Path(evaluation_dir) / METRICS_FILE).threshold.score
+
+
+def _predicted(model_dir: str, data_dir: str):
+    """The val split's labels and the model's detections (one prediction pass)."""
+    from components.detector.artifacts import load_trained
+    from components.evaluate.evaluator import predict_split
+
+    model, config = load_trained(model_dir)
+    return predict_split(model, data_dir, config.image_size, tiling=config.tiling)

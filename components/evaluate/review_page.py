@@ -1,6 +1,6 @@
 """`label_review.html`: the flagged label issues as a person reviews them, best first: a crop
-of each image around the issue with the label (green) and the disagreeing prediction (red)
-drawn, what kind of problem it likely is, the class, the score and the evidence. Self-contained
+of each image around the issue with the label (green), the disagreeing prediction (red) and
+the label a duplicate repeats (blue) drawn, what kind of problem it likely is, the class, the score and the evidence. Self-contained
 (crops embedded as PNG), like the run report."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ PAGE_FILE = "label_review.html"
 PAGE_LIMIT = 200  # issues shown (the jsonl has every flagged one)
 CROP_MARGIN = 0.5  # the crop extends this many box sides beyond the box, so the context shows
 CROP_SIDE = 220  # px: the longer side of a crop on the page
-LABEL, PREDICTION = (40, 170, 60), (220, 40, 40)
+LABEL, PREDICTION, REPEATED = (40, 170, 60), (220, 40, 40), (40, 90, 220)
 
 _TEMPLATE = jinja2.Template("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>detpipe label review</title>
@@ -33,14 +33,16 @@ figcaption { font-size: 0.85em; line-height: 1.35; }
 <h1>Label review</h1>
 <p>{{ summary }}. {{ reviewed }}</p>
 <p class="legend">Drawn:<span style="background: rgb{{ label }}"></span>the label
-<span style="background: rgb{{ prediction }}"></span>the model's prediction. Lower scores are more likely wrong;
+<span style="background: rgb{{ prediction }}"></span>the model's prediction
+<span style="background: rgb{{ repeated }}"></span>the label a duplicate repeats. Lower scores are more likely wrong;
 best first{% if shown < flagged %} (the first {{ shown }} of {{ flagged }}; every one is in label_review.jsonl){% endif %}.</p>
 <div class="issues">
 {% for item in items %}<figure><img alt="{{ item.issue.kind }} in {{ item.issue.image }}" src="{{ item.uri }}">
 <figcaption><span class="kind">{{ loop.index }}. {{ item.issue.kind }}</span>: {{ item.issue.class_name }},
 score {{ '%.3f' | format(item.issue.score) }}<br><code>{{ item.issue.image }}</code>
 box {{ item.issue.box | map('int') | join(', ') }}{% if item.issue.evidence %}<br>prediction: {{ item.issue.evidence.class_name }}
-{{ '%.2f' | format(item.issue.evidence.score) }}{% endif %}</figcaption></figure>
+{{ '%.2f' | format(item.issue.evidence.score) }}{% endif %}{% if item.issue.repeats %}<br>repeats the label at
+{{ item.issue.repeats | map('int') | join(', ') }}{% endif %}</figcaption></figure>
 {% endfor %}</div>
 {% if not items %}<p>Nothing to review: no label disagrees with the model's confident predictions.</p>{% endif %}
 </body></html>
@@ -50,7 +52,7 @@ box {{ item.issue.box | map('int') | join(', ') }}{% if item.issue.evidence %}<b
 def crop_uri(image_bytes: bytes, issue: LabelIssue) -> str:
     """A PNG data URI of the image around the issue, the label and the prediction drawn."""
     image = Image.open(io.BytesIO(image_bytes)).convert("RGB")
-    boxes = [issue.box] + ([issue.evidence.box] if issue.evidence else [])
+    boxes = [issue.box] + ([issue.evidence.box] if issue.evidence else []) + ([issue.repeats] if issue.repeats else [])
     x0, y0 = min(b[0] for b in boxes), min(b[1] for b in boxes)
     x1, y1 = max(b[2] for b in boxes), max(b[3] for b in boxes)
     pad = CROP_MARGIN * max(x1 - x0, y1 - y0, 8.0)
@@ -67,6 +69,8 @@ def crop_uri(image_bytes: bytes, issue: LabelIssue) -> str:
 
     if issue.evidence:
         rectangle(issue.evidence.box, PREDICTION)
+    if issue.repeats:
+        rectangle(issue.repeats, REPEATED)
     if issue.kind != MISSING:  # a missing box has no label to draw: its box is the prediction
         rectangle(issue.box, LABEL)
     buffer = io.BytesIO()
@@ -83,5 +87,5 @@ def write_review_page(issues: list[LabelIssue], images: dict[str, bytes], path: 
     path = Path(path)
     path.write_text(_TEMPLATE.render(summary=summary_line(issues).capitalize(), reviewed=reviewed, items=items,
                                      shown=len(items), flagged=len(flagged), side=CROP_SIDE, label=LABEL,
-                                     prediction=PREDICTION))
+                                     prediction=PREDICTION, repeated=REPEATED))
     return path

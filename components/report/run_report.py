@@ -26,6 +26,7 @@ class RunInputs:
     probe_json: str | None = None
     train_dir: str | None = None
     evaluation_dir: str | None = None
+    review_dir: str | None = None  # the label review's folder (label_review.jsonl, label_review.html)
     decision_json: str | None = None
     registered: dict | None = None  # the register step's version, status and champion
     title: str = "detpipe run"
@@ -57,6 +58,7 @@ def render_run_report(inputs: RunInputs) -> str:
         probe=maybe(sections.probe_section, inputs.probe_json),
         training=maybe(sections.training_section, inputs.train_dir),
         evaluation=maybe(sections.evaluation_section, inputs.evaluation_dir),
+        review=maybe(sections.review_section, inputs.review_dir),
         comparison=maybe(sections.comparison_section, inputs.decision_json),
         registered=inputs.registered,
     )
