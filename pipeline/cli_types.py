@@ -36,6 +36,15 @@ def positive_int(value: str, name: str = "value") -> int:
     return _int_at_least(value, 1, name)
 
 
+def review_folds(value: str) -> int:
+    """`detpipe review --review-folds`: 0 (the val split only) or K >= 2 folds of the train split."""
+    folds = _int_at_least(value, 0, "--review-folds")
+    if folds == 1:
+        raise argparse.ArgumentTypeError("--review-folds must be 0 (the val split only) or at least 2: one fold "
+                                         "leaves no other fold to train on")
+    return folds
+
+
 def batch_size_arg(value: str) -> str:
     """'auto' or a whole number >= 1, kept as a string (the pipeline parameter's type)."""
     if value == "auto":

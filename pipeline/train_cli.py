@@ -15,7 +15,7 @@ from pipeline.cli_types import UsageError, existing_dir, existing_file
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.cli_types import output_dir
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.cli_types import shards_dir, trained_model_dir, unit_float
+from pipeline.cli_types import review_folds, shards_dir, trained_model_dir, unit_float
 from pipeline.model_cli import export_after_train
 from pipeline.params import BY_NAME, declared, declared_help
 
@@ -123,9 +123,16 @@ def cmd_evaluate(args) -> int:
 def cmd_review(args) -> int:
     from components.evaluate.review import review_model
 
+    if args.review_folds:
+        from components.evaluate.fold_review import fold_cost
+
+        print(f"reviewing the train split too: {fold_cost(args.model, args.review_folds, args.fold_epochs)}",
+              flush=True)
     result = review_model(args.model, args.data, args.output, confident=args.confident,
-                          evaluation_dir=args.evaluation)
-    print(f"{result.images} val images reviewed: {result.summary} -> {args.output}/label_review.html, "
+                          evaluation_dir=args.evaluation, folds=args.review_folds, fold_epochs=args.fold_epochs)
+    print(f"{result.images - result.train_images} val"
+          + (f" and {result.train_images} train" if result.train_images else "")
+          + f" images reviewed: {result.summary} -> {args.output}/label_review.html, "
           f"{args.output}/label_review.jsonl")
     return EXIT_OK
 
@@ -223,4 +230,11 @@ def add_train_commands(sub) -> None:
     p.add_argument("--evaluation", type=existing_dir, default=None,
                    help="output folder of `detpipe evaluate` for this model on this data: its detections are "
                         "reviewed (no second prediction pass) and its threshold is the default --confident")
+    p.add_argument("--review-folds", type=review_folds, default=0, metavar="K",
+                   help="also review the train split, out of sample: K models trained from scratch with the "
+                        "model's options, each on K-1 folds, each predicting the fold it did not see. Costs about "
+                        "K-1 times the model's training (printed before it starts); default 0: the val split only, "
+                        "one prediction pass")
+    p.add_argument("--fold-epochs", type=_positive_int, default=None,
+                   help="epochs of each fold model (default: the model's)")
     p.set_defaults(func=cmd_review)

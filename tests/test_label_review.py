@@ -205,3 +205,54 @@ def test_a_misplaced_box_is_shown_with_the_confident_prediction_that_disagrees()
     found = ImageDetections(1, [(0.12, 0.1, 0.42, 0.4), (0.25, 0.25, 0.55, 0.55)], [0.06, 0.9], [1, 1])
     [issue] = [i for i in review_labels([truth], [found], {1: "a"}) if i.kind == MISPLACED]
     assert issue.evidence == Evidence((25.0, 25.0, 55.0, 55.0), "a", 0.9)
+
+
+def test_review_folds_predict_every_train_image_once_with_a_model_that_did_not_see_it(raccoon_model, raccoon_shards,
+                                                                                       tmp_path):
+    import tensorflow as tf
+
+    from components.detector.records import count_records, read_records, shard_files
+    from components.evaluate.fold_review import fold_of, fold_train_config, predict_folds, write_fold
+
+    train = [r.numpy() for r in read_records(shard_files(str(raccoon_shards), "train"), deterministic=True)]
+    # Fold k's val is the train records of fold k, its train every other one: disjoint, all of them.
+    folder = tmp_path / "fold"
+    held_out = write_fold(str(raccoon_shards), 3, 1, folder)
+    fold_records = {split: {r.numpy() for r in tf.data.TFRecordDataset(shard_files(str(folder), split))}
+                    for split in ("train", "val")}
+    assert held_out == len(fold_records["val"]) == sum(fold_of(r, 3) == 1 for r in train) > 0
+    assert fold_records["val"] | fold_records["train"] == set(train) and not fold_records["val"] & fold_records["train"]
+    # The fold models: the reviewed model's options, from scratch (a warm start would have seen the fold).
+    config = fold_train_config(str(raccoon_model), str(folder), str(tmp_path / "m"))
+    assert (config.image_size, config.max_steps, config.init_from, config.data_dir) == (64, 3, None, str(folder))
+
+    truths, detections, images = predict_folds(str(raccoon_model), str(raccoon_shards), 2, tmp_path / "folds")
+    assert len(truths) == len(detections) == len(images) == count_records(str(raccoon_shards), "train")
+    assert len({t.name for t in truths}) == len(truths) and [t.image_id for t in truths] == list(range(1, len(truths) + 1))
+    assert not (tmp_path / "folds").exists() or not any((tmp_path / "folds").iterdir())  # each fold removed
+
+
+def test_review_folds_must_leave_a_fold_to_train_on(raccoon_model, raccoon_shards, tmp_path, capsys):
+    from pipeline.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(tmp_path),
+              "--review-folds", "1"])
+    assert "at least 2: one fold leaves no other fold to train on" in capsys.readouterr().err
+    from components.evaluate.fold_review import fold_cost
+
+    assert fold_cost(str(raccoon_model), 5, 2).startswith("5 models of 2 epochs, each on 4/5 of the 157 train images: "
+                                                          "1256 images trained, about ")
+
+
+def test_a_prediction_that_spans_two_labelled_objects_does_not_flag_them_as_misplaced():
+    """Two raccoons side by side, the model answers both with one box: cleanlab scores each label
+    as badly located; the model merged them, so neither is flagged (both stay ranked)."""
+    truth = ImageTruth(1, 100, 200, [(0.3, 0.05, 0.7, 0.3), (0.3, 0.7, 0.7, 0.95)], [1, 1], name="two")
+    merged = ImageDetections(1, [(0.25, 0.03, 0.75, 0.97)], [0.9], [1])
+    issues = [i for i in review_labels([truth], [merged], {1: "raccoon"}) if i.kind == MISPLACED]
+    assert len(issues) == 2 and all(i.score <= 0.2 and not i.flagged for i in issues)
+    # The same prediction around one label only: that label is flagged.
+    alone = replace(truth, boxes=truth.boxes[:1], labels=[1])
+    [issue] = [i for i in review_labels([alone], [merged], {1: "raccoon"}) if i.kind == MISPLACED]
+    assert issue.score <= 0.2 and issue.flagged

@@ -45,6 +45,9 @@ REVIEW_FILE = "label_review.jsonl"
 # Two labels of one class overlapping at IoU >= this are scored as a duplicate (1 - IoU, so
 # flagged from IoU 1 - FLAG_SCORE = 0.8): a box drawn twice, or two labellers' boxes merged.
 DUPLICATE_IOU = 0.5
+# A prediction that holds two labels of its class this much (their area inside it) answers
+# several objects with one box: the labels are not flagged as misplaced for it.
+MERGED_INSIDE = 0.8
 
 
 @dataclass(frozen=True)
@@ -155,17 +158,29 @@ def review_labels(truths: list[ImageTruth], detections: list[ImageDetections], n
                 if not math.isfinite(score):
                     continue
                 box = label["bboxes"][j]
+                evidence = _evidence(box, label["labels"][j], pred, pred_class, kind, name, confident)
+                merged = kind == MISPLACED and evidence is not None and _spans_several(
+                    evidence.box, label["bboxes"][label["labels"] == label["labels"][j]])
                 issues.append(LabelIssue(kind=kind, box=tuple(round(float(v), 1) for v in box),
                                          class_name=name(label["labels"][j]), score=float(score),
-                                         flagged=bool(score <= FLAG_SCORE), label_index=j,
-                                         evidence=_evidence(box, label["labels"][j], pred, pred_class, kind, name,
-                                                            confident),
-                                         **common))
+                                         flagged=bool(score <= FLAG_SCORE and not merged), label_index=j,
+                                         evidence=evidence, **common))
     return _ranked(issues)
 
 
 def _ranked(issues: list[LabelIssue]) -> list[LabelIssue]:
     return sorted(issues, key=lambda issue: (issue.score, issue.image, issue.kind, issue.box))
+
+
+def _spans_several(prediction: tuple, boxes: np.ndarray) -> bool:
+    """Whether a prediction holds two or more labelled boxes of its class (each at least
+    `MERGED_INSIDE` inside it): the model answering several objects with one box, which
+    cleanlab scores as each label misplaced. Written here: it is the model's mistake, not the
+    labels', so such a label is ranked but not flagged."""
+    box = np.asarray(prediction, np.float64)
+    lo, hi = np.maximum(box[:2], boxes[:, :2]), np.minimum(box[2:], boxes[:, 2:])
+    inside = np.prod(np.maximum(hi - lo, 0.0), axis=1) / np.maximum(np.prod(boxes[:, 2:] - boxes[:, :2], axis=1), 1e-9)
+    return int(np.sum(inside >= MERGED_INSIDE)) >= 2
 
 
 def _duplicates(truths: list[ImageTruth], labels: list[dict], name) -> list[LabelIssue]:

@@ -3,13 +3,13 @@ evaluation makes: whole photos, or their tiles), cleanlab's scores (label_review
 people open: `label_review.jsonl` for a labelling tool, `label_review.html` to look at.
 
 The val split is out of sample for the model trained on the train split, so its detections
-are fair evidence against its labels; the train split would need models that did not see it
-(K folds: not built)."""
+are fair evidence against its labels; the train split's labels are reviewed only when asked
+(`folds`: K models that did not see them, fold_review.py; costly)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from components.evaluate.label_review import (
@@ -29,8 +29,9 @@ logger = logging.getLogger(__name__)
 class ReviewResult:
     issues: list[LabelIssue]  # every scored box, most likely wrong first
     summary: str  # "46 likely label problems: 36 missing RBC boxes, ..."
-    images: int  # val images reviewed
+    images: int  # images reviewed (val, and train with folds)
     confident: float  # the score from which a prediction counted as evidence
+    train_images: int = 0  # of `images`, the train split's (reviewed with `folds` models)
 
     @property
     def flagged(self) -> int:
@@ -38,12 +39,14 @@ class ReviewResult:
 
 
 def review_model(model_dir: str, data_dir: str, output_dir: str, confident: float | None = None,
-                 evaluation_dir: str | None = None) -> ReviewResult:
+                 evaluation_dir: str | None = None, folds: int = 0, fold_epochs: int | None = None) -> ReviewResult:
     """Review the val labels of `data_dir` with the model in `model_dir` (`detpipe train`'s
     output) and write REVIEW_FILE and PAGE_FILE to `output_dir`. With `evaluation_dir` (the
     evaluation of that model on that data), its detections are reviewed: no prediction pass.
     `confident`: the score from which a prediction is evidence (default: the evaluation's
-    best-F1 threshold, the exported model's; without an evaluation, CONFIDENT)."""
+    best-F1 threshold, the exported model's; without an evaluation, CONFIDENT). `folds` >= 2:
+    the train split too, each of its labels against the detections of one of `folds` models
+    trained from scratch without it (`fold_epochs` each; default: the model's epochs)."""
     from components.detector.artifacts import TrainConfigFile
     from components.evaluate.evaluator import val_images
 
@@ -56,6 +59,20 @@ def review_model(model_dir: str, data_dir: str, output_dir: str, confident: floa
         truths, detections = _predicted(model_dir, data_dir)
     if not truths:
         raise ValueError(f"the val split in {data_dir} has no records to review")
+    reviewed = f"{len(truths)} val images reviewed with the model in {model_dir}"
+    train_images = 0
+    if folds:
+        from components.evaluate.fold_review import predict_folds
+
+        fold_truths, fold_detections, fold_images = predict_folds(model_dir, data_dir, folds, Path(output_dir) / "folds",
+                                                                  epochs=fold_epochs)
+        train_images = len(fold_truths)
+        for truth, found in zip(fold_truths, fold_detections):  # image ids after the val split's
+            truths.append(replace(truth, image_id=len(truths) + 1))
+            detections.append(replace(found, image_id=len(detections) + 1))
+        encoded = [*encoded, *fold_images]
+        reviewed += (f", and {train_images} train images, each with one of {folds} models trained from scratch "
+                     "on the other folds")
     confident = CONFIDENT if confident is None else confident
     issues = review_labels(truths, detections, names, confident=confident)
     out = Path(output_dir)
@@ -64,10 +81,9 @@ def review_model(model_dir: str, data_dir: str, output_dir: str, confident: floa
     images = {truth.name or str(truth.image_id): data for truth, data in zip(truths, encoded)}
     summary = summary_line(issues)
     write_review_page(issues, images, out / PAGE_FILE,
-                      f"{len(truths)} val images reviewed with the model in {model_dir} (predictions from "
-                      f"{confident:.2f} count as evidence).")
+                      f"{reviewed} (predictions from {confident:.2f} count as evidence).")
     logger.info("label review: %s -> %s", summary, out / PAGE_FILE)
-    return ReviewResult(issues, summary, len(truths), confident)
+    return ReviewResult(issues, summary, len(truths), confident, train_images)
 
 
 def _evaluated(evaluation_dir: str, images: int):
