@@ -216,12 +216,15 @@ def add_train_commands(sub) -> None:
     p = sub.add_parser("review", help="the val labels most likely wrong (missing, wrong-class, misplaced, duplicate "
                                       "boxes), from a trained model's predictions",
                        description="Score the val split's labels against the predictions of a model trained "
-                                   "without them (cleanlab's object-detection scores) and write "
-                                   "label_review.jsonl (the flagged issues, best first, boxes in the images' pixels, "
-                                   "for a labelling tool) and label_review.html (crops to look at).")
+                                   "without them (cleanlab's object-detection scores: missing, wrong-class and "
+                                   "misplaced boxes; and duplicate boxes) and write label_review.jsonl (the flagged "
+                                   "issues, best first, boxes in the images' pixels, for a labelling tool) and "
+                                   "label_review.html (crops to look at). The pipeline's review step runs this "
+                                   "after every evaluation.")
     p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
     p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build` (its val "
-                                                                    "split is reviewed)")
+                                                                    "split is reviewed; with --review-folds, its "
+                                                                    "train split too)")
     p.add_argument("--output", required=True, type=output_dir, help="folder for label_review.jsonl and "
                                                                       "label_review.html")
     p.add_argument("--confident", type=unit_float, default=None,
