@@ -19,31 +19,40 @@ KEY_FIGURES: dict[str, Callable[[dict], str]] = {}
 
 def fingerprint_source(images: str, annotations: str, split_file: str, val_annotations: str, val_images: str,
                        registry: str, model_name: str, pipeline_root: str, source: Output[Artifact]) -> NamedTuple(
-        "SourceOutputs", [("fingerprint", str), ("registry", str), ("champion", str)]):
+        "SourceOutputs", [("fingerprint", str), ("registry", str), ("champion", str), ("unchanged", str)]):
     """List the dataset's files (never cached): their fingerprint is in the data step's
-    cache key, so new images retrain. Also resolves the registry and its champion now."""
+    cache key, so new images retrain. Also resolves the registry and its champion now, and
+    says (`unchanged`) when the files are the ones the champion was trained on."""
     import json
     import logging
     from collections import namedtuple
 
     from components.registry.fingerprint import fingerprint_source as fingerprint
+    from components.registry.fingerprint import unchanged_data_line
     from components.registry.registry import Registry, resolve_registry
 
     logging.basicConfig(level=logging.INFO)
     found = fingerprint(images, annotations, split_file=split_file, val_annotations=val_annotations,
                         val_images=val_images)
     registry = resolve_registry(registry, pipeline_root)
-    champion = Registry.open(registry, model_name).champion_version()
+    opened = Registry.open(registry, model_name)
+    champion = opened.champion_version()
+    unchanged = unchanged_data_line(champion, opened.version(champion).get("fingerprint") or {}, found.sha256) \
+        if champion else ""
+    if unchanged:
+        logging.warning("%s", unchanged)
     with open(source.path, "w") as handle:
         given = {"val_annotations_path": val_annotations, "val_images_path": val_images or images} \
             if val_annotations else {}
         json.dump({**found.to_dict(), "images_path": images, "annotations_path": annotations, **given}, handle,
                   indent=2)
     source.metadata.update({**found.to_dict(), "registry": registry, "champion": champion or "none"})
-    return namedtuple("SourceOutputs", ["fingerprint", "registry", "champion"])(found.sha256, registry, champion)
+    return namedtuple("SourceOutputs", ["fingerprint", "registry", "champion", "unchanged"])(
+        found.sha256, registry, champion, unchanged)
 
 
-KEY_FIGURES["fingerprint-source"] = lambda out: f"champion {out.get('champion') or 'none'}"
+KEY_FIGURES["fingerprint-source"] = lambda out: f"champion {out.get('champion') or 'none'}" + (
+    f"; {out['unchanged'].split(':')[0]}: the files {out['champion']} was trained on" if out.get("unchanged") else "")
 
 
 def validate_and_convert(

@@ -40,11 +40,13 @@ class RunSummary:
     version: str
     comparison: str  # the champion comparison and the decision, one line
     report: Path | None  # run_report.html at the top of the run folder
+    unchanged: str = ""  # fingerprint_source's line when the files are the champion's ("" when not)
     review: str | None = None  # the label review's summary line ("3 likely label problems: ...")
     review_page: Path | None = None  # label_review.html at the top of the run folder
 
     def lines(self) -> list[str]:
         return [
+            *([self.unchanged] if self.unchanged else []),
             f"records: {self.records_in} in, {self.written} written, {self.rejected} rejected"
             + (f"; {self.boxes_dropped} bad box(es) dropped from written images" if self.boxes_dropped else ""),
             f"probe: {self.probe_verdict}",
@@ -95,7 +97,7 @@ def summarise(run_dir: Path) -> RunSummary:
         prediction=metrics.prediction.line() if metrics.prediction else None,
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
-        report=_top_level_report(run_dir), review=_review_summary(run_dir), review_page=_top_level_review(run_dir),
+        report=_top_level_report(run_dir), unchanged=_source_output(run_dir, "unchanged"), review=_review_summary(run_dir), review_page=_top_level_review(run_dir),
     )
 
 
@@ -107,6 +109,11 @@ def _top_level_report(run_dir: Path) -> Path | None:
     if not source.is_file():
         return None
     return Path(shutil.copyfile(source, run_dir / REPORT_FILE))
+
+
+def _source_output(run_dir: Path, name: str) -> str:
+    """An output parameter of the fingerprint-source step ("" when it wrote none)."""
+    return read_outputs(run_dir, "fingerprint-source").get("parameterValues", {}).get(name, "")
 
 
 def _review_summary(run_dir: Path) -> str | None:

@@ -68,3 +68,11 @@ def test_every_step_declares_the_figure_its_line_shows():
     assert key_figure("register", {"parameterValues": {"version": "v2", "status": "rejected"}}) == "v2 rejected"
     assert key_figure("tune-hyperparameters", {"parameterValues": {"Output": -1.0}}) == "defaults (no search)"
     assert key_figure("report", {}) == ""
+    assert key_figure("review", {"parameterValues": {"Output": "3 likely label problems: 3 misplaced raccoon boxes"}}) \
+        == "3 likely label problems"
+    from components.registry.fingerprint import unchanged_data_line
+
+    same = unchanged_data_line("v1", {"sha256": "ab" * 32}, "ab" * 32)
+    assert key_figure("fingerprint-source", {"parameterValues": {"champion": "v1", "unchanged": same}}) \
+        == "champion v1; unchanged data: the files v1 was trained on"
+    assert key_figure("fingerprint-source", {"parameterValues": {"champion": "v1", "unchanged": ""}}) == "champion v1"

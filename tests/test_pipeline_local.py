@@ -118,10 +118,14 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     assert code == 0
     second = json.loads(summary_file.read_text())
     assert second["version"] == "v2" and second["started"].startswith("from v1 (the champion): the same tiny")
+    # The same files as v1's: the run says so first (the local runner has no cache), and in its summary.
+    assert summary["unchanged"] == "" and second["unchanged"].startswith("unchanged data: the same files as v1 ")
     assert "(better)" in second["comparison"]
     assert second["comparison"].startswith("champion v1 mAP") and f"same {metrics['num_images']} val images" \
         in second["comparison"]
     out = capsys.readouterr().out
+    assert "unchanged data: the files v1 was trained on" in out.strip().splitlines()[0]
+    assert "  " + second["unchanged"] in out
     train_line = next((line for line in out.splitlines() if "✓ train" in line), out)
     assert train_line.endswith("images/s, warm start from v1") and "registry: v2: champion v1" in out
     decision = json.loads((registry / "versions" / "v2" / "decision.json").read_text())

@@ -183,10 +183,10 @@ def test_numbers_that_round_to_zero_are_printed_with_digits_to_read():
 def test_the_examples_in_the_promotion_modules_run():
     import doctest
 
-    from components.evaluate import baseline
-    from components.registry import decision
+    from components.evaluate import baseline, detections_file, fold_review, label_review
+    from components.registry import decision, fingerprint
 
-    for module in (baseline, decision):
+    for module in (baseline, decision, fingerprint, label_review, detections_file, fold_review):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 

@@ -135,3 +135,20 @@ def fingerprint_source(images: str, annotations: str, client=None, split_file: s
     return SourceFingerprint(
         sha256=digest.hexdigest(), images=len(image_files), annotations=len(annotation_files),
         total_bytes=sum(e.size for e in image_files) + sum(e.size for e in annotation_files))
+
+
+def unchanged_data_line(champion: str, recorded: dict, sha256: str) -> str:
+    """A line for people when the source's fingerprint is the one `champion` was trained from
+    (`recorded`: its version record's "fingerprint"); "" otherwise. Locally the KFP runner has
+    no cache, so a run on unchanged files retrains them: a new version then differs from the
+    champion by the training's noise, not by new data.
+
+    >>> unchanged_data_line("v3", {"sha256": "ab" * 32}, "ab" * 32)[:63]
+    'unchanged data: the same files as v3 (the champion) was trained'
+    >>> unchanged_data_line("v3", {"sha256": "ab" * 32}, "cd" * 32), unchanged_data_line("", {}, "cd" * 32)
+    ('', '')
+    """
+    if not champion or recorded.get("sha256") != sha256:
+        return ""
+    return (f"unchanged data: the same files as {champion} (the champion) was trained on (fingerprint "
+            f"{sha256[:12]}): this run retrains them, so what it gains or loses is training noise, not new data")
