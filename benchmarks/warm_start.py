@@ -1,26 +1,28 @@
-"""Benchmark warm-started retraining against retraining from scratch, as a scheduled run
-meets it: a champion trained on the demo, then 20% new images, then a challenger trained
-from scratch and one warm-started from the champion, each compared with the champion on
-the same (new) val split by the pipeline's own evaluation and promotion rule.
+"""Benchmark warm-started retraining against retraining from scratch, as a scheduled run meets
+it, on real photos (a VOC folder: `--images DIR --annotations DIR`, e.g. raccoon) or the demo,
+over seeds. For each seed, every option at its default unless named:
 
-Steps (plain functions, in this process, every option at its default unless named):
-  1. `demo-data` (make run's 2,048 + 256 images, or --images N) under --work;
-     the base set is the first 5/6 of the images, so the full set adds 20% new ones.
-  2. The base set built and a champion trained --epochs (8) from scratch, exported,
-     evaluated and registered as v1 (the first version: blessed when it beats the
-     box-prior baseline) in a registry under --work.
-  3. The full set built against the champion's label map, as the data step does.
-  4. Challengers on the full set: from scratch (--epochs), warm-started with the default
-     fine-tuning epochs, and warm-started for --warm-epochs (2) as the issue describes.
-     Each is scored with the champion re-scored on the same val images, and decided on
-     (not_worse, the pipeline's default rule).
+  champions   `base`: trained from scratch (--epochs) on the first 5/6 of the images (by name);
+              `full`: the same on all of them. Each is registered in its own registry as v1.
+  unchanged   a retrain on the champion `full`'s own files: from scratch (another seed) and
+              warm-started from it (the pipeline's schedule), each decided against it.
+  20% new     a retrain on all the images (the last 1/6 are new) against the champion `base`:
+              from scratch (that is `full`'s training) and warm-started from `base`.
 
-Prints for each model: epochs, steps, train seconds (the train function's wall time),
-process CPU seconds during training, the ratio of each to the champion's, mAP/AP50/AP75
-on the full val split and the decision. Nothing asserts on time.
+Each challenger is scored with its champion re-scored on the same val images (the full set's
+val split; the hash split keeps the base set's val images in it) by the pipeline's own
+evaluation and its default rule (not_worse, max regression 0.01). Prints per seed and on
+average: mAP, AP75, their difference from the champion, the training's CPU seconds and its
+ratio to the from-scratch retrain's, and the decision. Nothing asserts on time.
+
+`--warm-share` and `--warm-lr` try another warm-start schedule (components/train/plan.py's
+FINE_TUNE_EPOCH_SHARE and FINE_TUNE_LR_SHARE) without editing the plan: how the default was
+chosen. Trained models are kept under --work and reused by a rerun with the same options.
 
 Usage:
-    .venv/bin/python benchmarks/warm_start.py [--work /tmp/warm_start] [--epochs 8] [--warm-epochs 2]
+    .venv/bin/python benchmarks/warm_start.py --images ../shared/datasets/raccoon/images \\
+        --annotations ../shared/datasets/raccoon/annotations --seeds 0,1,2 --work /tmp/warm_raccoon
+    .venv/bin/python benchmarks/warm_start.py --demo 576 --seeds 0,1,2 --work /tmp/warm_demo
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -35,37 +38,44 @@ from pathlib import Path
 
 from beam.convert_job import build_dataset
 from beam.options import ConvertOptions
-from components.detector.artifacts import TrainConfigFile
 from components.evaluate.champion import evaluate_against_champion
+from components.evaluate.evaluator import evaluate_detector
 from components.evaluate.metrics_file import METRICS_FILE
 from components.export.saved_model import export_trained
 from components.registry.decision import PromotionRule
 from components.registry.register import register_run
 from components.registry.registry import Registry
 from components.registry.warm_source import warm_source
+from components.train import plan
 from components.train.trainer import TrainConfig, train_detector
 from pipeline.demo_data import write_demo_dataset
 
-VAL_FRACTION = 0.1  # make run's
+VAL_FRACTION = 0.2  # the CLI's default split
 NEW_SHARE = 0.2  # the full set has this many more images than the base set
+RULE = PromotionRule("not_worse", 0.01, 0.0)  # the pipeline's default
 
 
 @dataclass
 class Row:
-    name: str
+    seed: int
+    scenario: str  # "unchanged" | "20% new"
+    name: str  # "from scratch" | "warm start"
     epochs: int
-    steps: int
-    seconds: float
     cpu_seconds: float
     metrics: dict
-    decision: str
+    champion: dict  # the champion's metrics on the same val images
+    verdict: str
+
+    def delta(self, key: str) -> float:
+        return self.metrics[key] - self.champion[key]
 
 
 def _subset(images: Path, annotations: Path, out: Path, count: int) -> tuple[Path, Path]:
-    """The first `count` images (by name) and their annotations, as links under `out`."""
+    """The first `count` images (by name) with an annotation, as links under `out`."""
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / "annotations").mkdir(parents=True, exist_ok=True)
-    for path in sorted(images.iterdir())[:count]:
+    paths = [p for p in sorted(images.iterdir()) if (annotations / f"{p.stem}.xml").exists()][:count]
+    for path in paths:
         for source, folder in ((path, "images"), (annotations / f"{path.stem}.xml", "annotations")):
             target = out / folder / source.name
             if not target.exists():
@@ -76,88 +86,130 @@ def _subset(images: Path, annotations: Path, out: Path, count: int) -> tuple[Pat
 def _build(images: Path, annotations: Path, out: Path, base_label_map: dict | None = None) -> Path:
     if not (out / "manifest.json").exists():
         result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
-                                              val_fraction=VAL_FRACTION, base_label_map=base_label_map))
+                                              val_fraction=VAL_FRACTION, base_label_map=base_label_map,
+                                              allow_anomalies=True))
         if not result.ok:
-            raise SystemExit("dataset anomalies: " + "; ".join(result.anomalies))
+            raise SystemExit(f"the data build failed: {result}")
     return out
 
 
-def _train(config: TrainConfig) -> tuple[float, float, dict]:
-    started, cpu = time.monotonic(), time.process_time()
-    result = train_detector(config)
-    return time.monotonic() - started, time.process_time() - cpu, result.to_dict()
+def _train(config: TrainConfig) -> float:
+    """Train unless done before; the training's process CPU seconds (kept beside the model)."""
+    timing = Path(config.output_dir) / "cpu_seconds.json"
+    if not timing.exists():
+        cpu = time.process_time()
+        train_detector(config)
+        timing.write_text(json.dumps(time.process_time() - cpu))
+    return json.loads(timing.read_text())
 
 
-def _decide(name: str, model: Path, data: Path, work: Path, registry: Registry, champion: str, seconds: float,
-            cpu: float, result: dict) -> Row:
-    evaluation = work / f"eval-{name}"
-    metrics, record = evaluate_against_champion(str(model), str(data), str(evaluation),
-                                                PromotionRule("not_worse", 0.01, 0.0), registry=registry.store.uri,
-                                                model_name=registry.model_name, champion=champion)
-    epochs = result["steps"] // max(1, result["num_train"] // result["batch_size"])
-    return Row(name, epochs, result["steps"], seconds, cpu, metrics.metrics,
-               f"{record.verdict}: {record.reason}"), record
+def _champion(registry: Registry, model: Path, data: Path, work: Path) -> str:
+    """Register `model` as the registry's first version (blessed when it beats the baseline)."""
+    if not registry.champion_version():
+        evaluation = work / f"eval-{model.name}-own"
+        _, first = evaluate_against_champion(str(model), str(data), str(evaluation), RULE, registry=registry.store.uri)
+        export_trained(str(model), str(work / f"{model.name}-saved"), metrics_file=str(evaluation / METRICS_FILE))
+        done = register_run(registry, str(work / f"{model.name}-saved"), str(data), str(evaluation / METRICS_FILE),
+                            first, {"sha256": model.name}, model.name, train_dir=str(model))
+        if done.status != "blessed":
+            raise SystemExit(f"the champion {model.name} was not blessed: {done.reason}")
+    return registry.champion_version()
+
+
+def _warm(registry: Registry, champion: str, data: Path, out: Path, seed: int, epochs: int) -> float:
+    with tempfile.TemporaryDirectory() as fetched:
+        source = warm_source("auto", registry, champion, fetched)
+        return _train(TrainConfig(str(data), str(out), epochs=epochs, seed=seed, init_from=source.folder,
+                                  init_name=source.name, init_note=source.note))
+
+
+def _decide(model: Path, data: Path, evaluation: Path, registry: Registry, champion: str) -> tuple[dict, str]:
+    result, record = evaluate_against_champion(str(model), str(data), str(evaluation), RULE,
+                                               registry=registry.store.uri, model_name=registry.model_name,
+                                               champion=champion)
+    return result.metrics, record.verdict
+
+
+def run_seed(seed: int, images: Path, annotations: Path, work: Path, epochs: int, schedule: str) -> list[Row]:
+    total = sum(1 for p in images.iterdir() if (annotations / f"{p.stem}.xml").exists())
+    base_images, base_annotations = _subset(images, annotations, work / "base", round(total / (1 + NEW_SHARE)))
+    base = _build(base_images, base_annotations, work / "base_shards")
+    label_map = json.loads((base / "label_map.json").read_text())
+    full = _build(images, annotations, work / "full_shards", base_label_map=label_map)
+    runs = work / f"seed{seed}"
+    champions = {}
+    for name, data in (("base", base), ("full", full)):
+        cpu = _train(TrainConfig(str(data), str(runs / f"champion-{name}"), epochs=epochs, seed=seed))
+        registry = Registry.open(str(runs / f"registry-{name}"))
+        champions[name] = (registry, _champion(registry, runs / f"champion-{name}", data, runs), cpu)
+    own = {name: evaluate_detector(str(runs / f"champion-{name}"), str(full), str(runs / f"eval-champion-{name}"),
+                                   raise_on_gate=False).metrics for name in champions}
+    warm_epochs = plan.fine_tune_epochs(TrainConfig("", "", epochs=epochs))[0]
+    rows = []
+    for scenario, champion in (("unchanged", "full"), ("20% new", "base")):
+        registry, version, _ = champions[champion]
+        scratch = runs / ("scratch-unchanged" if scenario == "unchanged" else "champion-full")
+        scratch_cpu = _train(TrainConfig(str(full), str(scratch), epochs=epochs, seed=seed + 1000)) \
+            if scenario == "unchanged" else champions["full"][2]
+        warm = runs / f"warm-{champion}-{schedule}"
+        warm_cpu = _warm(registry, version, full, warm, seed, epochs)
+        for name, model, cpu, n in (("from scratch", scratch, scratch_cpu, epochs), ("warm start", warm, warm_cpu,
+                                                                                     warm_epochs)):
+            metrics, verdict = _decide(model, full, runs / f"eval-{scenario[:2]}-{model.name}", registry, version)
+            rows.append(Row(seed, scenario, name, n, cpu, metrics, own[champion], verdict))
+            print(f"seed {seed} {scenario} {name}: mAP {metrics['mAP']:.3f} (champion {own[champion]['mAP']:.3f}), "
+                  f"{verdict}", flush=True)
+    return rows
+
+
+def print_table(rows: list[Row], label: str) -> None:
+    print(f"\n{label}")
+    print("| seed | data | retrain | epochs | CPU s | CPU / scratch | mAP | ΔmAP | AP75 | ΔAP75 | decision |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        scratch = next(r for r in rows if (r.seed, r.scenario, r.name) == (row.seed, row.scenario, "from scratch"))
+        print(f"| {row.seed} | {row.scenario} | {row.name} | {row.epochs} | {row.cpu_seconds:.0f} | "
+              f"{row.cpu_seconds / scratch.cpu_seconds:.2f} | {row.metrics['mAP']:.3f} | {row.delta('mAP'):+.3f} | "
+              f"{row.metrics['AP75']:.3f} | {row.delta('AP75'):+.3f} | {row.verdict} |")
+    print("\nmeans over seeds")
+    print("| data | retrain | mAP | ΔmAP | ΔAP75 | CPU / scratch | rejected |")
+    print("|---|---|---|---|---|---|---|")
+    for scenario in ("unchanged", "20% new"):
+        for name in ("from scratch", "warm start"):
+            mine = [r for r in rows if (r.scenario, r.name) == (scenario, name)]
+            scratch = [r for r in rows if (r.scenario, r.name) == (scenario, "from scratch")]
+            print(f"| {scenario} | {name} | {statistics.mean(r.metrics['mAP'] for r in mine):.3f} | "
+                  f"{statistics.mean(r.delta('mAP') for r in mine):+.3f} | "
+                  f"{statistics.mean(r.delta('AP75') for r in mine):+.3f} | "
+                  f"{sum(r.cpu_seconds for r in mine) / sum(r.cpu_seconds for r in scratch):.2f} | "
+                  f"{sum(r.verdict == 'rejected' for r in mine)} of {len(mine)} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "warm_start"))
-    parser.add_argument("--images", type=int, default=2304, help="demo images in all (default 2,304: make run's)")
-    parser.add_argument("--epochs", type=int, default=8, help="epochs from scratch (default 8: make run's)")
-    parser.add_argument("--warm-epochs", type=int, default=2, help="the second warm start's epochs (default 2)")
+    parser.add_argument("--images", type=Path, help="a folder of photos (with --annotations: VOC XMLs)")
+    parser.add_argument("--annotations", type=Path)
+    parser.add_argument("--demo", type=int, default=0, help="the demo with this many images instead")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "warm_start")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs from scratch (default 10: the CLI's)")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--warm-share", type=float, default=plan.FINE_TUNE_EPOCH_SHARE,
+                        help="a warm start's epochs as a share of --epochs (default: the plan's)")
+    parser.add_argument("--warm-lr", type=float, default=plan.FINE_TUNE_LR_SHARE,
+                        help="a warm start's peak learning rate as a share of a from-scratch run's (default: the plan's)")
     args = parser.parse_args()
-    work = Path(args.work)
-    demo = work / "demo"
-    if not (demo / "images").is_dir():
-        write_demo_dataset(demo, num_train=args.images, num_val=0)
-    base_count = round(args.images / (1 + NEW_SHARE))
-    base_images, base_annotations = _subset(demo / "images", demo / "annotations", work / "base", base_count)
-    base = _build(base_images, base_annotations, work / "base_shards")
-    registry = Registry.open(str(work / "registry"))
-
-    champion_dir = work / "champion"
-    if not (champion_dir / "model.keras").exists():
-        seconds, cpu, result = _train(TrainConfig(str(base), str(champion_dir), epochs=args.epochs))
-        (work / "champion_time.json").write_text(json.dumps({"seconds": seconds, "cpu": cpu, "result": result}))
-    timing = json.loads((work / "champion_time.json").read_text())
-    if not registry.champion_version():
-        _, first = evaluate_against_champion(str(champion_dir), str(base), str(work / "eval-champion-base"),
-                                             PromotionRule("not_worse", 0.01, 0.0), registry=registry.store.uri)
-        export_trained(str(champion_dir), str(work / "champion_saved"),
-                       metrics_file=str(work / "eval-champion-base" / METRICS_FILE))
-        done = register_run(registry, str(work / "champion_saved"), str(base),
-                            str(work / "eval-champion-base" / METRICS_FILE), first, {"sha256": "base"}, "champion",
-                            train_dir=str(champion_dir))
-        if done.status != "blessed":
-            raise SystemExit(f"the champion was not blessed: {done.reason}")
-    champion = registry.champion_version()
-
-    label_map = TrainConfigFile.read(champion_dir).label_map
-    full = _build(demo / "images", demo / "annotations", work / "full_shards", base_label_map=label_map)
-    rows = [_decide("champion", champion_dir, full, work, registry, "", timing["seconds"], timing["cpu"],
-                    timing["result"])[0]]
-    rows[0].decision = f"{champion}, trained on the base set"
-    runs = [("from scratch", {"init_note": "the from-scratch challenger (warm_start never)"}),
-            ("warm start, default epochs", {}),
-            (f"warm start, {args.warm_epochs} epochs", {"fine_tune_epochs": args.warm_epochs})]
-    for name, options in runs:
-        out = work / name.replace(" ", "_").replace(",", "")
-        with tempfile.TemporaryDirectory() as fetched:
-            if "init_note" not in options:
-                source = warm_source("auto", registry, champion, fetched)
-                options = {"init_from": source.folder, "init_name": source.name, "init_note": source.note, **options}
-            seconds, cpu, result = _train(TrainConfig(str(full), str(out), epochs=args.epochs, **options))
-        print(f"{name}: {result['warm_start']['line']}", flush=True)
-        rows.append(_decide(name, out, full, work, registry, champion, seconds, cpu, result)[0])
-
-    print(f"\ndemo: base {base_count} images, full {args.images} (+{NEW_SHARE:.0%}); val split of the full set")
-    print("| model | epochs | steps | train s | CPU s | time / champion's | mAP | AP50 | AP75 | decision |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        m = row.metrics
-        print(f"| {row.name} | {row.epochs} | {row.steps} | {row.seconds:.0f} | {row.cpu_seconds:.0f} | "
-              f"{row.seconds / rows[0].seconds:.2f} (CPU {row.cpu_seconds / rows[0].cpu_seconds:.2f}) | "
-              f"{m['mAP']:.3f} | {m['AP50']:.3f} | {m['AP75']:.3f} | {row.decision} |")
+    if args.demo:
+        args.images, args.annotations = args.work / "demo" / "images", args.work / "demo" / "annotations"
+        if not args.images.is_dir():
+            write_demo_dataset(args.work / "demo", num_train=args.demo, num_val=0)
+    elif not (args.images and args.annotations):
+        parser.error("give --images and --annotations (VOC), or --demo N")
+    plan.FINE_TUNE_EPOCH_SHARE, plan.FINE_TUNE_LR_SHARE = args.warm_share, args.warm_lr
+    schedule = f"share{args.warm_share:g}-lr{args.warm_lr:g}"
+    rows = [row for seed in (int(s) for s in args.seeds.split(","))
+            for row in run_seed(seed, args.images, args.annotations, args.work, args.epochs, schedule)]
+    print_table(rows, f"{args.images.parent.name}: {args.epochs} epochs from scratch; warm start {schedule}; "
+                      f"{NEW_SHARE:.0%} new images in the second case; val: the full set's")
 
 
 if __name__ == "__main__":

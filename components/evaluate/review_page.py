@@ -63,16 +63,16 @@ def crop_uri(image_bytes: bytes, issue: LabelIssue) -> str:
     crop = crop.resize((max(1, round(crop.width * scale)), max(1, round(crop.height * scale))))
     draw = ImageDraw.Draw(crop)
 
-    def rectangle(box, colour):
+    def rectangle(box, colour, width=2):
         draw.rectangle([(box[0] - left) * scale, (box[1] - top) * scale, (box[2] - left) * scale,
-                        (box[3] - top) * scale], outline=colour, width=2)
+                        (box[3] - top) * scale], outline=colour, width=width)
 
     if issue.evidence:
         rectangle(issue.evidence.box, PREDICTION)
-    if issue.repeats:
-        rectangle(issue.repeats, REPEATED)
     if issue.kind != MISSING:  # a missing box has no label to draw: its box is the prediction
-        rectangle(issue.box, LABEL)
+        rectangle(issue.box, LABEL, width=6 if issue.repeats else 2)
+    if issue.repeats:  # thin on the copy's thick line: both show where they coincide
+        rectangle(issue.repeats, REPEATED)
     buffer = io.BytesIO()
     crop.save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
