@@ -52,7 +52,7 @@ def fingerprint_source(images: str, annotations: str, split_file: str, val_annot
 
 
 KEY_FIGURES["fingerprint-source"] = lambda out: f"champion {out.get('champion') or 'none'}" + (
-    f"; {out['unchanged'].split(':')[0]}: the files {out['champion']} was trained on" if out.get("unchanged") else "")
+    f"; unchanged data ({out['champion']}'s files)" if out.get("unchanged") else "")
 
 
 def validate_and_convert(

@@ -74,5 +74,5 @@ def test_every_step_declares_the_figure_its_line_shows():
 
     same = unchanged_data_line("v1", {"sha256": "ab" * 32}, "ab" * 32)
     assert key_figure("fingerprint-source", {"parameterValues": {"champion": "v1", "unchanged": same}}) \
-        == "champion v1; unchanged data: the files v1 was trained on"
+        == "champion v1; unchanged data (v1's files)"
     assert key_figure("fingerprint-source", {"parameterValues": {"champion": "v1", "unchanged": ""}}) == "champion v1"
