@@ -11,7 +11,7 @@ import pytest
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.label_review import (DUPLICATE, MISPLACED, MISSING, WRONG_CLASS, Evidence, read_review,
-                                              review_labels, summary_line, write_review)
+                                              review_labels, summary_line, summary_sentence, write_review)
 
 PLANTED = 5  # of each kind: removed, relabelled, shifted, drawn twice
 KINDS = (MISSING, WRONG_CLASS, MISPLACED, DUPLICATE)
@@ -134,7 +134,7 @@ def test_planted_label_errors_are_found_near_the_top_and_untouched_labels_rarely
     page = write_review_page(issues, images, tmp_path / "label_review.html", "raccoon reviewed").read_text()
     assert page.count("<figure>") == len(lines) and page.count("data:image/png;base64,") == len(lines)
     assert page.index(f"<code>{first['image']}</code>") < page.rindex("<code>") or len(lines) == 1
-    assert summary_line(issues).capitalize() in page
+    assert summary_sentence(issues) in page
 
 
 def test_a_review_with_nothing_predicted_flags_nothing():
@@ -144,6 +144,8 @@ def test_a_review_with_nothing_predicted_flags_nothing():
     twice = replace(truth, boxes=[truth.boxes[0], (0.11, 0.1, 0.5, 0.5), (0.6, 0.6, 0.9, 0.9)], labels=[1, 1, 1])
     [issue] = review_labels([twice], [ImageDetections(1, [], [], [])], {1: "a"})
     assert (issue.kind, issue.label_index, issue.flagged, issue.repeats) == (DUPLICATE, 1, True, (5.0, 5.0, 25.0, 25.0))
+    assert summary_sentence([replace(issue, class_name="RBC")]) == "1 likely label problem: 1 duplicate RBC box"
+    assert summary_sentence([]) == "No likely label problems"
     with pytest.raises(ValueError, match="1 images of labels but 0"):
         review_labels([truth], [], {1: "a"})
 

@@ -222,7 +222,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
 
     # The label review of the val split, from evaluation's detections (no second prediction pass):
     # the list for a labelling tool, the page beside the run report, the line in the summary.
-    from components.evaluate.label_review import read_review, summary_line
+    from components.evaluate.label_review import read_review, summary_line, summary_sentence
 
     issues = read_review(run_dir / "review" / "label_review" / "label_review.jsonl")
     assert all(i.flagged for i in issues) and summary["review"] == summary_line(issues)
@@ -232,7 +232,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     assert page.count("<figure>") == min(len(issues), 200) and f"{written['val']} val images reviewed" in page
     val_ids = {i for i, split in listed.items() if split == "val"}
     assert all(i.image in val_ids and 0 <= i.box[0] <= i.box[2] <= i.width for i in issues)
-    assert 'id="review"' in report and summary_line(issues).capitalize() in report
+    assert 'id="review"' in report and summary_sentence(issues) in report
 
 
 @pytest.mark.slow

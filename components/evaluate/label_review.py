@@ -253,6 +253,13 @@ def read_review(path: str | Path) -> list[LabelIssue]:
     return issues
 
 
+def summary_sentence(issues: list[LabelIssue]) -> str:
+    """`summary_line` starting with a capital, class names untouched ("No likely label problems",
+    "3 likely label problems: 3 missing RBC boxes"; str.capitalize would lower "RBC")."""
+    line = summary_line(issues)
+    return line[:1].upper() + line[1:]
+
+
 def summary_line(issues: list[LabelIssue]) -> str:
     """'46 likely label problems: 36 missing circle boxes, ...' (the run report's and the console's)."""
     flagged = [i for i in issues if i.flagged]

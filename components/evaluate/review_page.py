@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 from PIL import Image, ImageDraw
 
-from components.evaluate.label_review import MISSING, LabelIssue, summary_line
+from components.evaluate.label_review import MISSING, LabelIssue, summary_sentence
 
 PAGE_FILE = "label_review.html"
 PAGE_LIMIT = 200  # issues shown (the jsonl has every flagged one)
@@ -85,7 +85,7 @@ def write_review_page(issues: list[LabelIssue], images: dict[str, bytes], path: 
     items = [{"issue": issue, "uri": crop_uri(images[issue.image], issue)} for issue in flagged[:PAGE_LIMIT]
              if issue.image in images]
     path = Path(path)
-    path.write_text(_TEMPLATE.render(summary=summary_line(issues).capitalize(), reviewed=reviewed, items=items,
+    path.write_text(_TEMPLATE.render(summary=summary_sentence(issues), reviewed=reviewed, items=items,
                                      shown=len(items), flagged=len(flagged), side=CROP_SIDE, label=LABEL,
                                      prediction=PREDICTION, repeated=REPEATED))
     return path

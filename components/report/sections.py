@@ -158,13 +158,13 @@ REVIEW_ROWS = 10  # the label issues listed in the report; the review's page has
 
 def review_section(review_dir: str | Path) -> dict | None:
     """The label review's summary line, its counts by kind and the issues most likely wrong."""
-    from components.evaluate.label_review import KINDS, REVIEW_FILE, read_review, summary_line
+    from components.evaluate.label_review import KINDS, REVIEW_FILE, read_review, summary_sentence
 
     path = Path(review_dir) / REVIEW_FILE
     if not path.is_file():
         return None
     issues = read_review(path)
-    return {"summary": summary_line(issues), "flagged": len(issues), "rows": issues[:REVIEW_ROWS],
+    return {"summary": summary_sentence(issues), "flagged": len(issues), "rows": issues[:REVIEW_ROWS],
             "kinds": {kind: sum(i.kind == kind for i in issues) for kind in KINDS}}
 
 
