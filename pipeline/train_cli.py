@@ -234,10 +234,9 @@ def add_train_commands(sub) -> None:
                    help="output folder of `detpipe evaluate` for this model on this data: its detections are "
                         "reviewed (no second prediction pass) and its threshold is the default --confident")
     p.add_argument("--review-folds", type=review_folds, default=0, metavar="K",
-                   help="also review the train split, out of sample: K models trained from scratch with the "
-                        "model's options, each on K-1 folds, each predicting the fold it did not see. Costs about "
-                        "K-1 times the model's training (printed before it starts); default 0: the val split only, "
-                        "one prediction pass")
+                   help="also review the train split: K models trained from scratch with the model's options on "
+                        "K-1 folds each predict the fold they did not see. Costs about K-1 times the model's "
+                        "training (printed first); default 0: val only")
     p.add_argument("--fold-epochs", type=_positive_int, default=None,
                    help="epochs of each fold model (default: the model's)")
     p.set_defaults(func=cmd_review)

@@ -98,6 +98,8 @@ INTERFACES = {
     "components.evaluate.evaluator": "evaluate_detector: tuning scores its trials as the evaluate step does",
     "components.evaluate.metrics_file": "metrics.json's definition (export, register, report read it)",
     "components.evaluate.threshold": "the score threshold used when evaluation chose none",
+    "components.evaluate.label_review": "label_review.jsonl's definition (the run report reads it)",
+    "components.train.trainer": "train_detector: the label review's fold models train as the train step does",
     "components.evaluate.pictures": "the names of the evaluation's picture files (the run report links them)",
     "components.registry.decision": "decision.json's definition and the promotion rule",
     "components.registry.registry": "the registry folder: versions, champion, their SavedModels",

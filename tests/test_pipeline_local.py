@@ -124,7 +124,8 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     assert second["comparison"].startswith("champion v1 mAP") and f"same {metrics['num_images']} val images" \
         in second["comparison"]
     out = capsys.readouterr().out
-    assert "champion v1; unchanged data (v1's files)" in out.strip().splitlines()[0]
+    first = next(line for line in out.splitlines() if "✓" in line or "✗" in line)  # the second run's first line
+    assert "fingerprint-source" in first and "champion v1; unchanged data (v1's files)" in first
     assert "  " + second["unchanged"] in out
     train_line = next((line for line in out.splitlines() if "✓ train" in line), out)
     assert train_line.endswith("images/s, warm start from v1") and "registry: v2: champion v1" in out
