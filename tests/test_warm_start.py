@@ -88,12 +88,12 @@ def test_fine_tuning_plan_has_its_reasons():
     config = TrainConfig("d", "o", epochs=8, batch_size=16)
     scratch = plan_training(config, MachineFacts(), num_train=320)
     tuned = plan_training(config, MachineFacts(), num_train=320, fine_tune=True)
-    assert (scratch.total_steps, tuned.total_steps) == (160, 20)
+    assert (scratch.total_steps, tuned.total_steps) == (160, 60)
     assert tuned.peak_lr == pytest.approx(scratch.peak_lr / 4) and tuned.warmup_steps < scratch.warmup_steps
-    assert tuned.decisions["epochs"].startswith("1: 15% of --epochs 8") and "fine-tuning" in tuned.decisions[
+    assert tuned.decisions["epochs"].startswith("3: 40% of --epochs 8") and "fine-tuning" in tuned.decisions[
         "learning_rate"]
-    pinned = plan_training(replace(config, fine_tune_epochs=3), MachineFacts(), num_train=320, fine_tune=True)
-    assert pinned.total_steps == 60 and "--fine-tune-epochs" in pinned.decisions["epochs"]
+    pinned = plan_training(replace(config, fine_tune_epochs=1), MachineFacts(), num_train=320, fine_tune=True)
+    assert pinned.total_steps == 20 and "--fine-tune-epochs" in pinned.decisions["epochs"]
 
 
 def test_known_classes_keep_their_head_rows_by_name_and_a_new_class_starts_fresh():
