@@ -140,8 +140,8 @@ def fingerprint_source(images: str, annotations: str, client=None, split_file: s
 def unchanged_data_line(champion: str, recorded: dict, sha256: str) -> str:
     """A line for people when the source's fingerprint is the one `champion` was trained from
     (`recorded`: its version record's "fingerprint"); "" otherwise. Locally the KFP runner has
-    no cache, so a run on unchanged files retrains them: a new version then differs from the
-    champion by the training's noise, not by new data.
+    no cache, so a run on unchanged files trains on them again: a new version then differs from
+    the champion by more training (and its noise), not by new data.
 
     >>> unchanged_data_line("v3", {"sha256": "ab" * 32}, "ab" * 32)[:63]
     'unchanged data: the same files as v3 (the champion) was trained'
@@ -151,4 +151,5 @@ def unchanged_data_line(champion: str, recorded: dict, sha256: str) -> str:
     if not champion or recorded.get("sha256") != sha256:
         return ""
     return (f"unchanged data: the same files as {champion} (the champion) was trained on (fingerprint "
-            f"{sha256[:12]}): this run retrains them, so what it gains or loses is training noise, not new data")
+            f"{sha256[:12]}): this run trains on them again, so what it gains or loses comes from more training, "
+            "not from new data")
