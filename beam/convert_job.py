@@ -25,11 +25,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam import job_transforms as jt
 from beam import record_checks as rc
 from beam.coco_reader import read_coco
+from beam.contract import feature_keys as K
 from beam.contract.files import read_rejects, write_json
 from beam.contract.manifest import (LABEL_MAP_FILE, MANIFEST_FILE, REJECTS_GLOB, BoxCounts, Manifest, is_rejects_file,
                                     near_duplicate_line, output_folder_problem, rejects_file_count, stats_file_name,
                                     written_by_build)
 from beam.contract.rejects import Reject
+from beam.contract.train_keys import TRAIN_KEYS_FILE, write_train_keys
 from beam.csv_reader import read_csv
 from beam.data_workers import WORKER_MALLOC_ENV, default_workers, usable_cpu_count, worker_skips
 from beam.dataset_gates import dataset_problems, normalised_coordinates_problems
@@ -169,6 +171,14 @@ def _write_statistics(out: str) -> None:
             handle.write(stats.SerializeToString())
 
 
+def _write_train_keys(out: str) -> None:
+    """The train split's image keys (beam/contract/train_keys.py) from the features files,
+    into OUTPUT/_job/: what a warm start compares with the keys its model was trained on."""
+    keys = [key.decode() for path in features_files(out, TRAIN) for batch in read_batches(path)
+            for key in batch.column(batch.schema.names.index(K.KEY_SHA256)).flatten().to_pylist()]
+    write_train_keys(FileSystems.join(out, JOB_DIR), keys)
+
+
 def _facts_by_kind(counts: dict[str, int]) -> dict[str, dict[str, int]]:
     """{"color_modes/L": 3, ...} → {"color_modes": {"L": 3}, ...}"""
     out: dict[str, dict[str, int]] = {"color_modes": {}, "exif_orientation": {"applied": 0, "ignored": 0},
@@ -236,6 +246,7 @@ def build_dataset(options: ConvertOptions,
     try:
         _run_beam(options, sources, split_of)
         _write_statistics(options.output)
+        _write_train_keys(options.output)
         return _finish(options, sources, started, split_of, count_tiles)
     finally:
         job = FileSystems.join(options.output, JOB_DIR)
@@ -248,7 +259,8 @@ def _publish_job_files(out: str, shards: list[dict]) -> None:
     job = FileSystems.join(out, JOB_DIR)
     present = {n.rstrip("/") for n in tf.io.gfile.listdir(job)} if tf.io.gfile.isdir(job) else set()
     names = [s["name"] for s in shards] + sorted(n for n in present if is_rejects_file(n))
-    publish(out, names + sorted(n for n in present if n in (stats_file_name(TRAIN), stats_file_name(VAL))))
+    publish(out, names + sorted(n for n in present if n in (stats_file_name(TRAIN), stats_file_name(VAL),
+                                                            TRAIN_KEYS_FILE)))
 
 
 def _finish(options: ConvertOptions, sources: list, started: float, split_of: dict[str, str] | None = None,

@@ -230,7 +230,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
                                             preset=preset or None, cache=cache, deterministic=deterministic,
                                             checkpoint_every=checkpoint_every, max_steps=max_steps,
                                             fine_tune_epochs=fine_tune_epochs, init_from=source.folder,
-                                            init_name=source.name,
+                                            init_name=source.name, init_champion=warm_start == "auto",
                                             init_note=source.note, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
     started_from = source.version if result.warm_start["used"] else ""
     outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from"])(result.images_per_second, started_from)

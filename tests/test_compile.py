@@ -31,7 +31,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # the probe's dry run (deterministic), tune and train; the data step imports its options from beam.options;
 # the data and tune steps take data_runner, tune_trials and tune_trial_steps under the parameters' names.
 # Three parameter descriptions shortened (val_annotations, warm_start, precision); max_steps says it rounds up.
-GOLDEN_SHA256 = "f64e0305662fe79b7c340b5d7218a28df246ea143cf122b163b269444476a898"
+GOLDEN_SHA256 = "bef2a8fcb7eb868efdc4740e830db8f7163dac3b2c6c463374b15034ef9984d4"
 
 
 def test_golden_compile(tmp_path):

@@ -12,6 +12,7 @@ from PIL import Image
 
 from beam.contract import feature_keys as K
 from beam.contract.codec import decode_example
+from beam.contract.train_keys import TRAIN_KEYS_FILE, read_train_keys
 from beam.convert_job import DataBuildError, build_dataset
 from beam.options import ConvertOptions, GateOptions
 from beam.shard_writer import shard_count
@@ -52,6 +53,17 @@ def test_raccoon_all_written_none_rejected(raccoon, raccoon_out):
         assert (out / name).stat().st_size > 0
 
 
+def test_train_keys_name_the_train_shards_images(raccoon_out):
+    """train_keys.txt (what a warm start compares with its champion's) holds the key of every
+    train record and of nothing else, read with the contract's reader."""
+    out, result = raccoon_out
+    keys = {ex[K.KEY_SHA256][0].decode() for shard in out.glob("train-*.tfrecord")
+            for ex in map(decode_example, (r.numpy() for r in tf.data.TFRecordDataset(str(shard))))}
+    # Raccoon holds two pairs of byte-identical photos: 155 images among its 157 train records.
+    assert read_train_keys(str(out)) == keys and len(keys) == result.manifest.written["train"] - 2
+    assert (out / TRAIN_KEYS_FILE).read_text() == "".join(f"{k}\n" for k in sorted(keys))
+
+
 def test_raccoon_boxes_equal_the_xml(raccoon, raccoon_out):
     out, _ = raccoon_out
     records = _records(out)
@@ -84,6 +96,7 @@ def test_manifest_hashes_match_and_rerun_is_byte_identical(raccoon, raccoon_out,
         assert hashlib.sha256(data).hexdigest() == shard["sha256"] and len(data) == shard["bytes"]
         assert (tmp_path / shard["name"]).read_bytes() == data
     assert sum(s["records"] for s in shards) == 200
+    assert (tmp_path / TRAIN_KEYS_FILE).read_bytes() == (out / TRAIN_KEYS_FILE).read_bytes()
 
 
 def _image_bytes(mode: str, fmt: str, size=(128, 128)) -> bytes:

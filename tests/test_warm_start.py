@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from beam.contract.label_map import read_dataset_label_map
+from beam.contract.train_keys import TRAIN_KEYS_FILE, read_train_keys, write_train_keys
 from components.detector.artifacts import WARM_START_FILES, TrainConfigFile
 from components.detector.fitted_shape import fit_shape
 from components.detector.records import read_box_sample
@@ -63,6 +64,36 @@ def test_what_can_be_continued_and_why_not(trained_model, demo_shards):
     assert not never.used and never.line() == "from scratch: warm_start is never"
     with pytest.raises(FileNotFoundError, match="--init-from takes the output folder"):
         choose_warm_start(TrainConfig("d", "o", init_from=str(demo_shards)), {"a": 1})
+
+
+def test_the_champion_is_continued_only_when_little_of_the_train_split_is_new(trained_model, demo_shards, tmp_path):
+    """The trained model keeps its data's train_keys.txt; a warm start from the champion
+    compares it with this run's: the same images continue it (0% new), a quarter new still
+    does, more than that trains from scratch with the share in the reason. A model a person
+    names is continued either way, and without keys (older models) nothing changes."""
+    keys = read_train_keys(str(demo_shards))
+    assert read_train_keys(str(trained_model)) == keys and len(keys) > 40  # the demo split's train images
+    same, _ = _choice(trained_model, demo_shards, init_champion=True)
+    assert same.used and same.new_images == 0.0 and same.reason.endswith("; 0% of the train images are new to it")
+
+    champion = tmp_path / "champion"
+    shutil.copytree(trained_model, champion, ignore=shutil.ignore_patterns("checkpoints", "tensorboard"))
+    ordered, quarter = sorted(keys), len(keys) // 4
+    write_train_keys(str(champion), ordered[quarter:] + ["not-in-this-split"])  # a quarter new, or just under
+    some, _ = _choice(champion, demo_shards, init_champion=True)
+    assert some.used and some.new_images == quarter / len(keys) <= 0.25
+    assert f"{quarter / len(keys):.0%} of the train images are new to it" in some.reason
+    write_train_keys(str(champion), ordered[quarter + 1:])  # one more: over a quarter
+    more, shape = _choice(champion, demo_shards, init_champion=True)
+    share = (quarter + 1) / len(keys)
+    assert not more.used and more.new_images == share > 0.25 and "kept from" not in shape.decisions["image_size"]
+    assert more.line() == (f"from scratch: {share:.0%} of the train images are new to v1 (the champion) (more than "
+                           "25%): a warm start from it learns less of them than a training from scratch")
+    named, _ = _choice(champion, demo_shards)  # --init-from, or a pinned version: as asked
+    assert named.used and f"{share:.0%} of the train images are new to it" in named.reason
+    (champion / TRAIN_KEYS_FILE).unlink()
+    unknown, _ = _choice(champion, demo_shards, init_champion=True)
+    assert unknown.used and unknown.new_images is None and "new to it" not in unknown.reason
 
 
 def test_a_warm_start_on_denser_images_raises_the_detection_limit(trained_model, demo_shards):
@@ -147,6 +178,7 @@ def test_the_registry_hands_out_a_versions_weights(tmp_path, trained_model):
     assert old.folder is None and "has no trained weights" in old.note
     pinned = warm_source("v2", registry, "v1", str(tmp_path / "d"))
     assert pinned.folder and pinned.name == "v2" == pinned.version
+    assert read_train_keys(pinned.folder) == read_train_keys(str(trained_model))  # kept with the version
     assert TrainConfigFile.read(pinned.folder).label_map == TrainConfigFile.read(trained_model).label_map
     with pytest.raises(RegistryError, match="no version v9"):
         warm_source("v9", registry, "v1", str(tmp_path / "e"))

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from beam.contract.train_keys import TRAIN_KEYS_FILE
 from components.detector.tile_choice import Tiling, model_tiling
 
 MODEL_FILE = "model.keras"
@@ -20,6 +21,9 @@ CHECKPOINT_DIR = "checkpoints"
 # What another run needs to start from this one's weights (`detpipe train --init-from`, the
 # pipeline's warm start); the registry keeps them with each version.
 WARM_START_FILES = (MODEL_FILE, CONFIG_FILE)
+# Kept with them when the run has it (its data had one): the train images it saw, from which a
+# warm start tells how much of its own train split is new (beam/contract/train_keys.py).
+WARM_START_EXTRAS = (TRAIN_KEYS_FILE,)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.detector.artifacts import WARM_START_FILES
+from components.detector.artifacts import WARM_START_EXTRAS, WARM_START_FILES
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
 from components.registry.decision import DECISION_FILE, DecisionRecord
 from components.registry.registry import DATA_FILES, Registry
@@ -77,6 +77,8 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
         files.update({METRICS_FILE: metrics_file, DECISION_FILE: decision_file})
         if train_dir:
             files.update({n: os.path.join(train_dir, n) for n in WARM_START_FILES})
+            files.update({n: os.path.join(train_dir, n) for n in WARM_START_EXTRAS
+                          if os.path.exists(os.path.join(train_dir, n))})
         record = registry.write_version(name, saved_model_dir, files, record)
     champion = current or ""
     if blessed:

@@ -132,11 +132,13 @@ class Registry:
         return self._fetch_files(version, DATA_FILES, local_dir)
 
     def fetch_training_files(self, version: str, local_dir: str) -> bool:
-        """The version's trained weights and training config (what a warm start needs),
-        copied to `local_dir`; False when the version has none (recorded before they were kept)."""
-        from components.detector.artifacts import WARM_START_FILES
+        """The version's trained weights and training config (what a warm start needs) and,
+        when it has them, its train images' keys, copied to `local_dir`; False when the version
+        has no weights (recorded before they were kept)."""
+        from components.detector.artifacts import WARM_START_EXTRAS, WARM_START_FILES
 
-        return len(self._fetch_files(version, WARM_START_FILES, local_dir)) == len(WARM_START_FILES)
+        found = self._fetch_files(version, WARM_START_FILES + WARM_START_EXTRAS, local_dir)
+        return all(name in found for name in WARM_START_FILES)
 
     def champion_data(self, local_dir: str) -> tuple[str, dict[str, str], dict[str, int] | None]:
         """What the data step checks new data against: the champion's version ("" for none),

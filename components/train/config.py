@@ -79,11 +79,14 @@ class TrainConfig:
     xla: str = "auto"
     # Warm start (warm_start.py): a folder with another run's model.keras and train_config.json
     # to start from when it can be continued; how people know it ("v3 (the champion)"); why
-    # there is none (e.g. "--warm-start never"); the epochs of a warm-started run (0: a
+    # there is none (e.g. "--warm-start never"); whether it is the champion, taken by itself
+    # (then continued only when little of the train split is new to it: warm_start.MAX_NEW_SHARE;
+    # a source a person names is continued as asked); the epochs of a warm-started run (0: a
     # share of `epochs`).
     init_from: str | None = None
     init_name: str = ""
     init_note: str = ""
+    init_champion: bool = False
     fine_tune_epochs: int = 0
 
     def __post_init__(self):

@@ -102,15 +102,18 @@ def steps_bound(batch: int, num_train: int, epochs: int) -> tuple[int, str]:
                    f"the same images; at least {MIN_AUTO_BATCH} images a step)")
 
 
-def ema_momentum(total_steps: int) -> tuple[float, str]:
-    """The moving average's momentum for a run of `total_steps`, and why: it averages over
-    about a tenth of the run (at least 10 steps, at most 2,000), so a short run's average is
-    not dominated by its untrained start and a long run's follows its end.
+EMA_WINDOW_SHARE = 0.1  # the share of a from-scratch run the weight average spans (below)
 
-    >>> ema_momentum(1040)[0]
-    0.9904
+
+def ema_momentum(total_steps: int, share: float = EMA_WINDOW_SHARE) -> tuple[float, str]:
+    """The moving average's momentum for a run of `total_steps`, and why: it averages over
+    about `share` of the run (a tenth: at least 10 steps, at most 2,000), so a short run's
+    average is not dominated by its untrained start and a long run's follows its end.
+
+    >>> ema_momentum(1040)[0], ema_momentum(156, 0.5)[0]
+    (0.9904, 0.9872)
     """
-    window = min(2000, max(10, round(total_steps / 10)))
+    window = min(2000, max(10, round(total_steps * share)))
     momentum = round(1.0 - 1.0 / window, 4)
     return momentum, (f"momentum {momentum:g}: the weights evaluated and exported are an exponential moving "
                       f"average over about the last {window} of {total_steps} steps")
@@ -129,6 +132,7 @@ def ema_momentum(total_steps: int) -> tuple[float, str]:
 FINE_TUNE_EPOCH_SHARE = 0.4
 FINE_TUNE_LR_SHARE = 0.25
 FINE_TUNE_WARMUP_FRACTION = 0.02
+FINE_TUNE_EMA_SHARE = 0.1
 
 
 def fine_tune_epochs(config: TrainConfig) -> tuple[int, str]:
@@ -194,7 +198,7 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
     lr_share = FINE_TUNE_LR_SHARE if fine_tune else 1.0
     peak_lr = config.base_lr_per_64 * batch / 64 * lr_share
     warmup = max(1, int(total * (FINE_TUNE_WARMUP_FRACTION if fine_tune else config.warmup_fraction)))
-    momentum, ema_reason = ema_momentum(total)
+    momentum, ema_reason = ema_momentum(total, FINE_TUNE_EMA_SHARE if fine_tune else EMA_WINDOW_SHARE)
     decisions = {
         "batch_size": f"{batch}: {batch_reason}",
         "epochs": f"{epochs}: {epochs_reason}; {steps_per_epoch} steps each",

@@ -11,7 +11,9 @@ would use when one is pinned, and its shape (input size, pyramid levels, anchors
 covers the new training boxes: at least the fit's target (95% of all boxes, 90% of each
 class's), or no more than COVERAGE_TOLERANCE below what it covered of its own boxes. A
 new class gets its own rows in the classification head, started as a fresh model starts
-them; known classes keep theirs, matched by name (so the ids may differ).
+them; known classes keep theirs, matched by name (so the ids may differ). When more than
+MAX_NEW_SHARE of the train images are new to the champion (both have `train_keys.txt`),
+training starts from scratch; a source a person names is continued as asked.
 
 Example (no source given: from scratch, and why):
     >>> from components.train.config import TrainConfig
@@ -26,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from beam.contract.label_map import num_class_slots
+from beam.contract.train_keys import new_share, read_train_keys
 from components.detector.artifacts import MODEL_FILE, TrainConfigFile
 from components.detector.fitted_shape import FittedShape, kept_shape
 from components.detector.geometry import CLASS_TARGET_COVERAGE, TARGET_COVERAGE, BoxSample
@@ -34,6 +37,14 @@ from components.train.config import TrainConfig
 
 # A kept shape may cover the new boxes this much less than it covered its own.
 COVERAGE_TOLERANCE = 0.02
+# At most this share of the train images may be new to the source (train_keys.txt) for a warm
+# start; with more, training starts from scratch. Measured on raccoon (benchmarks/warm_start.py,
+# 10 epochs from scratch, seeds 0-2; docs/promotion.md, "Warm starts"): with a sixth of the
+# train images new (20% more than the champion saw) the warm start reached the mAP of a retrain
+# from scratch (0.226 vs 0.223; 0.228 vs 0.218 over seeds 0-4) at half its CPU time; with a
+# third new (50% more) it fell short (0.202 vs 0.223, 2 seeds of 3 below). The limit lies
+# between the two.
+MAX_NEW_SHARE = 0.25
 # The architecture fields that must match for the weights to fit (the rest is the shape).
 ARCHITECTURE = ("backbone_filters", "backbone_blocks", "head_conv_layers", "fpn_filters")
 
@@ -49,6 +60,7 @@ class WarmStart:
     name: str = ""  # how people know it: "v3 (the champion)", or the folder given
     label_map: dict[str, int] = field(default_factory=dict)  # the source's
     new_classes: tuple[str, ...] = ()  # this run's classes the source never saw
+    new_images: float | None = None  # the share of this run's train images the source never saw (None: unknown)
 
     def line(self) -> str:
         return (f"from {self.name}: {self.reason}" if self.used else f"from scratch: {self.reason}")
@@ -75,7 +87,9 @@ def choose_warm_start(config: TrainConfig, label_map: dict[str, int], sample: Bo
     source_model = ModelConfig.from_dict(source.model)
 
     def scratch(reason: str) -> tuple[WarmStart, FittedShape | None]:
-        return WarmStart(False, f"{name} cannot be continued: {reason}"), fresh
+        return WarmStart(False, f"{name} cannot be continued: {reason}", new_images=unseen), fresh
+
+    unseen = new_share(read_train_keys(config.data_dir), read_train_keys(str(folder)))
 
     asked = (config.preset or config.model_size)
     had = source.train.get("preset") or source.train.get("model_size")
@@ -92,6 +106,10 @@ def choose_warm_start(config: TrainConfig, label_map: dict[str, int], sample: Bo
     shared = sorted(set(label_map) & set(source.label_map))
     if not shared:
         return scratch("no class in common with this data")
+    if config.init_champion and unseen is not None and unseen > MAX_NEW_SHARE:
+        return WarmStart(False, f"{unseen:.0%} of the train images are new to {name} (more than "
+                                f"{MAX_NEW_SHARE:.0%}): a warm start from it learns less of them than a "
+                                "training from scratch", new_images=unseen), fresh
     shape = fresh
     if sample is not None and fresh is not None:
         run_model = replace(source_model, num_classes=num_class_slots(label_map))
@@ -111,9 +129,10 @@ def choose_warm_start(config: TrainConfig, label_map: dict[str, int], sample: Bo
               f"P{source_model.min_level}-P{source_model.max_level}) "
               + (f"covers {shape.coverage:.1%} of the new training boxes" if shape is not fresh and shape else "is kept")
               + f"; {len(shared)} known class(es) keep their weights"
-              + (f", {len(new)} new ({', '.join(new)}) start fresh" if new else ""))
+              + (f", {len(new)} new ({', '.join(new)}) start fresh" if new else "")
+              + ("" if unseen is None else f"; {unseen:.0%} of the train images are new to it"))
     return WarmStart(True, reason, source=str(folder), name=name, label_map=source.label_map,
-                     new_classes=new), shape
+                     new_classes=new, new_images=unseen), shape
 
 
 def warm_weights(choice: WarmStart) -> list:
