@@ -19,7 +19,10 @@ ratio to the from-scratch retrain's, and the decision. Nothing asserts on time.
 
 `--warm-share`, `--warm-lr` and `--warm-ema` try another warm-start schedule
 (components/train/plan.py's FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE and FINE_TUNE_EMA_SHARE)
-without editing the plan: how the default was chosen. Trained models are kept under --work and reused by a rerun with the same options.
+without editing the plan: how the default was chosen. The retrain from the champion decides
+as the pipeline does: with more than warm_start.MAX_NEW_SHARE of the images new to it (e.g.
+`--new-share 0.5`) it trains from scratch, and the run says so. Trained models are kept under
+--work and reused by a rerun with the same options (delete them after changing the code).
 
 Usage:
     .venv/bin/python benchmarks/warm_start.py --images ../shared/datasets/raccoon/images \\
@@ -40,6 +43,7 @@ from pathlib import Path
 
 from beam.convert_job import build_dataset
 from beam.options import ConvertOptions
+from components.detector.artifacts import TrainConfigFile
 from components.evaluate.champion import evaluate_against_champion
 from components.evaluate.evaluator import evaluate_detector
 from components.evaluate.metrics_file import METRICS_FILE
@@ -163,8 +167,12 @@ def run_seed(seed: int, images: Path, annotations: Path, work: Path, epochs: int
             if scenario == "unchanged" else champions["full"][2]
         warm = runs / f"warm-{folder}-{schedule}"
         warm_cpu = _warm(registry, version, full, warm, seed, epochs)
+        started = TrainConfigFile.read(warm).result["warm_start"]
+        if not started["used"]:  # e.g. too much of the data is new to the champion: as the pipeline would
+            print(f"seed {seed} {scenario}: the retrain from the champion trained from scratch: {started['reason']}")
         for name, model, cpu, n in (("from scratch", scratch, scratch_cpu, epochs), ("warm start", warm, warm_cpu,
-                                                                                     warm_epochs)):
+                                                                                     warm_epochs if started["used"]
+                                                                                     else epochs)):
             metrics, verdict = _decide(model, full, runs / f"eval-{scenario[:2]}-{model.name}", registry, version)
             rows.append(Row(seed, scenario, name, n, cpu, metrics, own[champion], verdict))
             print(f"seed {seed} {scenario} {name}: mAP {metrics['mAP']:.3f} (champion {own[champion]['mAP']:.3f}), "

@@ -120,7 +120,9 @@ def test_fine_tuning_plan_has_its_reasons():
     scratch = plan_training(config, MachineFacts(), num_train=320)
     tuned = plan_training(config, MachineFacts(), num_train=320, fine_tune=True)
     assert (scratch.total_steps, tuned.total_steps) == (160, 60)
-    assert tuned.peak_lr == pytest.approx(scratch.peak_lr / 4) and tuned.warmup_steps < scratch.warmup_steps
+    assert tuned.peak_lr == pytest.approx(scratch.peak_lr * 0.15) and tuned.warmup_steps < scratch.warmup_steps
+    assert "x 0.15 (fine-tuning" in tuned.decisions["learning_rate"]
+    assert "average over about the last 10 of 60 steps" in tuned.decisions["weight_average"]
     assert tuned.decisions["epochs"].startswith("3: 40% of --epochs 8") and "fine-tuning" in tuned.decisions[
         "learning_rate"]
     pinned = plan_training(replace(config, fine_tune_epochs=1), MachineFacts(), num_train=320, fine_tune=True)

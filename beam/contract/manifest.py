@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 
+from beam.contract.train_keys import TRAIN_KEYS_FILE
+
 MANIFEST_FILE = "manifest.json"
 LABEL_MAP_FILE = "label_map.json"
 # Rejects: `rejects-00000-of-00001.jsonl`, one file per REJECTS_PER_FILE input records (most
@@ -35,7 +37,7 @@ JOB_DIR = "_job"
 # Every name a build writes at the top of its output folder besides the shards (the job's
 # scratch folder included); `--overwrite` removes these and the shards, nothing else.
 BUILD_FILES = (MANIFEST_FILE, OLD_REJECTS_FILE, LABEL_MAP_FILE, "schema.pbtxt", "anomalies.txt", "stats.html",
-               "stats-train.pb", "stats-val.pb", JOB_DIR)
+               "stats-train.pb", "stats-val.pb", TRAIN_KEYS_FILE, JOB_DIR)
 _SHARD = re.compile(r"^(train|val)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
 
 

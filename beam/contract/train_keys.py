@@ -12,23 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from apache_beam.io.filesystems import FileSystems
-
 TRAIN_KEYS_FILE = "train_keys.txt"
 
 
 def write_train_keys(folder: str, keys: Iterable[str]) -> str:
     """Write FOLDER/train_keys.txt (local or gs://); returns its path."""
-    from beam.contract.files import write_text
+    from apache_beam.io.filesystems import FileSystems  # here: the CLI's checks import this module without Beam
 
     path = FileSystems.join(folder, TRAIN_KEYS_FILE)
-    write_text(path, "".join(f"{key}\n" for key in sorted(set(keys))))
+    with FileSystems.create(path) as handle:
+        handle.write("".join(f"{key}\n" for key in sorted(set(keys))).encode())
     return path
 
 
 def read_train_keys(folder: str) -> frozenset[str] | None:
     """The keys in FOLDER/train_keys.txt; None when there is no such file (a dataset or
     model made before it was written)."""
+    from apache_beam.io.filesystems import FileSystems
+
     path = FileSystems.join(folder, TRAIN_KEYS_FILE)
     if not FileSystems.exists(path):
         return None

@@ -120,19 +120,25 @@ def ema_momentum(total_steps: int, share: float = EMA_WINDOW_SHARE) -> tuple[flo
 
 
 # A warm start (warm_start.py) continues a trained model: fewer passes, a lower peak and a
-# short warmup. The share of epochs was measured on real photos (benchmarks/warm_start.py,
-# raccoon, 3 seeds, 10 epochs from scratch; docs/promotion.md, "Warm starts"): at 15% (2 of 10)
-# a retrain on unchanged data lost AP75 on average (-0.021) and one with 20% new images fell
-# below a from-scratch retrain in 2 seeds of 3; at 40% (4 of 10) unchanged data gained on
-# average (ΔmAP +0.018, ΔAP75 +0.010, never rejected) and 20% new images reached the
-# from-scratch retrain's mAP (0.226 vs 0.223) at 0.49x its CPU time. On a small demo (360
-# images, 2 seeds) 40% also beat 15%: with 20% new images mAP 0.216 / 0.277 vs 0.191 / 0.178,
-# on unchanged data 0.268 / 0.324 vs 0.262 / 0.233. Peak learning rates of 0.25x,
-# 0.5x and 1x the from-scratch one scored the same within 0.004 on the demo.
+# short warmup. Chosen on real photos (benchmarks/warm_start.py on raccoon, 10 epochs from
+# scratch, seeds 0-4; docs/promotion.md, "Warm starts"); each number with what it beat:
+# - Epochs, 40% of --epochs: at 15% (2 of 10) a retrain on unchanged data lost AP75 on average
+#   (-0.021, seeds 0-2) and one with 20% new images fell below a retrain from scratch in 2
+#   seeds of 3; at 40% both gained, for about half the from-scratch CPU time (0.44-0.48 mean).
+#   How much of the data is new decides whether to warm-start at all (warm_start.MAX_NEW_SHARE),
+#   not the length: with a third of the images new, 40% fell short of a retrain from scratch
+#   at either peak measured (0.25x, 0.1x).
+# - Peak learning rate, 0.15x the from-scratch peak (the champion's schedule ended at 0):
+#   mean mAP on unchanged data / with 20% new images 0.247 / 0.236 against 0.243 / 0.228 at
+#   0.25x and 0.232 / 0.246 at 0.1x (0.1x lost AP75 on unchanged data, -0.007); 0.5x (seeds
+#   0-2) scored 0.226 / 0.224. A retrain from scratch scored 0.232 / 0.218.
+# - The weight average starts from the champion's weights (the optimizer is built on them)
+#   and spans a tenth of the run, as from scratch: spanning half (the champion's weights then
+#   still ~14% of it at the end) scored the same (0.243 / 0.226 against 0.241 / 0.226, seeds 0-2).
 FINE_TUNE_EPOCH_SHARE = 0.4
-FINE_TUNE_LR_SHARE = 0.25
+FINE_TUNE_LR_SHARE = 0.15
 FINE_TUNE_WARMUP_FRACTION = 0.02
-FINE_TUNE_EMA_SHARE = 0.1
+FINE_TUNE_EMA_SHARE = EMA_WINDOW_SHARE
 
 
 def fine_tune_epochs(config: TrainConfig) -> tuple[int, str]:

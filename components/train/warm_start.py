@@ -37,13 +37,13 @@ from components.train.config import TrainConfig
 
 # A kept shape may cover the new boxes this much less than it covered its own.
 COVERAGE_TOLERANCE = 0.02
-# At most this share of the train images may be new to the source (train_keys.txt) for a warm
-# start; with more, training starts from scratch. Measured on raccoon (benchmarks/warm_start.py,
-# 10 epochs from scratch, seeds 0-2; docs/promotion.md, "Warm starts"): with a sixth of the
-# train images new (20% more than the champion saw) the warm start reached the mAP of a retrain
-# from scratch (0.226 vs 0.223; 0.228 vs 0.218 over seeds 0-4) at half its CPU time; with a
-# third new (50% more) it fell short (0.202 vs 0.223, 2 seeds of 3 below). The limit lies
-# between the two.
+# At most this share of the train images may be new to the champion (train_keys.txt) for a
+# warm start; with more, training starts from scratch. Measured on raccoon (benchmarks/
+# warm_start.py, 10 epochs from scratch; docs/promotion.md, "Warm starts"): with a sixth of the
+# train images new (20% more than the champion saw) the warm start beat a retrain from scratch
+# (mAP 0.236 vs 0.218, seeds 0-4) at 0.46x its CPU time; with a third new (50% more) it fell
+# short at both peaks tried (0.202 at 0.25x, 0.199 at 0.1x vs 0.223, seeds 0-2). The limit
+# lies between the two.
 MAX_NEW_SHARE = 0.25
 # The architecture fields that must match for the weights to fit (the rest is the shape).
 ARCHITECTURE = ("backbone_filters", "backbone_blocks", "head_conv_layers", "fpn_filters")
