@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 import apache_beam as beam
+import pyarrow as pa
 import tensorflow as tf
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -162,21 +163,25 @@ def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] |
 
 def _write_statistics(out: str) -> None:
     """TFDV statistics per split of the features files the job wrote, into
-    OUTPUT/_job/stats-SPLIT.pb. They run here, in the driver's own process, on features
-    only (no image bytes): TFDV needs TensorFlow, whose import would cost each of the job's
-    workers ~6 CPU-seconds and ~500 MiB before its first record."""
+    OUTPUT/_job/stats-SPLIT.pb, and from the same train batches (the files read once)
+    OUTPUT/_job/train_keys.txt: the train images' keys a warm start compares with its
+    champion's (beam/contract/train_keys.py). They run here, in the driver's own process, on
+    features only (no image bytes): TFDV needs TensorFlow, whose import would cost each of the
+    job's workers ~6 CPU-seconds and ~500 MiB before its first record."""
+    keys: list[str] = []
     for split in (TRAIN, VAL):
-        stats = feature_statistics(batch for path in features_files(out, split) for batch in read_batches(path))
+        batches = (batch for path in features_files(out, split) for batch in read_batches(path))
+        stats = feature_statistics(_noting_keys(batches, keys) if split == TRAIN else batches)
         with FileSystems.create(job_path(out, stats_file_name(split))) as handle:
             handle.write(stats.SerializeToString())
-
-
-def _write_train_keys(out: str) -> None:
-    """The train split's image keys (beam/contract/train_keys.py) from the features files,
-    into OUTPUT/_job/: what a warm start compares with the keys its model was trained on."""
-    keys = [key.decode() for path in features_files(out, TRAIN) for batch in read_batches(path)
-            for key in batch.column(batch.schema.names.index(K.KEY_SHA256)).flatten().to_pylist()]
     write_train_keys(FileSystems.join(out, JOB_DIR), keys)
+
+
+def _noting_keys(batches: Iterable[pa.RecordBatch], keys: list[str]) -> Iterator[pa.RecordBatch]:
+    """The batches unchanged, each one's image keys added to `keys` as it passes."""
+    for batch in batches:
+        keys += (key.decode() for key in batch.column(batch.schema.names.index(K.KEY_SHA256)).flatten().to_pylist())
+        yield batch
 
 
 def _facts_by_kind(counts: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -246,7 +251,6 @@ def build_dataset(options: ConvertOptions,
     try:
         _run_beam(options, sources, split_of)
         _write_statistics(options.output)
-        _write_train_keys(options.output)
         return _finish(options, sources, started, split_of, count_tiles)
     finally:
         job = FileSystems.join(options.output, JOB_DIR)

@@ -145,7 +145,7 @@ def scenarios(new_share: float) -> tuple[str, str]:
 def run_seed(seed: int, images: Path, annotations: Path, work: Path, epochs: int, schedule: str,
              new_share: float) -> list[Row]:
     total = sum(1 for p in images.iterdir() if (annotations / f"{p.stem}.xml").exists())
-    name = "base" if new_share == 0.2 else f"base{new_share:g}"  # (0.2's folders were named before the option)
+    name = f"base{new_share:g}"
     base_images, base_annotations = _subset(images, annotations, work / name, round(total / (1 + new_share)))
     base = _build(base_images, base_annotations, work / f"{name}_shards")
     label_map = json.loads((base / "label_map.json").read_text())
@@ -170,9 +170,9 @@ def run_seed(seed: int, images: Path, annotations: Path, work: Path, epochs: int
         started = TrainConfigFile.read(warm).result["warm_start"]
         if not started["used"]:  # e.g. too much of the data is new to the champion: as the pipeline would
             print(f"seed {seed} {scenario}: the retrain from the champion trained from scratch: {started['reason']}")
-        for name, model, cpu, n in (("from scratch", scratch, scratch_cpu, epochs), ("warm start", warm, warm_cpu,
-                                                                                     warm_epochs if started["used"]
-                                                                                     else epochs)):
+        warm_run_epochs = warm_epochs if started["used"] else epochs
+        for name, model, cpu, n in (("from scratch", scratch, scratch_cpu, epochs),
+                                    ("warm start", warm, warm_cpu, warm_run_epochs)):
             metrics, verdict = _decide(model, full, runs / f"eval-{scenario[:2]}-{model.name}", registry, version)
             rows.append(Row(seed, scenario, name, n, cpu, metrics, own[champion], verdict))
             print(f"seed {seed} {scenario} {name}: mAP {metrics['mAP']:.3f} (champion {own[champion]['mAP']:.3f}), "
@@ -228,8 +228,7 @@ def main() -> None:
         parser.error("give --images and --annotations (VOC), or --demo N")
     plan.FINE_TUNE_EPOCH_SHARE, plan.FINE_TUNE_LR_SHARE = args.warm_share, args.warm_lr
     plan.FINE_TUNE_EMA_SHARE = args.warm_ema
-    schedule = f"share{args.warm_share:g}-lr{args.warm_lr:g}" + (
-        f"-ema{args.warm_ema:g}" if args.warm_ema != plan.EMA_WINDOW_SHARE else "")  # the folders named before it
+    schedule = f"share{args.warm_share:g}-lr{args.warm_lr:g}-ema{args.warm_ema:g}"
     rows = [row for seed in (int(s) for s in args.seeds.split(","))
             for row in run_seed(seed, args.images, args.annotations, args.work, args.epochs, schedule, args.new_share)]
     print_table(rows, f"{args.images.parent.name}: {args.epochs} epochs from scratch; warm start {schedule}; "

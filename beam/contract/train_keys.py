@@ -37,6 +37,18 @@ def read_train_keys(folder: str) -> frozenset[str] | None:
         return frozenset(line for line in handle.read().decode().splitlines() if line)
 
 
+def copy_train_keys(source: str, target: str) -> bool:
+    """Copy SOURCE/train_keys.txt into the folder TARGET as it is (local or gs://); False when
+    SOURCE has none."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path = FileSystems.join(source, TRAIN_KEYS_FILE)
+    if not FileSystems.exists(path):
+        return False
+    FileSystems.copy([path], [FileSystems.join(target, TRAIN_KEYS_FILE)])
+    return True
+
+
 def new_share(train: frozenset[str] | set[str] | None, seen: frozenset[str] | set[str] | None) -> float | None:
     """The share of `train` (this run's train images) not in `seen` (the train images of the
     model it continues); None when either is unknown or `train` is empty."""

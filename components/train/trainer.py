@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from beam.contract.label_map import num_class_slots, read_dataset_label_map
-from beam.contract.train_keys import read_train_keys, write_train_keys
+from beam.contract.train_keys import copy_train_keys
 from components.detector.artifacts import (CHECKPOINT_DIR, HISTORY_FILE, LOSS_CURVE_FILE, MODEL_FILE, REPORT_FILE,
                                            TENSORBOARD_DIR, TrainConfigFile)
 from components.detector.fitted_shape import FittedShape, shape_for_sample
@@ -261,9 +261,7 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
                         label_map=facts.label_map).write(out)
         has_curve = draw_loss_curve(monitor.step_losses, out / LOSS_CURVE_FILE)
         (out / REPORT_FILE).write_text(training_report(result, losses, has_curve))
-        keys = read_train_keys(facts.config.data_dir)  # kept with the model: what a warm start from it compares with
-        if keys is not None:
-            write_train_keys(str(out), keys)
+        copy_train_keys(facts.config.data_dir, str(out))  # kept with the model: what a warm start from it compares with
     return result
 
 

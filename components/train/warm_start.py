@@ -86,10 +86,10 @@ def choose_warm_start(config: TrainConfig, label_map: dict[str, int], sample: Bo
     source = TrainConfigFile.read(folder)
     source_model = ModelConfig.from_dict(source.model)
 
+    unseen = new_share(read_train_keys(config.data_dir), read_train_keys(str(folder)))
+
     def scratch(reason: str) -> tuple[WarmStart, FittedShape | None]:
         return WarmStart(False, f"{name} cannot be continued: {reason}", new_images=unseen), fresh
-
-    unseen = new_share(read_train_keys(config.data_dir), read_train_keys(str(folder)))
 
     asked = (config.preset or config.model_size)
     had = source.train.get("preset") or source.train.get("model_size")
