@@ -23,10 +23,11 @@ from beam.contract.rejects import Reject
 from beam.file_bytes import FileSystemOf, read_bytes
 from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_COUNTS_OUTPUT, SHARD_LIST_OUTPUT, SUMMARY_OUTPUT,
                               CombineSummaries, JobSummary, features_file_name, job_path, write_parts)
-from beam.shard_writer import ShardWriter, shard_count, shard_index, shard_name
+from beam.contract.shards import ShardWriter, shard_count, shard_index, shard_name
 from beam.source_records import (AnnotationError, CheckedRecord, Records, SourceRecord, base_name, has_image_suffix,
                                  image_id_from_filename)
-from beam.split import TRAIN, VAL, GivenSplit, assign_split, stable_fraction
+from beam.contract.stable_hash import stable_fraction
+from beam.split import TRAIN, VAL, GivenSplit, assign_split
 from beam.voc_reader import read_voc_file
 
 logger = logging.getLogger(__name__)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
+
+from beam.contract.stable_hash import stable_fraction
 
 TRAIN, VAL = "train", "val"
 
@@ -35,16 +36,6 @@ class GivenSplit:
         if source_ref.startswith((given + "#", given + ":")) or source_ref.rpartition("/")[0] == given:
             return VAL
         return TRAIN
-
-
-def stable_fraction(key: str, seed: int = 0) -> float:
-    """A number in [0, 1) fixed by `key` and `seed`, the same in every process.
-
-    >>> stable_fraction("a") == stable_fraction("a")
-    True
-    """
-    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def given_split_conflict(split_file: str | None, val_annotations: str | None, val_images: str | None) -> str | None:

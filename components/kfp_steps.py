@@ -157,27 +157,35 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: 
 KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 
-def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune_trials: int, tune_trial_steps: int,
+def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune_trials: str, tune_trial_epochs: int,
+                         tune_holdout: float, tune_parallel_trials: int, tune_backend: str, trial_machine: str,
+                         vertex_region: str, epochs: int,
                          batch_size: str, image_size: str, model_size: str, seed: int,
                          allow_poor_anchors: bool, tile: str, precision: str, xla: str, box_loss: str, ema: bool,
                          flip: bool, preset: str, cache: str, deterministic: bool, base_lr_per_64: float, weight_decay: float,
-                         augment_strength: float, hparams: Output[Artifact], report: Output[Markdown]) -> float:
-    """Search learning rate, weight decay and augmentation strength on short trials, from
-    `base_lr_per_64`, `weight_decay` and `augment_strength` as the first candidate (`tune_trials` 0:
-    no search, those values). Returns the best val mAP (-1 without a search:
-    KFP metadata and outputs cannot hold NaN)."""
+                         augment_strength: float, hparams: Output[Artifact], report: Output[Markdown]) -> NamedTuple(
+        "TuneOutputs", [("tuning_map", float), ("summary", str)]):
+    """Search learning rate, weight decay and augmentation strength with trials scored on images
+    held out of train (components/tune), from `base_lr_per_64`, `weight_decay` and
+    `augment_strength` as the first trial (`tune_trials` 0, or `auto` deciding against a search:
+    those values). `tune_backend` vertex (or auto on Vertex AI): the trials as a Vertex AI tuning
+    job on `trial_machine` (the training's, JSON) in `vertex_region`. Returns the winner's mAP on the
+    tuning split (-1 without a search: KFP metadata and outputs cannot hold NaN) and a line saying
+    what the search decided, cost and gained."""
     import logging
     import math
     import shutil
+    from collections import namedtuple
 
     from components.train.config import ProbeAdvice  # no TensorFlow: without trials the step only writes the defaults
-    from components.train.tuning import REPORT_FILE, TuneConfig, tune
+    from components.tune.search import TuneConfig, tune
+    from components.tune.tune_report import REPORT_FILE
 
     logging.basicConfig(level=logging.INFO)
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
-                             trial_steps=tune_trial_steps,
-                             seed=seed, train={"batch_size": batch_size, "image_size": image_size,
+                             trial_epochs=tune_trial_epochs, holdout=tune_holdout, parallel=tune_parallel_trials,
+                             backend=tune_backend, trial_machine=trial_machine, region=vertex_region, seed=seed, train={"epochs": epochs, "batch_size": batch_size, "image_size": image_size,
                                                "model_size": model_size, "probe": advice,
                                                "allow_poor_anchors": allow_poor_anchors, "tile": tile,
                                                "precision": precision, "xla": xla, "box_loss": box_loss,
@@ -185,14 +193,18 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
                                                "cache": cache, "deterministic": deterministic},
                              start={"base_lr_per_64": base_lr_per_64, "weight_decay": weight_decay,
                                     "augment_strength": augment_strength}))
-    best_map = result.best_score if math.isfinite(result.best_score) else -1.0
-    hparams.metadata.update({**result.best, "best_map": best_map, "trials": len(result.trials)})
+    best = result.best
+    score = best.score if best.score is not None and math.isfinite(best.score) else -1.0
+    hparams.metadata.update({**best.hparams, "tuning_map": score, "trials": best.trials, "decision": best.decision,
+                             **({"gain_over_defaults": round(best.gain, 4)} if best.gain is not None else {})})
     shutil.copyfile(f"{hparams.path}/{REPORT_FILE}", report.path)
-    return best_map
+    summary = (f"{best.trials} trials, {best.search['cost']:g}x the training's steps: "
+               f"{'n/a' if best.gain is None else f'{best.gain:+.3f}'} mAP on the tuning split over the defaults"
+               if best.trials else f"defaults ({best.decision})")
+    return namedtuple("TuneOutputs", ["tuning_map", "summary"])(score, summary)
 
 
-KEY_FIGURES["tune-hyperparameters"] = lambda out: (
-    "defaults (no search)" if out.get("Output") is None or out["Output"] < 0 else f"best trial mAP {out['Output']:.3f}")
+KEY_FIGURES["tune-hyperparameters"] = lambda out: str(out.get("summary", ""))
 
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
@@ -216,7 +228,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     from components.registry.registry import Registry
     from components.registry.warm_source import warm_source
     from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
-    from components.train.tuning import BEST_FILE, load_hparams
+    from components.tune.hparams_file import BEST_FILE, load_hparams
 
     logging.basicConfig(level=logging.INFO)
     advice = ProbeAdvice.from_probe_file(probe_json.path)
@@ -360,15 +372,15 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
 KEY_FIGURES["register"] = lambda out: f"{out.get('version', '?')} {out.get('status', '')}"
 
 
-def report(data: Input[Dataset], probe_json: Input[Artifact], model: Input[Model], evaluation: Input[Artifact],
+def report(data: Input[Dataset], probe_json: Input[Artifact], hparams: Input[Artifact], model: Input[Model], evaluation: Input[Artifact],
            label_review: Input[Artifact], decision: Input[Artifact], version: str, status: str, champion: str,
            run_id: str, run_report: Output[HTML]):
     """One self-contained HTML page about the run (what the Vertex AI console shows)."""
     from components.report.run_report import RunInputs, write_run_report
 
     write_run_report(RunInputs(
-        dataset_dir=data.path, probe_json=probe_json.path, train_dir=model.path, evaluation_dir=evaluation.path,
-        review_dir=label_review.path, decision_json=decision.path, registered={"version": version, "status": status, "champion": champion},
+        dataset_dir=data.path, probe_json=probe_json.path, tune_dir=hparams.path, train_dir=model.path,
+        evaluation_dir=evaluation.path, review_dir=label_review.path, decision_json=decision.path, registered={"version": version, "status": status, "champion": champion},
         title=f"detpipe run {run_id}"), run_report.path)
 
 

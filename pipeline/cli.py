@@ -279,7 +279,7 @@ DOCS = "docs"  # the documentation's pages (mkdocs.yml), named at the end of eac
 DOCS_PAGE = {
     "demo-data": "getting-started.md", "data build": "data.md#what-data-build-checks",
     "probe": "training.md#what-probe-checks", "train": "training.md#how-training-chooses-its-settings",
-    "tune": "training.md#how-training-chooses-its-settings", "evaluate": "promotion.md", "review": "promotion.md#label-review", "compile": "vertex.md",
+    "tune": "training.md#hyperparameter-search", "tune-trial": "training.md#hyperparameter-search", "evaluate": "promotion.md", "review": "promotion.md#label-review", "compile": "vertex.md",
     "run": "getting-started.md", "registry": "promotion.md", "export": "serving.md", "predict": "serving.md",
     "serve": "serving.md", "submit": "vertex.md", "schedule": "vertex.md", "batch-predict": "serving.md",
     "deploy": "serving.md", "upload": "vertex.md",

@@ -55,6 +55,21 @@ def batch_size_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
 
 
+def tune_trials_arg(value: str) -> str:
+    """'auto' or a whole number >= 0, kept as a string (the pipeline parameter's type)."""
+    if value == "auto":
+        return value
+    try:
+        return str(_int_at_least(value, 0, "--tune-trials"))
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
+
+
+def open_fraction(value: str) -> float:
+    """A number in (0, 1)."""
+    return _float_in(value, 0.0, 1.0, True, "a number between 0 and 1 (both excluded)", high_open=True)
+
+
 def warm_start_arg(value: str) -> str:
     """auto, never or a registry version (v3)."""
     from components.registry.warm_source import check_request

@@ -5,16 +5,18 @@ from evaluation's detections; it decides nothing, so export and register do not 
 Linear on purpose: kfp's local runner has no dsl.If/ParallelFor/ExitHandler, so the
 promotion decision is made inside the evaluate step and acted on inside register, and a
 gate is a component that fails (register's `min_map`, after recording the version). So the tune step is always
-there; with `tune_trials` 0 (the default) it only writes the default hyperparameters. Machine resources are
+there; when `tune_trials` is 0 or `auto` decides against a search it only writes the given hyperparameters. Machine resources are
 compile-time options (`StepResources`); the local runner ignores them.
 """
 
-from dataclasses import dataclass, replace
+import json
+from dataclasses import asdict, dataclass, replace
 from types import SimpleNamespace
 
 from kfp import dsl
 
 from components.kfp_steps import make_steps
+from components.tune.vertex_job import TrialMachine
 from pipeline.params import PARAMS, REQUIRED, pipeline_docstring, pipeline_signature
 
 PIPELINE_NAME = "detpipe"
@@ -86,6 +88,10 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         if custom else steps.tune_hyperparameters
     train_step = as_custom_job(steps.train, resources, "detpipe-train") if custom else steps.train
     names = [p.name for p in sorted(PARAMS, key=lambda p: p.default is not REQUIRED)]
+    # A Vertex AI tuning job's trials run on the training's machine and image (components/tune/vertex_job.py).
+    trial_machine = json.dumps(asdict(TrialMachine(
+        image=image, machine_type=resources.train_machine_type, accelerator_type=resources.accelerator_type,
+        accelerator_count=resources.accelerator_count, spot=resources.spot)), sort_keys=True)
 
     def detpipe(*values):
         p = SimpleNamespace(**dict(zip(names, values)))
@@ -116,8 +122,9 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]
         tuned = tune_step(
-            data=dataset, probe_json=advice, tune_trials=p.tune_trials, tune_trial_steps=p.tune_trial_steps,
-            batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
+            data=dataset, probe_json=advice, tune_trials=p.tune_trials, tune_trial_epochs=p.tune_trial_epochs,
+            tune_holdout=p.tune_holdout, tune_parallel_trials=p.tune_parallel_trials, tune_backend=p.tune_backend,
+            trial_machine=trial_machine, vertex_region=p.vertex_region, epochs=p.epochs, batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
             allow_poor_anchors=p.allow_poor_anchors, tile=p.tile, precision=p.precision, xla=p.xla,
             box_loss=p.box_loss, ema=p.ema, flip=p.flip, preset=p.preset, cache=p.cache, deterministic=p.deterministic,
             base_lr_per_64=p.base_lr_per_64, weight_decay=p.weight_decay, augment_strength=p.augment_strength)
@@ -133,7 +140,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         if not custom:  # a custom job's machines are in its worker pool specs
             _on_accelerator(tuned, resources)
             _on_accelerator(trained, resources)
-        trained.set_retry(num_retries=resources.train_retries, backoff_duration="60s", backoff_factor=2)
+        for step in (tuned, trained):  # a preempted search or training goes on from its checkpoints
+            step.set_retry(num_retries=resources.train_retries, backoff_duration="60s", backoff_factor=2)
         evaluated = steps.evaluate(model=trained.outputs["model"], data=dataset, registry=registry,
                                    model_name=p.model_name, champion=champion, promote_if=p.promote_if,
                                    max_regression=p.max_regression, min_map=p.min_map, seed=p.seed)
@@ -151,7 +159,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             serving_image=image, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
         registered.set_caching_options(False)  # the registry may have moved since a cached run
         reported = steps.report(
-            data=dataset, probe_json=advice, model=trained.outputs["model"],
+            data=dataset, probe_json=advice, hparams=tuned.outputs["hparams"], model=trained.outputs["model"],
             evaluation=evaluated.outputs["evaluation"], label_review=reviewed.outputs["label_review"],
             decision=evaluated.outputs["decision"],
             version=registered.outputs["version"], status=registered.outputs["status"],

@@ -20,7 +20,8 @@ from components.detector.precision import PRECISIONS, XLA_MODES
 from components.registry.decision import RULES, PromotionRule
 from components.registry.registry import DEFAULT_MODEL_NAME
 from components.train.config import TrainConfig
-from components.train.tuning import TuneConfig
+from components.tune.search import TuneConfig
+from components.tune.vertex_job import BACKENDS
 from pipeline import cli_types
 
 REQUIRED = inspect.Parameter.empty
@@ -131,11 +132,21 @@ PARAMS: tuple[Param, ...] = (
     Param("deterministic", bool, TrainConfig.deterministic, "Deterministic ops and input order: the same run "
           "twice gives the same weights (slower; XLA off)."),
     Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),
-    Param("tune_trials", int, 0, "Hyperparameter search before training: 0 (off: training takes base_lr_per_64, "
-          "weight_decay and augment_strength as given) or the number of candidates (e.g. 6), the first of them "
-          "those values."),
-    Param("tune_trial_steps", int, TuneConfig.trial_steps, "Training steps of a first-round tuning trial; about 2 x trials x steps "
-          "in all.", cli_type=cli_types.positive_int),
+    Param("tune_trials", str, TuneConfig.trials, "Hyperparameter search: auto (where it pays: a GPU and enough train "
+          "images), 0 (off: base_lr_per_64, weight_decay, augment_strength as given) or N trials, the given values "
+          "first; scored on train images held out.",
+          cli_type=cli_types.tune_trials_arg),
+    Param("tune_trial_epochs", int, TuneConfig.trial_epochs, "Epochs of one tuning trial (at the training's batch, "
+          "input size and precision); 0: as many as keep the search within a few trainings' steps.",
+          cli_type=cli_types.non_negative_int),
+    Param("tune_holdout", float, TuneConfig.holdout, "Share of the train images held out to score tuning trials "
+          "(by the data split's hash rule); training still uses them all.", cli_type=cli_types.open_fraction),
+    Param("tune_parallel_trials", int, TuneConfig.parallel, "Tuning trials at once, each in its own process; 0: one per "
+          "GPU of the machine (one on a CPU).", cli_type=cli_types.non_negative_int),
+    Param("tune_backend", str, "auto", "Where tuning trials run: local (in the tune step), vertex (a Vertex AI "
+          "tuning job, each trial on a training machine of its own, tune_parallel_trials at once) or auto (vertex "
+          "when the pipeline runs on Vertex AI).", choices=BACKENDS,
+          local=False),
     Param("registry", str, "", "Model registry folder (local or gs://); empty: the folder registry under the "
           "pipeline root. Each run records a version there and compares with the champion.",
           cli_default="", path=True, cli_type=cli_types.output_dir),

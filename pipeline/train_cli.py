@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.train.tuning import TuneConfig
+from components.tune.hparams_file import SEARCH_SPACE
 from pipeline.cli_types import UsageError, existing_dir, existing_file
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.cli_types import output_dir
@@ -24,7 +24,7 @@ EXIT_OK = 0
 
 def _hparams_over_defaults(args) -> dict:
     """--hparams values for the options left at their defaults (the command line wins)."""
-    from components.train.tuning import DEFAULTS, load_hparams
+    from components.tune.hparams_file import DEFAULTS, load_hparams
 
     given = {name: getattr(args, name) for name in HPARAMS_OPTIONS}
     try:
@@ -96,14 +96,36 @@ def cmd_train(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from components.train.tuning import BEST_FILE, TuneConfig, tune
+    from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
+    from components.tune.hparams_file import BEST_FILE
+    from components.tune.search import SearchStopped, TuneConfig, tune
 
-    result = tune(TuneConfig(data_dir=args.data, output_dir=args.output, trials=args.trials,
-                             trial_steps=args.tune_trial_steps, seed=args.seed, train=_common_train_config(args),
-                             start={name: getattr(args, name) for name in HPARAMS_OPTIONS}))
-    best = ", ".join(f"{k}={v:g}" for k, v in result.best.items())
-    print(f"{len(result.trials)} trials; best mAP@[.5:.95] {result.best_score:.4f} with {best} -> "
-          f"{args.output}/{BEST_FILE} (use: detpipe train --hparams {args.output}/{BEST_FILE})")
+    try:
+        result = tune(TuneConfig(data_dir=args.data, output_dir=args.output, trials=args.tune_trials,
+                                 trial_epochs=args.tune_trial_epochs, holdout=args.tune_holdout,
+                                 parallel=args.tune_parallel_trials, seed=args.seed,
+                                 train={"epochs": args.epochs, **_common_train_config(args)},
+                                 start={name: getattr(args, name) for name in HPARAMS_OPTIONS}))
+    except (Preempted, SearchStopped) as stopped:  # as `train`: the code a restarting scheduler expects
+        print(f"detpipe: {stopped}", file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
+    best = result.best
+    chosen = ", ".join(f"{k}={v:.4g}" for k, v in best.hparams.items())
+    print(f"tune: {best.decision}")
+    if best.trials:
+        gain = "n/a" if best.gain is None else f"{best.gain:+.4f}"
+        print(f"{best.trials} trials in {best.search['seconds']:.0f} s ({best.search['cost']:g}x the training's steps); "
+              f"{best.metric} {result.best_score:.4f}, {gain} over the defaults")
+    print(f"{chosen} -> {args.output}/{BEST_FILE} (use: detpipe train --hparams {args.output}/{BEST_FILE})")
+    return EXIT_OK
+
+
+def cmd_tune_trial(args) -> int:
+    from components.tune.search import vertex_trial
+
+    hparams = {name: getattr(args, name) for name in SEARCH_SPACE if getattr(args, name) is not None}
+    score = vertex_trial(args.plan, args.output, hparams)
+    print(f"tune-trial: mAP@[.5:.95] on the tuning split {score:.4f}")
     return EXIT_OK
 
 
@@ -188,22 +210,35 @@ def add_train_commands(sub) -> None:
     p.add_argument("--model-name", **declared("model_name"))
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("tune", help="search learning rate, weight decay and augmentation strength on short trials",
-                       description="Successive halving: TRIALS candidates (the first is the defaults) train "
-                                   "TRIAL_STEPS steps each and are scored by mAP on the val split; the best third "
-                                   "trains 3x longer and the best of those wins. About 2 x TRIALS x TRIAL_STEPS "
-                                   "steps in all. Writes OUTPUT/best_hparams.json for `detpipe train --hparams`.")
+    p = sub.add_parser(
+        "tune", help="search learning rate, weight decay and augmentation strength on images held out of train",
+        description="Trials are short versions of the training tuned (its batch, input size, precision and schedule "
+                    "shape, fewer epochs) on part of the train split, scored by mAP on the rest of it (held out by "
+                    "the data split's hash rule); the val split is never read. Optuna's TPE sampler proposes the "
+                    "values, a successive-halving pruner stops poor trials early; the given values are the first "
+                    "trial. A SIGTERM checkpoints the running trial and exits 143: the same command goes on from "
+                    "there. Writes OUTPUT/best_hparams.json for `detpipe train --hparams`.")
     p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, type=output_dir,
-                   help="folder for best_hparams.json, trials.jsonl, tune_report.md")
-    p.add_argument("--trials", type=_positive_int, default=TuneConfig.trials,
-                   help="candidates in the first round (default %(default)s)")
-    p.add_argument("--trial-steps", **declared("tune_trial_steps", help="training steps of a first-round trial "
-                                                                       "(default %(default)s)"))
-    _add_train_options(p, epochs=False)
+                   help="folder for best_hparams.json, trials.jsonl, tune_report.md, the study and the trials")
+    for name in ("tune_trials", "tune_trial_epochs", "tune_holdout", "tune_parallel_trials"):
+        p.add_argument(BY_NAME[name].option.replace("--tune-", "--"), BY_NAME[name].option, **declared(name))
+    _add_train_options(p)
     for name in HPARAMS_OPTIONS:  # the first candidate
         p.add_argument(BY_NAME[name].option, **declared(name))
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser(
+        "tune-trial", help="one trial of a Vertex AI tuning job (the tune step starts them; not for hand use)",
+        description="Train the regime of a search plan (the tune step's search_plan.json) with the values Vertex AI "
+                    "passes as --NAME=VALUE, score each rung on the tuning split and report it to the service "
+                    "(cloudml-hypertune). Resumes from its checkpoints when Vertex restarts it.")
+    p.add_argument("--plan", required=True, type=existing_file, help="the tune step's search_plan.json")
+    p.add_argument("--output", required=True, help="folder for the trials' models (a folder per trial id)")
+    for name in SEARCH_SPACE:  # Vertex's spelling: --base_lr_per_64=0.01
+        given = declared(name, help=BY_NAME[name].help.replace("%", "%%") + f" (default {BY_NAME[name].default})")
+        p.add_argument(f"--{name}", **{**given, "default": None})
+    p.set_defaults(func=cmd_tune_trial)
 
     p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")
     p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")

@@ -248,16 +248,20 @@ NOT_GIVEN_IS_NONE = {
     ("train", "--base-lr"): "--hparams's value when given, else the declaration's default",
     ("train", "--weight-decay"): "--hparams's value when given, else the declaration's default",
     ("train", "--augment-strength"): "--hparams's value when given, else the declaration's default",
+    ("tune-trial", "--base_lr_per_64"): "a value Vertex AI's tuning job passes, else the declaration's default",
+    ("tune-trial", "--weight_decay"): "a value Vertex AI's tuning job passes, else the declaration's default",
+    ("tune-trial", "--augment_strength"): "a value Vertex AI's tuning job passes, else the declaration's default",
 }
 # Options whose help is their command's own words, not the declaration's: the command uses the
 # setting for something narrower (the probe's memory check assumes --image-size).
 OWN_WORDS = {
     ("probe", "--image-size"), ("probe", "--model-size"), ("probe", "--batch-size"), ("probe", "--precision"),
-    ("probe", "--xla"), ("data build", "--seed"), ("tune", "--trial-steps"), ("evaluate", "--min-map"),
+    ("probe", "--xla"), ("data build", "--seed"), ("evaluate", "--min-map"),
     ("train", "--registry"), ("train", "--base-lr"), ("train", "--weight-decay"), ("train", "--augment-strength"),
     ("registry promote", "--vertex-model"), ("data build", "--images"), ("data build", "--annotations"),
     ("data build", "--allow-new-classes"), ("data build", "--allow-anomalies"), ("probe", "--require-gpu"),
     ("probe", "--allow-poor-anchors"), ("probe", "--tile"), ("data build", "--tile"),
+    ("tune-trial", "--base_lr_per_64"), ("tune-trial", "--weight_decay"), ("tune-trial", "--augment_strength"),
 }
 
 

@@ -26,12 +26,10 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: eight training settings became pipeline parameters (base_lr_per_64, weight_decay,
-# augment_strength, fine_tune_epochs, cache, checkpoint_every, max_steps, deterministic), passed to
-# the probe's dry run (deterministic), tune and train; the data step imports its options from beam.options;
-# the data and tune steps take data_runner, tune_trials and tune_trial_steps under the parameters' names.
-# Three parameter descriptions shortened (val_annotations, warm_start, precision); max_steps says it rounds up.
-GOLDEN_SHA256 = "bef2a8fcb7eb868efdc4740e830db8f7163dac3b2c6c463374b15034ef9984d4"
+# Last change: the tune step takes tune_trials (auto), tune_trial_epochs, tune_holdout,
+# tune_parallel_trials, tune_backend, the trials' machine, the region and the epochs (components/tune),
+# returns a summary line, and retries as train does; the report step reads the tune step's folder.
+GOLDEN_SHA256 = "b6c2ecc82e6ed4d9498f7c89bee9f99f531929e585372a43b2d74eff541d5bdd"
 
 
 def test_golden_compile(tmp_path):
@@ -91,7 +89,7 @@ def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
                                                 "validate-and-convert"]  # the registry it resolved
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert params["batch_size"]["defaultValue"] == "auto" and "images" in params
-    assert params["tune_trials"]["defaultValue"] == 0  # the search is off unless asked for
+    assert params["tune_trials"]["defaultValue"] == "auto"  # the search where it pays (components/tune/budget.py)
     assert params["warm_start"]["defaultValue"] == "auto"  # scheduled runs continue the champion
 
 

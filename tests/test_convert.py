@@ -15,7 +15,7 @@ from beam.contract.codec import decode_example
 from beam.contract.train_keys import TRAIN_KEYS_FILE, read_train_keys
 from beam.convert_job import DataBuildError, build_dataset
 from beam.options import ConvertOptions, GateOptions
-from beam.shard_writer import shard_count
+from beam.contract.shards import shard_count
 
 
 def _records(out: Path) -> dict[str, dict]:
@@ -246,7 +246,7 @@ def test_shards_no_record_goes_to_are_written_empty_and_listed(demo_dir, tmp_pat
     and its real hash; TensorFlow reads every shard."""
     import hashlib
 
-    from beam.shard_writer import shard_index
+    from beam.contract.shards import shard_index
     from beam.source_records import image_id_from_filename
 
     by_id = {image_id_from_filename(ET.parse(x).getroot().findtext("filename")): x

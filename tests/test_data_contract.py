@@ -55,7 +55,7 @@ def _shard_records(out: Path) -> dict[str, tuple[str, dict]]:
 
 def test_the_shards_are_what_tensorflow_would_write(dirty, built, tmp_path, monkeypatch):
     """The job's workers write Examples and TFRecord framing without TensorFlow
-    (beam/contract/example_proto.py, beam/shard_writer.py): the same build with TensorFlow's own
+    (beam/contract/example_proto.py, beam/contract/shards.py): the same build with TensorFlow's own
     Example classes writes the same shards, and each shard is the file TensorFlow's writer
     makes of its records."""
     out, _ = built

@@ -92,10 +92,12 @@ def test_a_cycle_would_be_found():
 # The steps' packages. Each builds on components.detector (the detector core) and reaches
 # another step only through one of INTERFACES: modules that define a file or a contract
 # the two share, or the one function a step lends another.
-STEPS = ("train", "evaluate", "export", "serve", "probe", "registry", "report")
+STEPS = ("train", "tune", "evaluate", "export", "serve", "probe", "registry", "report")
 CORE = "components.detector"
 INTERFACES = {
-    "components.evaluate.evaluator": "evaluate_detector: tuning scores its trials as the evaluate step does",
+    "components.evaluate.evaluator": "split_metrics: tuning scores its trials as the evaluate step does",
+    "components.tune.hparams_file": "best_hparams.json's definition (the run report shows the tune step's choice)",
+    "components.tune.tune_report": "the names of the tune step's files and pictures (the run report shows them)",
     "components.evaluate.metrics_file": "metrics.json's definition (export, register, report read it)",
     "components.evaluate.threshold": "the score threshold used when evaluation chose none",
     "components.evaluate.label_review": "label_review.jsonl's definition (the run report reads it)",

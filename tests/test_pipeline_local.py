@@ -64,7 +64,8 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     assert "| dry_run | PASS | the real training ran here" in probe_report
     assert (run_dir / "train" / "model" / "model.keras").stat().st_size > 0
     hparams = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
-    assert hparams["search"]["trials"] == 0  # tune_trials defaults to 0: the defaults, no search
+    assert hparams["trials"] == 0  # tune_trials auto: no search on a machine without a GPU, the defaults
+    assert hparams["decision"].startswith("auto: no search on a machine without a GPU")
     train_config = json.loads((run_dir / "train" / "model" / "train_config.json").read_text())
     assert train_config["train"]["base_lr_per_64"] == hparams["base_lr_per_64"]
     metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
@@ -160,7 +161,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     summary_file = tmp_path / "summary.json"
     code = main(["run", "--local", "--images", str(dirty.images), "--annotations", str(dirty.annotations),
                  "--split-file", str(dirty.split_file), "--epochs", "2", "--batch-size", "8", "--tune-trials", "2",
-                 "--tune-trial-steps", "4", "--pipeline-root", str(tmp_path / "root"),
+                 "--tune-trial-epochs", "1", "--pipeline-root", str(tmp_path / "root"),
                  "--summary-json", str(summary_file)])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -206,7 +207,11 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
 
     trials = [json.loads(line) for line in
               (run_dir / "tune-hyperparameters" / "hparams" / "trials.jsonl").read_text().splitlines()]
-    assert len(trials) >= 2 and all(t["error"] is None and math.isfinite(t["score"]) for t in trials)
+    assert len(trials) == 2 and all(t["error"] is None and math.isfinite(t["score"]) for t in trials)
+    assert {t["state"] for t in trials} <= {"COMPLETE", "PRUNED"} and trials[0]["state"] == "COMPLETE"
+    chosen = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
+    held = chosen["search"]["tuning_split"]  # scored on train images held out, never on val
+    assert held["fit"] + held["held_out"] == written["train"] and held["held_out"] > 0
 
     model = run_dir / "train" / "model"
     train_config = json.loads((model / "train_config.json").read_text())

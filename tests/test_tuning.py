@@ -1,37 +1,42 @@
-"""`detpipe tune` and `detpipe train --hparams`."""
+"""`detpipe tune` (components/tune) and `detpipe train --hparams`."""
 
 import json
 import math
+import os
+import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
-from components.train.tuning import DEFAULTS, SEARCH_SPACE, Trial, load_hparams, successive_halving
+from components.tune.budget import AUTO_TRIALS, MIN_HOLDOUT_IMAGES, choose_search
+from components.tune.hparams_file import DEFAULTS, SEARCH_SPACE, BestHparams, load_hparams
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+# A search small enough for the suite: 2 trials of 3 epochs of the demo shards' fit part at batch 4, 64 px.
+SMALL = ["--trials", "2", "--epochs", "3", "--batch-size", "4", "--image-size", "64", "--deterministic", "--seed", "3"]
 
 
-def test_successive_halving_keeps_the_best_third_and_trains_them_longer():
-    candidates = [{"base_lr_per_64": lr, "weight_decay": 1e-4, "augment_strength": 0.5}
-                  for lr in (0.001, 0.004, 0.002, 0.008, 0.003, 0.005)]
-    seen = []
-
-    def run_trial(trial: Trial) -> float:
-        seen.append((trial.hparams["base_lr_per_64"], trial.steps))
-        if trial.hparams["base_lr_per_64"] == 0.004:
-            raise RuntimeError("diverged")  # a failed trial ranks last, the search goes on
-        # Short trials favour high rates; long ones favour 0.005.
-        lr = trial.hparams["base_lr_per_64"]
-        return lr if trial.steps == 10 else -abs(lr - 0.005)
-
-    result = successive_halving(candidates, run_trial, trial_steps=10)
-    assert [s for _, s in seen] == [10] * 6 + [30] * 2
-    assert {lr for lr, s in seen if s == 30} == {0.008, 0.005}
-    assert result.best["base_lr_per_64"] == 0.005
-    failed = [t for t in result.trials if t.error]
-    assert len(failed) == 1 and "diverged" in failed[0].error and failed[0].score is None
+def test_auto_searches_only_where_it_can_pay_and_says_why():
+    on_gpu = choose_search("auto", gpus=1, num_train=2000, epochs=10)
+    assert on_gpu.trials == AUTO_TRIALS and 0 < on_gpu.cost <= 3.0 and on_gpu.reason.startswith("auto on 1 GPU(s)")
+    on_cpu = choose_search("auto", gpus=0, num_train=2000, epochs=10)
+    assert on_cpu.trials == 0 and "without a GPU" in on_cpu.reason and "tune_trials N" in on_cpu.reason
+    few = choose_search("auto", gpus=4, num_train=MIN_HOLDOUT_IMAGES * 2, epochs=10)  # 20% held out: too few
+    assert few.trials == 0 and f"fewer than {MIN_HOLDOUT_IMAGES}" in few.reason
+    given = choose_search("5", gpus=0, num_train=100, epochs=10, trial_epochs=2)
+    assert (given.trials, given.trial_epochs, given.reason.split(":")[0]) == (5, 2, "given")
+    assert choose_search(0, gpus=8, num_train=10**6, epochs=10).trials == 0
+    with pytest.raises(ValueError, match="'auto' or a whole number"):
+        choose_search("many", gpus=1, num_train=10, epochs=1)
 
 
 def test_hparams_files_are_checked_one_line_per_problem(tmp_path):
     good = tmp_path / "good.json"
-    good.write_text(json.dumps({"base_lr_per_64": 0.01, "augment_strength": 0.2, "score": {"value": 0.3}}))
+    good.write_text(json.dumps({"base_lr_per_64": 0.01, "augment_strength": 0.2, "score": {"value": 0.3},
+                                "trials": 4, "decision": "given", "search": {}}))
     assert load_hparams(str(good)) == {"base_lr_per_64": 0.01, "augment_strength": 0.2}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"learning_rate": 0.1, "weight_decay": "big", "augment_strength": 3}))
@@ -44,33 +49,112 @@ def test_hparams_files_are_checked_one_line_per_problem(tmp_path):
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ValueError, match="not JSON"):
         load_hparams(str(tmp_path / "broken.json"))
+    # The writer's file is what the reader takes.
+    best = BestHparams(dict(DEFAULTS), 0.2, 0.1, "mAP", 3, "given", {"seconds": 1.0})
+    best.write(str(tmp_path))
+    assert load_hparams(str(tmp_path / "best_hparams.json")) == DEFAULTS
+    assert BestHparams.from_dict(json.loads((tmp_path / "best_hparams.json").read_text())) == best
+
+
+def test_the_tuning_split_holds_train_records_only_each_once(demo_shards, tmp_path):
+    import tensorflow as tf
+
+    from beam.contract import feature_keys as K
+    from components.detector.records import count_records, shard_files
+    from components.tune.holdout import carve_tuning_split, held_out
+
+    split = carve_tuning_split(str(demo_shards), str(tmp_path / "split"), 0.25, seed=1)
+
+    def keys(folder, name):
+        return sorted(tf.train.Example.FromString(r).features.feature[K.KEY_SHA256].bytes_list.value[0].decode()
+                      for r in tf.data.TFRecordDataset(shard_files(folder, name)).as_numpy_iterator())
+
+    train, val = keys(str(demo_shards), "train"), keys(str(demo_shards), "val")
+    fit, held = keys(split.folder, "train"), keys(split.folder, "val")
+    assert sorted(fit + held) == train and not set(held) & set(val)  # every train record once, no val record
+    assert held == sorted(k for k in train if held_out(k, 0.25, 1)) and 0 < len(held) < len(train)
+    assert (split.fit, split.held_out) == (len(fit), len(held)) == (count_records(split.folder, "train"),
+                                                                     count_records(split.folder, "val"))
+    again = carve_tuning_split(str(demo_shards), str(tmp_path / "split"), 0.25, seed=1)  # a resumed step: taken
+    assert again == split
+    with pytest.raises(ValueError, match="leaves .* to train trials on and 0 to score them"):
+        carve_tuning_split(str(demo_shards), str(tmp_path / "none"), 1e-9, seed=1)
+
+
+def _tune(data, out, *extra, env=ENV):
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", "tune", "--data", str(data), "--output", str(out),
+                           *SMALL, *extra], cwd=REPO, env=env, capture_output=True, text=True)
 
 
 @pytest.mark.slow
-def test_tune_runs_real_trials_and_train_takes_the_result(demo_shards, tmp_path):
-    from components.train.tuning import tune, TuneConfig
+def test_a_preempted_search_resumes_without_val_and_chooses_as_an_uninterrupted_one(demo_shards, tmp_path):
+    """SIGTERM in trial 0 (`term@15`, fault injection: as step 15 starts): the trial checkpoints
+    and `tune` exits 143 with nothing recorded as failed. Then the val shards are made unreadable
+    and the same command goes on: it continues trial 0 from its checkpoint (no finished rung
+    trained again) and ends with the choice, and the scores, of an uninterrupted search with val
+    readable (--deterministic)."""
     from pipeline.cli import main
 
-    out = tmp_path / "tune"
-    result = tune(TuneConfig(data_dir=str(demo_shards), output_dir=str(out), trials=2, trial_steps=2,
-                             train={"batch_size": 4, "image_size": 64}))
-    assert len(result.trials) == 3 and result.trials[2].steps == 6  # 2 short trials, the best again 3x longer
-    assert result.trials[0].hparams == DEFAULTS
-    best = json.loads((out / "best_hparams.json").read_text())
-    assert set(SEARCH_SPACE) <= set(best) and best["search"]["trials"] == 2
-    assert math.isfinite(best["score"]["value"]) and best["score"]["value"] == result.best_score
-    assert len((out / "trials.jsonl").read_text().splitlines()) == 3
-    assert "| trial | steps |" in (out / "tune_report.md").read_text()
+    data = tmp_path / "data"
+    shutil.copytree(demo_shards, data)
+    stopped = _tune(data, tmp_path / "tune", env={**ENV, "DETPIPE_INJECT_FAULT": "term@15"})
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "SIGTERM: stopped at step 15" in stopped.stderr and not (tmp_path / "tune" / "best_hparams.json").exists()
+    first_rung = re.search(r"trial 0 at step (\d+):", stopped.stderr).group(1)  # scored before the stop
 
-    # The command line wins over the file; the file wins over the defaults.
+    for shard in data.glob("val-*.tfrecord"):
+        shard.write_bytes(b"\0" * shard.stat().st_size)  # same size, so only reading it would fail
+    resumed = _tune(data, tmp_path / "tune")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "continuing 1 trial(s) a stopped run left running" in resumed.stderr
+    assert "resumed after step 15" in resumed.stderr and f"trial 0 at step {first_rung}:" not in resumed.stderr
+
+    assert main(["tune", "--data", str(demo_shards), "--output", str(tmp_path / "whole"), *SMALL]) == 0
+
+    def rows(folder):
+        return [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+
+    first, whole = rows(tmp_path / "tune"), rows(tmp_path / "whole")
+    assert [t["number"] for t in first] == [0, 1] and all(t["error"] is None for t in first)
+    assert first[0]["hparams"] == DEFAULTS and first[0]["state"] == "COMPLETE"
+    assert [(t["hparams"], t["rungs"], t["state"]) for t in first] == [(t["hparams"], t["rungs"], t["state"])
+                                                                        for t in whole]
+    best = json.loads((tmp_path / "tune" / "best_hparams.json").read_text())
+    assert best == {**json.loads((tmp_path / "whole" / "best_hparams.json").read_text()),
+                    "search": best["search"]}  # the same choice and scores; the costs differ
+    assert best["score"]["metric"] == "mAP@[.5:.95] on the tuning split" and math.isfinite(best["score"]["value"])
+    report = (tmp_path / "tune" / "tune_report.md").read_text()
+    assert "The val split was never read" in report and "| 0 | complete |" in report
+    assert not (tmp_path / "tune" / "trials" / "000").exists()  # a finished trial's checkpoints are removed
+    from components.report.run_report import RunInputs, render_run_report
+
+    page = render_run_report(RunInputs(tune_dir=str(tmp_path / "tune")))  # the run report reads what tune wrote
+    assert '<h2 id="tuning">Hyperparameter search</h2>' in page and "the val split was never read" in page
+    assert page.count('alt="Optimisation history"') == 1
+    assert f"<td>trial {best['search']['best_trial']}</td>" in page
+
+    # `train --hparams`: the command line wins over the file; the file over the defaults.
     model = tmp_path / "model"
     assert main(["train", "--data", str(demo_shards), "--output", str(model), "--batch-size", "4",
-                 "--image-size", "64", "--max-steps", "2", "--hparams", str(out / "best_hparams.json"),
-                 "--weight-decay", "0.0005"]) == 0
+                 "--image-size", "64", "--max-steps", "2", "--hparams", str(tmp_path / "tune" / "best_hparams.json"),
+                 "--weight-decay", "0.0005", "--no-export"]) == 0
     train = json.loads((model / "train_config.json").read_text())["train"]
     assert train["base_lr_per_64"] == best["base_lr_per_64"]
     assert train["augment_strength"] == best["augment_strength"]
     assert train["weight_decay"] == 0.0005
+
+
+@pytest.mark.slow
+def test_trials_run_in_parallel_worker_processes(demo_shards, tmp_path):
+    """--parallel-trials 2 on a CPU: two worker processes share the study's journal; each trial
+    runs once, the defaults first, and the search ends with both finished."""
+    done = _tune(demo_shards, tmp_path / "tune", "--parallel-trials", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 trials at once, one process each" in done.stderr
+    trials = [json.loads(line) for line in (tmp_path / "tune" / "trials.jsonl").read_text().splitlines()]
+    assert sorted(t["number"] for t in trials) == [0, 1]
+    assert trials[0]["hparams"] == DEFAULTS and trials[0]["state"] == "COMPLETE"
+    assert trials[1]["hparams"] != DEFAULTS and set(trials[1]["hparams"]) == set(SEARCH_SPACE)
 
 
 def test_train_with_a_bad_hparams_file_fails_with_one_line_per_problem(tmp_path, capsys):

@@ -121,6 +121,16 @@ def val_images(data_dir: str, split: str = "val") -> tuple[list[bytes], str]:
     return images, hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()
 
 
+def split_metrics(model_dir: str, data_dir: str, split: str = "val") -> dict[str, float]:
+    """COCO metrics of a trained model on one split, as `evaluate_detector` computes them,
+    with no files written: what a tuning trial is scored by (on its own held-out part of train)."""
+    model, config = load_trained(model_dir)
+    truths, detections = predict_split(model, data_dir, config.image_size, split=split, tiling=config.tiling)
+    if not truths:
+        raise ValueError(f"the {split} split in {data_dir} has no records")
+    return coco_box_metrics(truths, detections, {v: k for k, v in config.label_map.items()})
+
+
 def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: float = 0.0,
                       raise_on_gate: bool = True) -> EvalResult:
     """COCO metrics on the val split; raises `GateFailed` (after writing the files) below

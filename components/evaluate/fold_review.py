@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
@@ -76,13 +76,9 @@ def fold_train_config(model_dir: str, data_dir: str, output_dir: str, epochs: in
     (its train_config.json), on the fold's data, from scratch (a warm start from a model that
     saw the fold's labels would not be out of sample)."""
     from components.detector.artifacts import TrainConfigFile
-    from components.train.config import ProbeAdvice, TrainConfig
+    from components.train.config import TrainConfig
 
-    recorded = TrainConfigFile.read(model_dir).train
-    known = {f.name for f in fields(TrainConfig)}
-    options = {name: value for name, value in recorded.items() if name in known}
-    options["probe"] = ProbeAdvice(**(recorded.get("probe") or {}))
-    config = TrainConfig(**options)
+    config = TrainConfig.from_dict(TrainConfigFile.read(model_dir).train)
     return replace(config, data_dir=data_dir, output_dir=output_dir, init_from=None, init_name="",
                    init_note="out-of-sample fold of a label review", fine_tune_epochs=0,
                    epochs=epochs or config.epochs, cache="")

@@ -34,13 +34,14 @@ class ProbeResult:
 
 
 def recommend(facts: dict, expect: Expectations) -> dict:
-    """What the train step takes from the probe: a starting batch, the precision, and
-    how many parallel calls the input pipeline should use."""
+    """What the train and tune steps take from the probe: a starting batch, the precision,
+    how many parallel calls the input pipeline should use, and how many GPUs there are (the
+    tune step's `auto` budget and trials at once)."""
     gpus = facts["tensorflow"]["gpus"]
     precision, _ = precision_for([g["compute_capability"][0] for g in gpus if g.get("compute_capability")])
     _, safe_batch = check_gpu_memory(facts, expect)
     return {"largest_safe_batch": safe_batch, "mixed_precision": precision, "model_shape": expect.shape,
-            "input_parallelism": max(1, int(facts["cpu"]["usable"]))}
+            "input_parallelism": max(1, int(facts["cpu"]["usable"])), "gpus": len(gpus)}
 
 
 def dry_run_check(config: TrainConfig, recommendations: dict) -> tuple[CheckResult, dict]:

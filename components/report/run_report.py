@@ -24,6 +24,7 @@ class RunInputs:
     """Where a run's step outputs are (local paths); any may be missing."""
     dataset_dir: str | None = None
     probe_json: str | None = None
+    tune_dir: str | None = None  # the tune step's folder (best_hparams.json, trials.jsonl, pictures)
     train_dir: str | None = None
     evaluation_dir: str | None = None
     review_dir: str | None = None  # the label review's folder (label_review.jsonl, label_review.html)
@@ -56,6 +57,7 @@ def render_run_report(inputs: RunInputs) -> str:
         created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         dataset=maybe(sections.dataset_section, inputs.dataset_dir),
         probe=maybe(sections.probe_section, inputs.probe_json),
+        tuning=maybe(sections.tuning_section, inputs.tune_dir),
         training=maybe(sections.training_section, inputs.train_dir),
         evaluation=maybe(sections.evaluation_section, inputs.evaluation_dir),
         review=maybe(sections.review_section, inputs.review_dir),

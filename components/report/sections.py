@@ -136,6 +136,39 @@ def training_section(train_dir: str | Path) -> dict | None:
             "loss_curve": file_uri(folder / LOSS_CURVE_FILE)}
 
 
+def tuning_section(tune_dir: str | Path) -> dict | None:
+    """What the tune step decided and found: its one-line decision, the trials, the winner and
+    the defaults on the tuning split, the cost, and its pictures."""
+    from components.tune.hparams_file import BEST_FILE, BestHparams
+    from components.tune.tune_report import HISTORY_PICTURE, IMPORTANCE_PICTURE, TRIALS_FILE
+
+    folder = Path(tune_dir)
+    data = _read_json(folder / BEST_FILE)
+    if data is None:
+        return None
+    best = BestHparams.from_dict(data)
+    trials = [json.loads(line) for line in (folder / TRIALS_FILE).read_text().splitlines()] \
+        if (folder / TRIALS_FILE).is_file() else []
+    for trial in trials:
+        trial["rungs"] = ", ".join(f"{v:.3f} @{k}" for k, v in trial["rungs"].items()) or _fmt_score(trial["score"])
+    search = best.search
+    pictures = [{"title": title, "uri": file_uri(folder / name)} for name, title in
+                ((HISTORY_PICTURE, "Optimisation history"), (IMPORTANCE_PICTURE, "Hyperparameter importance"))
+                if (folder / name).is_file()]
+    return {"decision": best.decision, "hparams": best.hparams, "trials": trials, "names": list(best.hparams),
+            "score": best.score if best.score is not None else -1.0,
+            "defaults_score": best.defaults_score if best.defaults_score is not None else -1.0,
+            "gain": "n/a" if best.gain is None else f"{best.gain:+.3f}", "best_trial": search.get("best_trial"),
+            "split": search.get("tuning_split", {}), "regime": search.get("regime", ""),
+            "cost": (f"{search['steps_trained']} steps, {search['cost']:g}x the training's; {search['seconds']:.0f} s"
+                     if "cost" in search else ""),
+            "pictures": pictures}
+
+
+def _fmt_score(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def evaluation_section(evaluation_dir: str | Path) -> dict | None:
     from components.evaluate.pictures import CONFUSION_FILE, F1_FILE, GALLERY_FILE, PR_FILE, SIZE_FILE
 

@@ -5,7 +5,7 @@ tuner, the CLI and the KFP component."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from components.detector.tile_choice import DEFAULT_TILE
 
@@ -17,6 +17,7 @@ class ProbeAdvice:
     safe_batch: int | None = None
     precision: str | None = None  # "mixed_bfloat16" | "mixed_float16" | "float32"
     input_parallelism: int | None = None
+    gpus: int | None = None  # GPUs the probe saw; None: no probe (the tuner counts them itself)
 
     @classmethod
     def from_probe_file(cls, path: str) -> "ProbeAdvice":
@@ -28,7 +29,7 @@ class ProbeAdvice:
     def from_recommendations(cls, rec: dict) -> "ProbeAdvice":
         """From the probe's `recommendations` (probe_report.recommend)."""
         return cls(safe_batch=rec.get("largest_safe_batch") or None, precision=rec.get("mixed_precision"),
-                   input_parallelism=rec.get("input_parallelism"))
+                   input_parallelism=rec.get("input_parallelism"), gpus=rec.get("gpus"))
 
 
 def number_or_auto(value: int | str, name: str) -> int | str:
@@ -70,6 +71,11 @@ class TrainConfig:
     deterministic: bool = False
     max_steps: int = 0  # cap on total steps (smoke tests); 0: none
     checkpoint_every: int = 0  # steps between checkpoints; 0: once an epoch
+    # End this process once this many steps of the schedule are done, the model saved as at
+    # the end; the same config with a larger value continues from the checkpoint there (a
+    # tuning trial's rungs, components/tune). 0: train to the end. Unlike `max_steps` the
+    # schedule (warmup, cosine decay) stays that of the whole run.
+    stop_after_steps: int = 0
     max_nan_recoveries: int = 3
     nan_lr_factor: float = 0.5  # learning-rate scale after each NaN recovery
     probe: ProbeAdvice = field(default_factory=ProbeAdvice)
@@ -92,3 +98,16 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("batch_size", "image_size"):  # typed here, not halfway down
             object.__setattr__(self, name, number_or_auto(getattr(self, name), name))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainConfig":
+        """From `to_dict()` or a train_config.json's `train`; keys this version does not know
+        (another version's) are left out."""
+        known = {f.name for f in fields(cls)}
+        advice = {f.name for f in fields(ProbeAdvice)}
+        options = {name: value for name, value in data.items() if name in known}
+        options["probe"] = ProbeAdvice(**{k: v for k, v in (data.get("probe") or {}).items() if k in advice})
+        return cls(**options)

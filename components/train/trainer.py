@@ -36,7 +36,7 @@ from components.train.distribution import (ClusterRole, cluster_role, fit_across
                                            synchronise_batch_norm, vector_logs, weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
 from components.train.input_pipeline import InputConfig, finishing, on_accelerator, shuffle_buffer_for
-from components.train.loop import LoopParts, StopRequest, fit_with_recovery
+from components.train.loop import PREEMPTED_EXIT_CODE, LoopParts, Preempted, StopRequest, fit_with_recovery
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import MachineFacts, TrainPlan, auto_batch_ceiling, plan_training
 from components.train.process_state import training_state
@@ -45,7 +45,10 @@ from components.train.train_report import training_report
 from components.train.warm_start import WarmStart, apply_warm_weights, choose_warm_start, warm_weights
 from components.train.xla import xla_step
 
-__all__ = ["ProbeAdvice", "TrainConfig", "TrainResult", "train_detector"]
+# What callers outside the train step use (the tuner, the label review's folds): the
+# function, its config and result, the plan it makes, and how a SIGTERM ends it.
+__all__ = ["PREEMPTED_EXIT_CODE", "Preempted", "ProbeAdvice", "TrainConfig", "TrainResult", "plan_training",
+           "planned_run", "train_detector"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,11 +136,25 @@ def train_detector(config: TrainConfig) -> TrainResult:
                                    built.steps_done, facts.shape, facts.warm)
             for key, value in decisions.items():
                 (logger.warning if "WARNING" in value else logger.info)("train: %s = %s", key, value)
+            end = min(plan.total_steps, config.stop_after_steps or plan.total_steps)
             losses, recoveries = fit_with_recovery(built.parts, facts.config, built.input_config,
-                                                   built.steps_done, plan.chunk, plan.total_steps)
+                                                   built.steps_done, plan.chunk, end)
             return finish_run(facts, plan, built, role, decisions, losses, recoveries, started)
     finally:
         role.clean_up(config.output_dir)
+
+
+def planned_run(config: TrainConfig) -> tuple[RunFacts, TrainPlan]:
+    """What `train_detector(config)` would decide on this machine (the fitted shape, the
+    measured batch, the plan), without building the model or training: the tuner's trials
+    train at this batch and input size."""
+    role = cluster_role()
+    strategy, description = make_strategy(role)
+    machine = _machine_facts(role, strategy, description)
+    precision, _ = choose_precision(config.precision, config.probe.precision, machine.gpu_majors)
+    with training_state(config.seed, config.deterministic, precision):
+        facts = gather_facts(config, machine)
+    return facts, plan_training(facts.config, facts.machine, facts.examples_per_epoch, fine_tune=facts.warm.used)
 
 
 def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:

@@ -18,7 +18,7 @@ import google_crc32c
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam.split import stable_fraction
+from beam.contract.stable_hash import stable_fraction
 
 
 @dataclass(frozen=True)

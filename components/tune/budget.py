@@ -1,0 +1,90 @@
+"""How many trials the search runs and how long each is: `tune_trials auto` decided from the
+machine and the data, or as given; pure, no TensorFlow.
+
+A trial is a short version of the training it tunes (same batch, input size, precision and
+schedule shape) on the fit part of train, `trial_epochs` long, so the search's training
+steps are at most about `trials x trial_epochs / epochs x (1 - holdout)` times the
+training's; the pruner stops most trials at a third of that.
+
+>>> choose_search("auto", gpus=1, num_train=2000, epochs=10).trials
+8
+>>> b = choose_search("auto", gpus=0, num_train=2000, epochs=10); b.trials, b.reason[:36]
+(0, 'auto: no search on a machine without')
+>>> b = choose_search(4, gpus=0, num_train=160, epochs=10); b.trials, b.trial_epochs
+(4, 9)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+AUTO = "auto"
+# `auto` on a GPU machine: this many trials (the defaults first), each as long as keeps the
+# search's training steps at most MAX_COST times the training's before pruning.
+AUTO_TRIALS = 8
+MAX_COST = 3.0
+# The share of train held out to score trials (a setting: --tune-holdout); and the fewest
+# held-out images whose mAP `auto` trusts to rank trials (fewer: a few images decide).
+HOLDOUT_FRACTION = 0.2
+MIN_HOLDOUT_IMAGES = 50
+
+
+def trials_or_auto(value: int | str) -> int | str:
+    """The trial count as the config holds it: a whole number >= 0, or "auto".
+
+    >>> trials_or_auto("8"), trials_or_auto("auto"), trials_or_auto(0)
+    (8, 'auto', 0)
+    """
+    if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise ValueError(f"tune_trials must be 'auto' or a whole number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    trials: int  # 0: no search, the defaults
+    trial_epochs: int  # epochs of one trial over the fit part of train
+    cost: float  # the search's training steps over the training's, about (before pruning)
+    reason: str
+
+
+def trial_epochs_for(trials: int, epochs: int, holdout: float, given: int = 0) -> int:
+    """Epochs of one trial: given, else as many as keep `trials` trials within MAX_COST
+    trainings (at least 1, at most `epochs`).
+
+    >>> trial_epochs_for(8, 10, 0.2), trial_epochs_for(2, 10, 0.2), trial_epochs_for(8, 10, 0.2, given=3)
+    (4, 10, 3)
+    """
+    if given:
+        return given
+    return max(1, min(epochs, math.floor(epochs * MAX_COST / (trials * (1 - holdout)))))
+
+
+def choose_search(requested: int | str, gpus: int, num_train: int | None, epochs: int,
+                  holdout: float = HOLDOUT_FRACTION, trial_epochs: int = 0) -> SearchBudget:
+    """The search's size and the one line that says why."""
+    requested = trials_or_auto(requested)
+
+    def budget(trials: int, why: str) -> SearchBudget:
+        if trials == 0:
+            return SearchBudget(0, 0, 0.0, why)
+        length = trial_epochs_for(trials, epochs, holdout, trial_epochs)
+        cost = trials * length / max(1, epochs) * (1 - holdout)
+        return SearchBudget(trials, length, round(cost, 2),
+                            f"{why}: {trials} trials of {length} epoch(s) on {1 - holdout:.0%} of train, about "
+                            f"{cost:.1f}x the training's steps (the pruner stops most trials at a third)")
+
+    if requested != AUTO:
+        return budget(requested, "given") if requested else budget(0, "tune_trials 0: no search, the defaults")
+    held_out = math.floor((num_train or 0) * holdout)
+    if gpus < 1:
+        return budget(0, f"auto: no search on a machine without a GPU (a search costs up to {MAX_COST:g} trainings' "
+                         "time; give tune_trials N to search anyway)")
+    if num_train is not None and held_out < MIN_HOLDOUT_IMAGES:
+        return budget(0, f"auto: no search: {holdout:.0%} of {num_train} train images is {held_out} held-out "
+                         f"images, fewer than {MIN_HOLDOUT_IMAGES}: too few to rank trials (give tune_trials N to "
+                         "search anyway)")
+    return budget(AUTO_TRIALS, f"auto on {gpus} GPU(s)")

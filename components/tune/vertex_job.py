@@ -1,0 +1,148 @@
+"""The search on Vertex AI: a hyperparameter tuning job (Vizier) whose trials run on machines
+of their own, `parallel` at once, each a `detpipe tune-trial` custom job on the project image.
+
+The tune step (which runs on Vertex as a pipeline task) carves the tuning split and plans
+the trials as a local search does (search.py), writes the plan beside them, and submits the
+job; each trial trains the plan's regime with the values Vizier proposes (passed as
+`--NAME=VALUE` arguments, Vertex's convention), scores every rung on the held-out images and
+reports it through cloudml-hypertune (what the service reads). Trials on Vertex run to their
+end: the SDK's job has no early-stopping setting (the local search prunes). The step waits for the job, reads the best trial back and writes
+`best_hparams.json` like a local search. A restarted step finds its job again
+(`vertex_job.json`) instead of starting another.
+
+Tested on the requests it builds (tests/test_tuning_vertex.py): nothing here runs without Google Cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+from components.tune.hparams_file import SEARCH_SPACE
+
+logger = logging.getLogger(__name__)
+
+METRIC_ID = "tuning_map"  # what each trial reports: mAP@[.5:.95] on the tuning split
+JOB_FILE = "vertex_job.json"  # the submitted job's resource name, for a restarted step
+DEFAULT_PARALLEL = 4  # trials at once on Vertex when tune_parallel_trials is 0
+BACKENDS = ("auto", "local", "vertex")
+
+
+def gcs_uri(path: str) -> str:
+    """A path as a Vertex job's machines reach it: the pipeline's /gcs/BUCKET/... mount as gs://.
+
+    >>> gcs_uri("/gcs/bucket/root/x"), gcs_uri("gs://b/y")
+    ('gs://bucket/root/x', 'gs://b/y')
+    """
+    return "gs://" + path[len("/gcs/"):] if path.startswith("/gcs/") else path
+
+
+def fuse_path(path: str) -> str:
+    """A gs:// path as the machines of a Vertex job open it as a file (Cloud Storage FUSE at /gcs/).
+
+    >>> fuse_path("gs://bucket/x"), fuse_path("/gcs/bucket/x")
+    ('/gcs/bucket/x', '/gcs/bucket/x')
+    """
+    return "/gcs/" + path[len("gs://"):] if path.startswith("gs://") else path
+
+
+def choose_backend(requested: str, output_dir: str) -> str:
+    """Where the trials run: as asked, or (`auto`) on Vertex when the step itself runs on Vertex
+    AI Pipelines (its output is on Cloud Storage, mounted at /gcs/ or given as gs://), else here.
+
+    >>> choose_backend("auto", "/gcs/b/run/tune"), choose_backend("auto", "/tmp/run"), choose_backend("local", "gs://b")
+    ('vertex', 'local', 'local')
+    """
+    if requested not in BACKENDS:
+        raise ValueError(f"tune_backend must be one of {', '.join(BACKENDS)}, got {requested!r}")
+    if requested != "auto":
+        return requested
+    return "vertex" if gcs_uri(output_dir).startswith("gs://") else "local"
+
+
+@dataclass(frozen=True)
+class TrialMachine:
+    """The machine of each trial: the training's (StepResources at compile time)."""
+
+    image: str
+    machine_type: str = "n1-standard-8"
+    accelerator_type: str = ""
+    accelerator_count: int = 0
+    spot: bool = False
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrialMachine":
+        return cls(**json.loads(text))
+
+
+def parameter_spec() -> dict:
+    """Vizier's search space: SEARCH_SPACE, log-scaled where it is searched on a log scale."""
+    from google.cloud.aiplatform import hyperparameter_tuning as hpt
+
+    return {name: hpt.DoubleParameterSpec(min=low, max=high, scale="log" if log else "linear")
+            for name, (low, high, log) in SEARCH_SPACE.items()}
+
+
+def tuning_job(plan_uri: str, output_uri: str, machine: TrialMachine, trials: int, parallel: int, region: str,
+               project: str | None = None, credentials=None, seed: int = 0):
+    """The (unsubmitted) `aiplatform.HyperparameterTuningJob`: its trial job runs
+    `detpipe tune-trial --plan PLAN --output OUTPUT` on `machine`."""
+    from google.cloud import aiplatform
+
+    pool = {"machine_spec": {"machine_type": machine.machine_type}, "replica_count": 1,
+            "container_spec": {"image_uri": machine.image,
+                               "command": ["detpipe", "tune-trial"],
+                               "args": ["--plan", plan_uri, "--output", output_uri]}}
+    if machine.accelerator_type and machine.accelerator_count:
+        pool["machine_spec"].update(accelerator_type=machine.accelerator_type,
+                                    accelerator_count=machine.accelerator_count)
+    trial_job = aiplatform.CustomJob(display_name="detpipe-tune-trial", worker_pool_specs=[pool],
+                                     base_output_dir=gcs_uri(output_uri), staging_bucket=gcs_uri(output_uri),
+                                     project=project, location=region,
+                                     credentials=credentials, labels={"app": "detpipe"})
+    return aiplatform.HyperparameterTuningJob(
+        display_name="detpipe-tune", custom_job=trial_job, metric_spec={METRIC_ID: "maximize"},
+        parameter_spec=parameter_spec(), max_trial_count=trials, parallel_trial_count=max(1, min(parallel, trials)),
+        max_failed_trial_count=max(1, trials // 2), search_algorithm=None, measurement_selection="last",
+        project=project, location=region, credentials=credentials, labels={"app": "detpipe", "seed": str(seed)})
+
+
+def submit(job, output_dir: str, spot: bool, timeout_s: int | None = None):
+    """Start the job, its trials on spot VMs when `spot` (Vertex restarts a preempted trial,
+    which resumes from its checkpoints under the output), and return it without waiting; or
+    the job an earlier try of this step started (named in OUTPUT/JOB_FILE)."""
+    from google.cloud import aiplatform
+    from google.cloud.aiplatform.compat.types import custom_job as gca_custom_job
+
+    record = os.path.join(output_dir, JOB_FILE)
+    if os.path.exists(record):
+        with open(record) as handle:
+            name = json.load(handle)["resource_name"]
+        logger.info("tune: taking up %s, started by an earlier try of this step", name)
+        return aiplatform.HyperparameterTuningJob.get(name)
+    job.run(sync=False, timeout=timeout_s, restart_job_on_worker_restart=False,
+            scheduling_strategy=gca_custom_job.Scheduling.Strategy.SPOT if spot else None)
+    job.wait_for_resource_creation()
+    with open(record, "w") as handle:
+        json.dump({"resource_name": job.resource_name}, handle)
+    logger.info("tune: Vertex AI hyperparameter tuning job %s", job.resource_name)
+    return job
+
+
+def best_of(trials) -> tuple[dict[str, float], float, list[dict]]:
+    """The finished trials of a job (the service's Trial messages): the best one's values and
+    score, and every trial as a trials.jsonl row."""
+    rows = []
+    for trial in trials:
+        metrics = {m.metric_id: m.value for m in trial.final_measurement.metrics} if trial.final_measurement else {}
+        rows.append({"number": int(trial.id), "state": trial.state.name,
+                     "hparams": {p.parameter_id: float(p.value) for p in trial.parameters},
+                     "score": metrics.get(METRIC_ID), "error": trial.infeasible_reason or None})
+    finished = [r for r in rows if r["state"] == "SUCCEEDED" and r["score"] is not None]
+    if not finished:
+        raise RuntimeError("tune: no Vertex AI trial finished: "
+                           + "; ".join(f"trial {r['number']}: {r['state']} {r['error'] or ''}" for r in rows))
+    best = max(finished, key=lambda r: r["score"])
+    return best["hparams"], best["score"], rows
