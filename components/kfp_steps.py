@@ -159,7 +159,7 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune_trials: str, tune_trial_epochs: int,
                          tune_holdout: float, tune_parallel_trials: int, tune_backend: str, trial_machine: str,
-                         vertex_region: str, epochs: int,
+                         vertex_region: str, pipeline_root: str, epochs: int,
                          batch_size: str, image_size: str, model_size: str, seed: int,
                          allow_poor_anchors: bool, tile: str, precision: str, xla: str, box_loss: str, ema: bool,
                          flip: bool, preset: str, cache: str, deterministic: bool, base_lr_per_64: float, weight_decay: float,
@@ -169,7 +169,9 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     held out of train (components/tune), from `base_lr_per_64`, `weight_decay` and
     `augment_strength` as the first trial (`tune_trials` 0, or `auto` deciding against a search:
     those values). `tune_backend` vertex (or auto on Vertex AI): the trials as a Vertex AI tuning
-    job on `trial_machine` (the training's, JSON) in `vertex_region`. Returns the winner's mAP on the
+    job on `trial_machine` (the training's, JSON) in `vertex_region`. The search's study and trials
+    are kept under `pipeline_root` (search.WORK_DIR): a run stopped in this step and run again
+    continues the search. Returns the winner's mAP on the
     tuning split (-1 without a search: KFP metadata and outputs cannot hold NaN) and a line saying
     what the search decided, cost and gained."""
     import logging
@@ -178,14 +180,16 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     from collections import namedtuple
 
     from components.train.config import ProbeAdvice  # no TensorFlow: without trials the step only writes the defaults
-    from components.tune.search import TuneConfig, tune
+    from components.tune.search import WORK_DIR, TuneConfig, tune
     from components.tune.tune_report import REPORT_FILE
+    from components.tune.vertex_job import fuse_path
 
     logging.basicConfig(level=logging.INFO)
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
                              trial_epochs=tune_trial_epochs, holdout=tune_holdout, parallel=tune_parallel_trials,
-                             backend=tune_backend, trial_machine=trial_machine, region=vertex_region, seed=seed, train={"epochs": epochs, "batch_size": batch_size, "image_size": image_size,
+                             backend=tune_backend, trial_machine=trial_machine, region=vertex_region, seed=seed,
+                             work_dir=fuse_path(f"{pipeline_root.rstrip('/')}/{WORK_DIR}"), train={"epochs": epochs, "batch_size": batch_size, "image_size": image_size,
                                                "model_size": model_size, "probe": advice,
                                                "allow_poor_anchors": allow_poor_anchors, "tile": tile,
                                                "precision": precision, "xla": xla, "box_loss": box_loss,

@@ -45,24 +45,24 @@ def review_folds(value: str) -> int:
     return folds
 
 
-def batch_size_arg(value: str) -> str:
-    """'auto' or a whole number >= 1, kept as a string (the pipeline parameter's type)."""
+def _auto_or_int(value: str, least: int, name: str) -> str:
+    """'auto' or a whole number >= `least`, kept as a string (the pipeline parameter's type)."""
     if value == "auto":
         return value
     try:
-        return str(positive_int(value, "--batch-size"))
+        return str(_int_at_least(value, least, name))
     except argparse.ArgumentTypeError as err:
         raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
+
+
+def batch_size_arg(value: str) -> str:
+    """'auto' or a whole number >= 1."""
+    return _auto_or_int(value, 1, "--batch-size")
 
 
 def tune_trials_arg(value: str) -> str:
-    """'auto' or a whole number >= 0, kept as a string (the pipeline parameter's type)."""
-    if value == "auto":
-        return value
-    try:
-        return str(_int_at_least(value, 0, "--tune-trials"))
-    except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
+    """'auto' or a whole number >= 0."""
+    return _auto_or_int(value, 0, "--tune-trials")
 
 
 def open_fraction(value: str) -> float:
@@ -81,13 +81,8 @@ def warm_start_arg(value: str) -> str:
 
 
 def image_size_arg(value: str) -> str:
-    """'auto' or a whole number of pixels >= 32, kept as a string (the pipeline parameter's type)."""
-    if value == "auto":
-        return value
-    try:
-        return str(_int_at_least(value, 32, "--image-size"))
-    except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(f"{err} (or 'auto')") from None
+    """'auto' or a whole number of pixels >= 32."""
+    return _auto_or_int(value, 32, "--image-size")
 
 
 def tile_arg(value: str) -> str:

@@ -124,7 +124,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         tuned = tune_step(
             data=dataset, probe_json=advice, tune_trials=p.tune_trials, tune_trial_epochs=p.tune_trial_epochs,
             tune_holdout=p.tune_holdout, tune_parallel_trials=p.tune_parallel_trials, tune_backend=p.tune_backend,
-            trial_machine=trial_machine, vertex_region=p.vertex_region, epochs=p.epochs, batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
+            trial_machine=trial_machine, vertex_region=p.vertex_region, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+            epochs=p.epochs, batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
             allow_poor_anchors=p.allow_poor_anchors, tile=p.tile, precision=p.precision, xla=p.xla,
             box_loss=p.box_loss, ema=p.ema, flip=p.flip, preset=p.preset, cache=p.cache, deterministic=p.deterministic,
             base_lr_per_64=p.base_lr_per_64, weight_decay=p.weight_decay, augment_strength=p.augment_strength)

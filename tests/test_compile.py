@@ -28,8 +28,9 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: the tune step takes tune_trials (auto), tune_trial_epochs, tune_holdout,
 # tune_parallel_trials, tune_backend, the trials' machine, the region and the epochs (components/tune),
-# returns a summary line, and retries as train does; the report step reads the tune step's folder.
-GOLDEN_SHA256 = "b6c2ecc82e6ed4d9498f7c89bee9f99f531929e585372a43b2d74eff541d5bdd"
+# returns a summary line, keeps its study under the pipeline root (tune-work) and retries as train
+# does; the report step reads the tune step's folder.
+GOLDEN_SHA256 = "6fc969f24784e9d88591b3fc506eb4d2561384c4a031b4694ea43fc7c51b355c"
 
 
 def test_golden_compile(tmp_path):

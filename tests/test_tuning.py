@@ -167,3 +167,12 @@ def test_train_with_a_bad_hparams_file_fails_with_one_line_per_problem(tmp_path,
     assert main(["train", "--data", str(tmp_path), "--output", str(tmp_path / "m"), "--hparams", str(bad)]) != 0
     err = capsys.readouterr().err.splitlines()
     assert len([line for line in err if line.startswith("detpipe: ")]) == 2
+
+
+def test_the_examples_in_the_tune_modules_run():
+    import doctest
+
+    from components.tune import budget, hparams_file, holdout, vertex_job
+
+    for module in (budget, hparams_file, holdout, vertex_job):
+        assert doctest.testmod(module).failed == 0, module.__name__

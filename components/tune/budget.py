@@ -81,8 +81,8 @@ def choose_search(requested: int | str, gpus: int, num_train: int | None, epochs
         return budget(requested, "given") if requested else budget(0, "tune_trials 0: no search, the defaults")
     held_out = math.floor((num_train or 0) * holdout)
     if gpus < 1:
-        return budget(0, f"auto: no search on a machine without a GPU (a search costs up to {MAX_COST:g} trainings' "
-                         "time; give tune_trials N to search anyway)")
+        return budget(0, "auto: no search on a machine without a GPU (a search costs a few trainings' time; give "
+                         "tune_trials N to search anyway)")
     if num_train is not None and held_out < MIN_HOLDOUT_IMAGES:
         return budget(0, f"auto: no search: {holdout:.0%} of {num_train} train images is {held_out} held-out "
                          f"images, fewer than {MIN_HOLDOUT_IMAGES}: too few to rank trials (give tune_trials N to "

@@ -23,6 +23,7 @@ pictures (tune_report.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -50,6 +51,7 @@ STUDY_FILE = "study.journal"  # Optuna's journal: every trial's parameters, rung
 SPLIT_DIR = "tuning_split"  # the tuning split's shards (holdout.py)
 PLAN_FILE = "search_plan.json"  # the trial regime, for the worker processes
 TRIALS_DIR = "trials"
+WORK_DIR = "tune-work"  # under the pipeline root: searches kept between runs (TuneConfig.work_dir)
 METRIC = "mAP@[.5:.95] on the tuning split"
 REDUCTION = 3  # the pruner keeps the best third at each rung; a trial's first rung is a third of it
 
@@ -70,6 +72,10 @@ class TuneConfig:
     backend: str = "local"
     trial_machine: str = ""
     region: str = ""
+    # A folder kept between runs (the pipeline's: PIPELINE_ROOT/tune-work): the search's split,
+    # study and trials go in a subfolder named for the data and these options, so a run killed
+    # in its tune step (even by SIGKILL) and run again continues the search there; "": the output folder.
+    work_dir: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "trials", trials_or_auto(self.trials))
@@ -165,30 +171,72 @@ def tune(config: TuneConfig) -> TuneResult:
 
     from components.tune.holdout import carve_tuning_split
 
-    split = carve_tuning_split(config.data_dir, f"{out}/{SPLIT_DIR}", config.holdout, config.seed)
+    work = search_folder(config, budget)
+    split = carve_tuning_split(config.data_dir, f"{work}/{SPLIT_DIR}", config.holdout, config.seed)
     regime = trial_regime(training, split, budget.trial_epochs)
     logger.info("tune: %s", regime.reason)
-    with open(f"{out}/{PLAN_FILE}", "w") as handle:
-        json.dump({"regime": regime.to_dict(), "trials": budget.trials, "seed": config.seed, "first": first},
-                  handle, indent=2)
+    write_plan(work, {"regime": regime.to_dict(), "trials": budget.trials, "seed": config.seed, "first": first})
     from components.tune.vertex_job import choose_backend
 
     if choose_backend(config.backend, out) == "vertex":
-        result = search_on_vertex(config, out, budget, split, regime, first, started)
+        result = search_on_vertex(config, work, budget, split, regime, first, started)
         write_tune_files(result, out)
         return result
-    study = open_study(out, config.seed, regime, first)
+    study = open_study(work, config.seed, regime, first)
     stale = [t._trial_id for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
     if stale:
         logger.info("tune: continuing %d trial(s) a stopped run left running", len(stale))
     parallel = min(budget.trials, config.parallel or max(1, _gpus(training)))
     if parallel > 1:
-        run_workers(out, parallel, stale, gpus=_gpus(training))
+        run_workers(work, parallel, stale, gpus=_gpus(training))
     else:
-        run_trials(study, regime, budget.trials, out, stale)
+        run_trials(study, regime, budget.trials, work, stale)
     result = summarise(study, budget, split, regime, first, time.monotonic() - started)
     write_tune_files(result, out, study)
     return result
+
+
+def search_folder(config: TuneConfig, budget: SearchBudget) -> str:
+    """Where the search keeps its split, plan, study and trials: the output folder, or a
+    subfolder of `work_dir` named for what decides the search (the train shards' bytes, the
+    training's options and the search's), the same for the same search in any run."""
+    out = config.output_dir.rstrip("/")
+    if not config.work_dir:
+        return out
+    from components.detector.records import shard_files
+
+    import tensorflow as tf
+
+    shards = [(path.rsplit("/", 1)[-1], tf.io.gfile.stat(path).length) for path in shard_files(config.data_dir, "train")]
+    try:
+        from beam.contract.files import read_manifest
+
+        shards = [(s["name"], s["sha256"]) for s in read_manifest(config.data_dir).shards if s["split"] == "train"]
+    except Exception:  # shards of other converters: their names and sizes
+        pass
+    key = hashlib.sha256(json.dumps(
+        {"shards": shards, "train": TrainConfig(data_dir="", output_dir="", **config.train).to_dict(),
+         "start": config.start, "trials": budget.trials, "trial_epochs": budget.trial_epochs,
+         "holdout": config.holdout, "seed": config.seed}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    folder = f"{config.work_dir.rstrip('/')}/{key}"
+    os.makedirs(folder, exist_ok=True)
+    logger.info("tune: the search's study and trials in %s (kept between runs of the same search)", folder)
+    return folder
+
+
+def write_plan(work: str, plan: dict) -> None:
+    """The plan the workers (and a resumed run) read; a study made for another regime (this
+    machine's batch or precision differ from the one it ran on) is put aside, not continued."""
+    path = f"{work}/{PLAN_FILE}"
+    if os.path.exists(path) and os.path.exists(f"{work}/{STUDY_FILE}"):
+        with open(path) as handle:
+            earlier = json.load(handle)
+        if earlier != json.loads(json.dumps(plan)):
+            os.replace(f"{work}/{STUDY_FILE}", f"{work}/{STUDY_FILE}.{int(time.time())}.other-plan")
+            shutil.rmtree(f"{work}/{TRIALS_DIR}", ignore_errors=True)
+            logger.warning("tune: the study in %s was made for another plan (another machine?): starting afresh", work)
+    with open(path, "w") as handle:
+        json.dump(plan, handle, indent=2)
 
 
 def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -> TrialRegime:
