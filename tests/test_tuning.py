@@ -79,6 +79,13 @@ def test_the_tuning_split_holds_train_records_only_each_once(demo_shards, tmp_pa
     assert again == split
     with pytest.raises(ValueError, match="leaves .* to train trials on and 0 to score them"):
         carve_tuning_split(str(demo_shards), str(tmp_path / "none"), 1e-9, seed=1)
+    # A search asked for where nothing can be held out: the given values, and the reason, not a failed run.
+    from components.tune.search import TuneConfig, tune
+
+    result = tune(TuneConfig(str(demo_shards), str(tmp_path / "tune"), trials=2, holdout=1e-9))
+    assert result.best.trials == 0 and result.best.hparams == DEFAULTS
+    assert result.best.decision.startswith("no search: the train split of") and "0 to score them" in \
+        (tmp_path / "tune" / "tune_report.md").read_text()
 
 
 def _tune(data, out, *extra, env=ENV):
@@ -176,3 +183,29 @@ def test_the_examples_in_the_tune_modules_run():
 
     for module in (budget, hparams_file, holdout, vertex_job):
         assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_a_continued_study_never_proposes_a_finished_trials_values(tmp_path):
+    """The sampler is seeded by the seed, the worker's stream and the trials so far (search._ask):
+    the same search proposes the same values whether or not it was stopped, and a study opened
+    again (a new process after a SIGKILL) proposes new values, not those of the trials it ran."""
+    from components.train.config import TrainConfig
+    from components.tune.search import TrialRegime, _ask, open_study
+
+    regime = TrialRegime(TrainConfig("split", ""), (3, 9), 20, 4, "")
+
+    def search(folder, stop_after=None):
+        folder.mkdir()
+        study, proposed = open_study(str(folder), regime, DEFAULTS), []
+        for number in range(6):
+            if number == stop_after:  # the process ends; another opens the journal
+                study = open_study(str(folder), regime, DEFAULTS)
+            trial = study.ask() if number == 0 else _ask(study, stream=3000)  # the enqueued defaults first
+            values = {n: trial.suggest_float(n, lo, hi, log=log) for n, (lo, hi, log) in SEARCH_SPACE.items()}
+            proposed.append(values)
+            study.tell(trial, sum(values.values()))  # a score per trial; the sampler's only input
+        return proposed
+
+    whole, stopped = search(tmp_path / "a"), search(tmp_path / "b", stop_after=3)
+    assert whole == stopped and whole[0] == DEFAULTS
+    assert len({tuple(v.values()) for v in whole}) == 6  # no values proposed twice

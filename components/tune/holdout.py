@@ -36,6 +36,10 @@ def held_out(key: str, fraction: float, seed: int) -> bool:
     return stable_fraction(f"tune/{key}", seed) < fraction
 
 
+class TooFewToHoldOut(ValueError):
+    """The train split is too small to hold out images for scoring trials."""
+
+
 @dataclass(frozen=True)
 class TuningSplit:
     folder: str
@@ -90,7 +94,7 @@ def carve_tuning_split(data_dir: str, folder: str, fraction: float, seed: int) -
             writers[split][shard_index(key, count)].write(serialized)
             counts[split] += 1
     if not counts[FIT] or not counts[HELD_OUT]:
-        raise ValueError(f"the train split of {data_dir} has {sum(counts.values())} images: holding out "
+        raise TooFewToHoldOut(f"the train split of {data_dir} has {sum(counts.values())} images: holding out "
                          f"{fraction:.0%} leaves {counts[FIT]} to train trials on and {counts[HELD_OUT]} to score "
                          "them; add images or give tune_trials 0")
     for name in _LABEL_MAPS:

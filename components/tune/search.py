@@ -169,10 +169,16 @@ def tune(config: TuneConfig) -> TuneResult:
         write_tune_files(result, out)
         return result
 
-    from components.tune.holdout import carve_tuning_split
+    from components.tune.holdout import TooFewToHoldOut, carve_tuning_split
 
     work = search_folder(config, budget)
-    split = carve_tuning_split(config.data_dir, f"{work}/{SPLIT_DIR}", config.holdout, config.seed)
+    try:
+        split = carve_tuning_split(config.data_dir, f"{work}/{SPLIT_DIR}", config.holdout, config.seed)
+    except TooFewToHoldOut as err:  # a search asked for on a handful of images: the given values, and why
+        logger.warning("tune: %s", err)
+        result = TuneResult(BestHparams(first, None, None, METRIC, 0, f"no search: {err}"), budget)
+        write_tune_files(result, out)
+        return result
     regime = trial_regime(training, split, budget.trial_epochs)
     logger.info("tune: %s", regime.reason)
     write_plan(work, {"regime": regime.to_dict(), "trials": budget.trials, "seed": config.seed, "first": first})
@@ -182,7 +188,7 @@ def tune(config: TuneConfig) -> TuneResult:
         result = search_on_vertex(config, work, budget, split, regime, first, started)
         write_tune_files(result, out)
         return result
-    study = open_study(work, config.seed, regime, first)
+    study = open_study(work, regime, first)
     stale = [t._trial_id for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
     if stale:
         logger.info("tune: continuing %d trial(s) a stopped run left running", len(stale))
@@ -190,7 +196,7 @@ def tune(config: TuneConfig) -> TuneResult:
     if parallel > 1:
         run_workers(work, parallel, stale, gpus=_gpus(training))
     else:
-        run_trials(study, regime, budget.trials, work, stale)
+        run_trials(study, regime, budget.trials, work, stale, stream=config.seed * 1000)
     result = summarise(study, budget, split, regime, first, time.monotonic() - started)
     write_tune_files(result, out, study)
     return result
@@ -261,10 +267,8 @@ def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -
     return TrialRegime(base, stops, plan.total_steps, plan.machine_batch, reason)
 
 
-def open_study(out: str, seed: int, regime: TrialRegime, first: dict[str, float], sampler_stream: int = 0):
-    """The study in OUT's journal, created with the defaults as its first trial, or as left.
-    Each worker process samples from its own stream of `seed` (else parallel workers would
-    propose the same candidates)."""
+def open_study(out: str, regime: TrialRegime, first: dict[str, float]):
+    """The study in OUT's journal, created with the defaults as its first trial, or as left."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -273,7 +277,6 @@ def open_study(out: str, seed: int, regime: TrialRegime, first: dict[str, float]
     storage = JournalStorage(JournalFileBackend(f"{out}/{STUDY_FILE}"))
     study = optuna.create_study(
         study_name="detpipe-tune", storage=storage, direction="maximize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=seed * 1000 + sampler_stream, multivariate=True, n_startup_trials=4),
         pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=regime.stops[0], reduction_factor=REDUCTION,
                                                       min_early_stopping_rate=0))
     if not study.get_trials(deepcopy=False):
@@ -281,19 +284,34 @@ def open_study(out: str, seed: int, regime: TrialRegime, first: dict[str, float]
     return study
 
 
+def _ask(study, stream: int):
+    """A new trial, sampled with a seed fixed by the seed, the worker's stream and how many
+    trials the study holds: the same search proposes the same values whether or not it was
+    stopped on the way, and a continued one never the values of a trial it already ran (which
+    one sampler seeded once per process would, started again)."""
+    import optuna
+
+    begun = len(study.get_trials(deepcopy=False))
+    study.sampler = optuna.samplers.TPESampler(seed=stream * 10_000 + begun,
+                                               multivariate=True, n_startup_trials=4)
+    return study.ask()
+
+
 def _started(study) -> int:
     """Trials begun (running, or finished in any state), the enqueued defaults not yet begun aside."""
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name != "WAITING")
 
 
-def run_trials(study, regime: TrialRegime, trials: int, out: str, resume: list[int] = ()) -> None:
-    """Continue the trials `resume` names (their ids), then ask for new ones until `trials` began."""
+def run_trials(study, regime: TrialRegime, trials: int, out: str, resume: list[int] = (), stream: int = 0) -> None:
+    """Continue the trials `resume` names (their ids), then ask for new ones until `trials` began.
+    `stream`: the seed's stream this process samples from (`_ask`; a worker of a parallel
+    search has its own, else they would propose the same values)."""
     import optuna
 
     for trial_id in resume:
         run_trial(study, optuna.trial.Trial(study, trial_id), regime, out)
     while _started(study) < trials:
-        run_trial(study, study.ask(), regime, out)
+        run_trial(study, _ask(study, stream), regime, out)
 
 
 def run_trial(study, trial, regime: TrialRegime, out: str) -> None:

@@ -27,7 +27,8 @@ def main(argv: list[str]) -> int:
         plan = json.load(handle)
     regime = TrialRegime.from_dict(plan["regime"])
     try:
-        run_trials(open_study(out, plan["seed"], regime, plan["first"], sampler_stream=index), regime, plan["trials"], out, resume)
+        run_trials(open_study(out, regime, plan["first"]), regime, plan["trials"], out, resume,
+                   stream=plan["seed"] * 1000 + index)
     except Preempted as stopped:
         print(f"detpipe tune worker: {stopped}", file=sys.stderr)
         return PREEMPTED_EXIT_CODE
