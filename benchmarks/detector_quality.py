@@ -13,7 +13,7 @@ previous defaults. With --seeds, each configuration trains once per seed (`detpi
 Datasets (built once under --work with `detpipe demo-data` and `detpipe data build`):
   demo     `make run`'s demo: 2,048 + 256 images, val fraction 0.1, 8 epochs
   small    demo-data --train 320 --val 80 --object-size 9-22 --image-size 280-400, 15 epochs
-  raccoon  ../shared/datasets/raccoon (or $DETPIPE_RACCOON), 30 epochs
+  raccoon  tests/data/raccoon (or $DETPIPE_RACCOON), 30 epochs
 
 Usage:
     .venv/bin/python benchmarks/detector_quality.py [--datasets demo,small,raccoon]
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The last revision before the recipe of issue 24 (GIoU + L1 box loss, weight average, the
 # heads' initialisation, best-anchor matching, per-class input size).
 PREVIOUS_DEFAULTS = "8c8403e"
-RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO.parent / "shared" / "datasets" / "raccoon"))
+RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO / "tests" / "data" / "raccoon"))
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ as the pipeline does: with more than warm_start.MAX_NEW_SHARE of the images new 
 --work and reused by a rerun with the same options (delete them after changing the code).
 
 Usage:
-    .venv/bin/python benchmarks/warm_start.py --images ../shared/datasets/raccoon/images \\
-        --annotations ../shared/datasets/raccoon/annotations --seeds 0,1,2 --work /tmp/warm_raccoon
+    .venv/bin/python benchmarks/warm_start.py --images tests/data/raccoon/images \\
+        --annotations tests/data/raccoon/annotations --seeds 0,1,2 --work /tmp/warm_raccoon
     .venv/bin/python benchmarks/warm_start.py --demo 576 --seeds 0,1,2 --work /tmp/warm_demo
 """
 

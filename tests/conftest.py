@@ -14,13 +14,14 @@ import pytest
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 
 REPO = Path(__file__).resolve().parents[1]
-RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO.parent / "shared" / "datasets" / "raccoon"))
+# The real photos, in the repository (tests/data/README.md), so a clone tests with nothing beside it.
+RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO / "tests" / "data" / "raccoon"))
 
 
 @pytest.fixture(scope="session")
 def raccoon() -> Path:
     assert (RACCOON / "annotations").is_dir(), (
-        f"the raccoon dataset is expected at {RACCOON} (../shared/datasets/raccoon); set DETPIPE_RACCOON")
+        f"the raccoon dataset is expected at {RACCOON} (tests/data/raccoon); set DETPIPE_RACCOON")
     return RACCOON
 
 
