@@ -98,7 +98,8 @@ def cmd_train(args) -> int:
 def cmd_tune(args) -> int:
     from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
     from components.tune.hparams_file import BEST_FILE
-    from components.tune.search import SearchStopped, TuneConfig, tune
+    from components.tune.search import TuneConfig, tune
+    from components.tune.study import SearchStopped
 
     try:
         result = tune(TuneConfig(data_dir=args.data, output_dir=args.output, trials=args.tune_trials,
@@ -121,7 +122,7 @@ def cmd_tune(args) -> int:
 
 
 def cmd_tune_trial(args) -> int:
-    from components.tune.search import vertex_trial
+    from components.tune.vertex_job import vertex_trial
 
     hparams = {name: getattr(args, name) for name in SEARCH_SPACE if getattr(args, name) is not None}
     score = vertex_trial(args.plan, args.output, hparams)

@@ -190,7 +190,8 @@ def test_a_continued_study_never_proposes_a_finished_trials_values(tmp_path):
     the same search proposes the same values whether or not it was stopped, and a study opened
     again (a new process after a SIGKILL) proposes new values, not those of the trials it ran."""
     from components.train.config import TrainConfig
-    from components.tune.search import TrialRegime, _ask, open_study
+    from components.tune.study import _ask, open_study
+    from components.tune.trials import TrialRegime
 
     regime = TrialRegime(TrainConfig("split", ""), (3, 9), 20, 4, "")
 

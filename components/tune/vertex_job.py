@@ -18,9 +18,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from components.tune.hparams_file import SEARCH_SPACE
+from components.tune.budget import SearchBudget
+from components.tune.hparams_file import DEFAULTS, SEARCH_SPACE, BestHparams
+from components.tune.trials import METRIC, PLAN_FILE, TRIALS_DIR, TrialRecord, TrialRegime, train_rungs
+
+if TYPE_CHECKING:
+    from components.tune.holdout import TuningSplit
 
 logger = logging.getLogger(__name__)
 
@@ -146,3 +153,59 @@ def best_of(trials) -> tuple[dict[str, float], float, list[dict]]:
                            + "; ".join(f"trial {r['number']}: {r['state']} {r['error'] or ''}" for r in rows))
     best = max(finished, key=lambda r: r["score"])
     return best["hparams"], best["score"], rows
+
+
+def search_on_vertex(out: str, budget: SearchBudget, split: TuningSplit, regime: TrialRegime,
+                     first: dict[str, float], trial_machine: str, region: str, parallel: int,
+                     seed: int) -> tuple[BestHparams, list[TrialRecord]]:
+    """The trials but the defaults as a Vertex AI tuning job (vertex_job.py), the defaults
+    trained here meanwhile (this step runs on the training machine; Vizier has no way to be
+    given a first trial), the winner the best of them."""
+    started = time.monotonic()
+    if not trial_machine or not region:
+        raise ValueError("tune_backend vertex needs the trials' machine and region (the compiled pipeline gives both: "
+                         "run it on Vertex AI, or use tune_backend local)")
+    machine = TrialMachine.from_json(trial_machine)
+    parallel = parallel or DEFAULT_PARALLEL
+    job = submit(tuning_job(fuse_path(f"{out}/{PLAN_FILE}"), fuse_path(f"{out}/vertex_trials"), machine,
+                                  budget.trials - 1, parallel, region, seed=seed), out, machine.spot)
+    logger.info("tune: the defaults train here while Vertex AI runs %d trial(s), %d at once", budget.trials - 1,
+                parallel)
+    defaults = train_rungs(regime, f"{out}/{TRIALS_DIR}/defaults/model", first, {}, lambda step, score: False)
+    job.wait()
+    hparams, score, rows = best_of(job.trials)
+    records = [TrialRecord(0, "COMPLETE", dict(first), defaults, {}, regime.stops[-1], 0.0)] + [
+        TrialRecord(r["number"], r["state"], r["hparams"], r["score"], {}, regime.stops[-1], 0.0, r["error"])
+        for r in rows]
+    better = score > defaults
+    chosen = BestHparams({**first, **hparams} if better else dict(first), max(score, defaults), defaults, METRIC,
+                         len(records), budget.reason,
+                         {"tuning_split": split.to_dict(), "trial_epochs": budget.trial_epochs,
+                          "trial_steps": list(regime.stops), "batch_size": regime.batch_size, "regime": regime.reason,
+                          "space": {k: list(v) for k, v in SEARCH_SPACE.items()}, "backend": "vertex",
+                          "job": job.resource_name, "parallel": parallel,
+                          "steps_trained": regime.stops[-1] * len(records), "training_steps": regime.planned_steps,
+                          "cost": round(regime.stops[-1] * len(records) / max(1, regime.planned_steps), 2),
+                          "seconds": round(time.monotonic() - started, 1),
+                          "best_trial": next(r.number for r in records[1:] if r.hparams == hparams) if better else 0})
+    return chosen, records
+
+
+def vertex_trial(plan_path: str, output: str, hparams: dict[str, float]) -> float:
+    """One trial of a Vertex AI tuning job (`detpipe tune-trial`): the plan's regime with
+    these values, every rung's score reported to the service (cloudml-hypertune), in a folder
+    of its own under OUTPUT (Vertex's trial id), so a restarted trial resumes from its checkpoints."""
+    import hypertune
+
+    with open(plan_path) as handle:
+        regime = TrialRegime.from_dict(json.load(handle)["regime"])
+    reporter = hypertune.HyperTune()
+
+    def report(step: int, score: float) -> bool:
+        logger.info("tune-trial: step %d: %s %.4f", step, METRIC, score)
+        reporter.report_hyperparameter_tuning_metric(hyperparameter_metric_tag=METRIC_ID, metric_value=score,
+                                                     global_step=step)
+        return False  # the service's stopping rule ends a poor trial
+
+    trial = os.environ.get("CLOUD_ML_TRIAL_ID", "0")
+    return train_rungs(regime, f"{output.rstrip('/')}/trial-{trial}/model", {**DEFAULTS, **hparams}, {}, report)

@@ -13,7 +13,8 @@ import json
 import logging
 import sys
 
-from components.tune.search import PLAN_FILE, TrialRegime, open_study, run_trials
+from components.tune.study import open_study, run_trials
+from components.tune.trials import PLAN_FILE, TrialRegime
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,101 @@
+"""How a tuning trial trains: the regime every trial shares (the training's own batch, input
+size, precision and schedule shape, fewer epochs, on the fit part of train) and the training of
+one trial rung by rung, each rung scored on the held-out images. Used by the local search
+(study.py), its worker processes and a Vertex AI trial (vertex_job.py)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from components.train.config import TrainConfig
+
+if TYPE_CHECKING:  # the holdout module imports Beam's file systems: not at the CLI's start
+    from components.tune.holdout import TuningSplit
+
+logger = logging.getLogger(__name__)
+
+PLAN_FILE = "search_plan.json"  # the trial regime, for the worker processes and Vertex's trials
+TRIALS_DIR = "trials"
+METRIC = "mAP@[.5:.95] on the tuning split"
+REDUCTION = 3  # the pruner keeps the best third at each rung; a trial's first rung is a third of it
+
+
+@dataclass(frozen=True)
+class TrialRegime:
+    """How every trial trains: the real training's batch, size and precision on the fit part."""
+
+    base: TrainConfig  # data_dir: the tuning split; checkpoint_every: one rung
+    stops: tuple[int, ...]  # the steps a trial is scored at (the last is its end)
+    planned_steps: int  # the training tuned: its steps, to compare the search's cost with
+    batch_size: int
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"base": self.base.to_dict(), "stops": list(self.stops), "planned_steps": self.planned_steps,
+                "batch_size": self.batch_size, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrialRegime":
+        return cls(TrainConfig.from_dict(data["base"]), tuple(data["stops"]), data["planned_steps"],
+                   data["batch_size"], data["reason"])
+
+
+@dataclass
+class TrialRecord:
+    """One row of trials.jsonl."""
+
+    number: int
+    state: str  # COMPLETE, PRUNED, FAIL (RUNNING: stopped, continued by the next run)
+    hparams: dict[str, float]
+    score: float | None  # at its last scored step
+    rungs: dict[str, float]  # step -> mAP on the tuning split
+    steps: int  # steps trained
+    seconds: float
+    error: str | None = None
+
+
+def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -> TrialRegime:
+    """The real training's plan on this machine, and the trials' config from it."""
+    from components.train.trainer import plan_training, planned_run
+
+    with tempfile.TemporaryDirectory(prefix="detpipe-tune-plan-") as scratch:
+        facts, plan = planned_run(replace(training, output_dir=scratch, init_from=None))
+    base = replace(facts.config, data_dir=split.folder, output_dir="", epochs=trial_epochs,
+                   batch_size=plan.machine_batch, precision=plan.precision, max_steps=0, checkpoint_every=0,
+                   stop_after_steps=0, init_from=None, init_name="", init_champion=False, fine_tune_epochs=0,
+                   init_note="a tuning trial starts from scratch")
+    trial = plan_training(base, replace(facts.machine, auto_batch=None), split.fit * facts.windows_per_photo)
+    rung = max(1, math.ceil(trial.total_steps / REDUCTION))
+    base = replace(base, checkpoint_every=rung)
+    total = math.ceil(trial.total_steps / rung) * rung
+    stops = (rung, total) if total > rung else (total,)
+    reason = (f"each trial: {trial_epochs} epoch(s) of the {split.fit} fit images at batch {plan.machine_batch}, "
+              f"{base.image_size} px, {plan.precision} (the training's own), {total} steps with the training's "
+              f"warmup and cosine decay; scored on the {split.held_out} held-out images at step "
+              + " and ".join(str(s) for s in stops) + f"; the training tuned: {plan.total_steps} steps")
+    return TrialRegime(base, stops, plan.total_steps, plan.machine_batch, reason)
+
+
+def train_rungs(regime: TrialRegime, model_dir: str, hparams: dict[str, float], done: dict[int, float],
+                on_score: Callable[[int, float], bool]) -> float:
+    """Train one trial rung by rung (each continuing from the checkpoint before it) and score
+    every rung on the held-out images; a rung in `done` (scored before a stop) is not trained
+    again. `on_score(step, score)` returns True to stop there (pruned). Returns the last score."""
+    from components.evaluate.evaluator import split_metrics
+    from components.train.trainer import train_detector
+
+    score = math.nan
+    for stop in regime.stops:
+        if stop in done:
+            score = done[stop]
+            continue
+        train_detector(replace(regime.base, output_dir=model_dir, stop_after_steps=stop, **hparams))
+        score = split_metrics(model_dir, regime.base.data_dir)["mAP"]
+        if on_score(stop, score):
+            break
+    return score
