@@ -202,9 +202,10 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     hparams.metadata.update({**best.hparams, "tuning_map": score, "trials": best.trials, "decision": best.decision,
                              **({"gain_over_defaults": round(best.gain, 4)} if best.gain is not None else {})})
     shutil.copyfile(f"{hparams.path}/{REPORT_FILE}", report.path)
-    summary = (f"{best.trials} trials, {best.search['cost']:g}x the training's steps: "
-               f"{'n/a' if best.gain is None else f'{best.gain:+.3f}'} mAP on the tuning split over the defaults"
-               if best.trials else f"defaults ({best.decision})")
+    # One console line (the report has the rest): what the search cost and gained, or why none ran.
+    summary = (f"{best.trials} trials ({best.search['cost']:.1f}x): "
+               f"{'n/a' if best.gain is None else f'{best.gain:+.3f}'} vs defaults"
+               if best.trials else f"defaults ({result.budget.short})")
     return namedtuple("TuneOutputs", ["tuning_map", "summary"])(score, summary)
 
 

@@ -66,7 +66,8 @@ def test_every_step_declares_the_figure_its_line_shows():
     assert key_figure("train", {"parameterValues": {"images_per_second": 8.0, "started_from": "v1"}}) \
         == "8.0 images/s, warm start from v1"
     assert key_figure("register", {"parameterValues": {"version": "v2", "status": "rejected"}}) == "v2 rejected"
-    assert key_figure("tune-hyperparameters", {"parameterValues": {"Output": -1.0}}) == "defaults (no search)"
+    line = "defaults (auto: no GPU)"
+    assert key_figure("tune-hyperparameters", {"parameterValues": {"tuning_map": -1.0, "summary": line}}) == line
     assert key_figure("report", {}) == ""
     assert key_figure("review", {"parameterValues": {"Output": "3 likely label problems: 3 misplaced raccoon boxes"}}) \
         == "3 likely label problems"

@@ -35,6 +35,7 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     # Quiet: one line per step and the summary; no ANSI codes when stdout is not a terminal.
     assert len(out.strip().splitlines()) <= 25 and "\x1b[" not in out
     assert "✓ validate-and-convert" in out and "64 written" in out and "✓ register" in out and "✓ review" in out
+    assert "defaults (auto: no GPU)" in out  # the tune step says why, in its line
     summary = json.loads(summary_file.read_text())
     run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
 
@@ -165,6 +166,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
                  "--summary-json", str(summary_file)])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert re.search(r"✓ tune-hyperparameters .* 2 trials \(\d+\.\dx\): [+-]\d\.\d{3} vs defaults", out), out
     summary = json.loads(summary_file.read_text())
     run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
 

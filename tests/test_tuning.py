@@ -24,6 +24,7 @@ def test_auto_searches_only_where_it_can_pay_and_says_why():
     assert on_gpu.trials == AUTO_TRIALS and 0 < on_gpu.cost <= 3.0 and on_gpu.reason.startswith("auto on 1 GPU(s)")
     on_cpu = choose_search("auto", gpus=0, num_train=2000, epochs=10)
     assert on_cpu.trials == 0 and "without a GPU" in on_cpu.reason and "tune_trials N" in on_cpu.reason
+    assert on_cpu.short == "auto: no GPU"  # the console line
     few = choose_search("auto", gpus=4, num_train=MIN_HOLDOUT_IMAGES * 2, epochs=10)  # 20% held out: too few
     assert few.trials == 0 and f"fewer than {MIN_HOLDOUT_IMAGES}" in few.reason
     given = choose_search("5", gpus=0, num_train=100, epochs=10, trial_epochs=2)

@@ -52,6 +52,7 @@ class SearchBudget:
     trial_epochs: int  # epochs of one trial over the fit part of train
     cost: float  # the search's training steps over the training's, about (before pruning)
     reason: str
+    short: str = ""  # the reason in a few words, for a console line (`auto: no GPU`)
 
 
 def trial_epochs_for(trials: int, epochs: int, holdout: float, given: int = 0) -> int:
@@ -71,23 +72,24 @@ def choose_search(requested: int | str, gpus: int, num_train: int | None, epochs
     """The search's size and the one line that says why."""
     requested = trials_or_auto(requested)
 
-    def budget(trials: int, why: str) -> SearchBudget:
+    def budget(trials: int, why: str, short: str) -> SearchBudget:
         if trials == 0:
-            return SearchBudget(0, 0, 0.0, why)
+            return SearchBudget(0, 0, 0.0, why, short)
         length = trial_epochs_for(trials, epochs, holdout, trial_epochs)
         cost = trials * length / max(1, epochs) * (1 - holdout)
         return SearchBudget(trials, length, round(cost, 2),
                             f"{why}: {trials} trials of {length} epoch(s) on {1 - holdout:.0%} of train, about "
-                            f"{cost:.1f}x the training's steps (the pruner stops most trials at a third)")
+                            f"{cost:.1f}x the training's steps (the pruner stops most trials at a third)", short)
 
     if requested != AUTO:
-        return budget(requested, "given") if requested else budget(0, "tune_trials 0: no search, the defaults")
+        return budget(requested, "given", "given") if requested else \
+            budget(0, "tune_trials 0: no search, the defaults", "tune_trials 0")
     held_out = math.floor((num_train or 0) * holdout)
     if gpus < 1:
         return budget(0, "auto: no search on a machine without a GPU (a search costs a few trainings' time; give "
-                         "tune_trials N to search anyway)")
+                         "tune_trials N to search anyway)", "auto: no GPU")
     if num_train is not None and held_out < MIN_HOLDOUT_IMAGES:
         return budget(0, f"auto: no search: {holdout:.0%} of {num_train} train images is {held_out} held-out "
                          f"images, fewer than {MIN_HOLDOUT_IMAGES}: too few to rank trials (give tune_trials N to "
-                         "search anyway)")
-    return budget(AUTO_TRIALS, f"auto on {gpus} GPU(s)")
+                         "search anyway)", "auto: too few images")
+    return budget(AUTO_TRIALS, f"auto on {gpus} GPU(s)", "auto")

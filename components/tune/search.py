@@ -30,7 +30,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from components.train.config import TrainConfig
@@ -130,7 +130,8 @@ def tune(config: TuneConfig) -> TuneResult:
         split = carve_tuning_split(config.data_dir, f"{work}/{SPLIT_DIR}", config.holdout, config.seed)
     except TooFewToHoldOut as err:  # a search asked for on a handful of images: the given values, and why
         logger.warning("tune: %s", err)
-        result = TuneResult(BestHparams(first, None, None, METRIC, 0, f"no search: {err}"), budget)
+        result = TuneResult(BestHparams(first, None, None, METRIC, 0, f"no search: {err}"),
+                            replace(budget, short="too few images to hold out"))
         write_tune_files(result, out)
         return result
     regime = trial_regime(training, split, budget.trial_epochs)
