@@ -135,7 +135,7 @@ def tune(config: TuneConfig) -> TuneResult:
         write_tune_files(result, out)
         return result
     regime = trial_regime(training, split, budget.trial_epochs)
-    logger.info("tune: %s", regime.reason)
+    logger.info("tune: each trial: %s", regime.reason)
     write_plan(work, {"regime": regime.to_dict(), "trials": budget.trials, "seed": config.seed, "first": first})
     from components.tune.vertex_job import choose_backend
 

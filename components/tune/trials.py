@@ -74,7 +74,7 @@ def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -
     base = replace(base, checkpoint_every=rung)
     total = math.ceil(trial.total_steps / rung) * rung
     stops = (rung, total) if total > rung else (total,)
-    reason = (f"each trial: {trial_epochs} epoch(s) of the {split.fit} fit images at batch {plan.machine_batch}, "
+    reason = (f"{trial_epochs} epoch(s) of the {split.fit} fit images at batch {plan.machine_batch}, "
               f"{base.image_size} px, {plan.precision} (the training's own), {total} steps with the training's "
               f"warmup and cosine decay; scored on the {split.held_out} held-out images at step "
               + " and ".join(str(s) for s in stops) + f"; the training tuned: {plan.total_steps} steps")

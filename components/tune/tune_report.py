@@ -48,7 +48,7 @@ def report_markdown(result, pictures: dict[str, str] | None = None) -> str:
         f"Scored on a tuning split carved from train: {split['held_out']} held-out images "
         f"({split['fraction']:.0%} of train by the data split's hash rule, seed {split['seed']}); trials trained on "
         f"the other {split['fit']}. The val split was never read: the evaluation on val stays the honest figure.", "",
-        f"Trials: {search['regime']}.", "",
+        f"Each trial: {search['regime']}.", "",
         "| | value |", "|---|---|",
         f"| winner | trial {search['best_trial']}{' (the defaults)' if search['best_trial'] == 0 else ''} |",
         f"| winner's {best.metric} | {_fmt(best.score)} |",
