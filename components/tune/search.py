@@ -146,6 +146,7 @@ def tune(config: TuneConfig) -> TuneResult:
                                          config.parallel, config.seed)
         result = TuneResult(best, budget, records, split, regime, round(time.monotonic() - started, 1))
         write_tune_files(result, out)
+        shutil.rmtree(split.folder, ignore_errors=True)  # a copy of the train shards; carved again if ever needed
         return result
     study = open_study(work, regime, first)
     stale = [t._trial_id for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
@@ -158,6 +159,7 @@ def tune(config: TuneConfig) -> TuneResult:
         run_trials(study, regime, budget.trials, work, stale, stream=config.seed * 1000)
     result = summarise(study, budget, split, regime, first, time.monotonic() - started)
     write_tune_files(result, out, study)
+    shutil.rmtree(split.folder, ignore_errors=True)  # a copy of the train shards; carved again if ever needed
     return result
 
 

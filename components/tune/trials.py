@@ -65,7 +65,9 @@ def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -
 
     with tempfile.TemporaryDirectory(prefix="detpipe-tune-plan-") as scratch:
         facts, plan = planned_run(replace(training, output_dir=scratch, init_from=None))
+    # A cache file would be shared by every trial (and hold the whole train split): memory or none.
     base = replace(facts.config, data_dir=split.folder, output_dir="", epochs=trial_epochs,
+                   cache="memory" if facts.config.cache == "memory" else "",
                    batch_size=plan.machine_batch, precision=plan.precision, max_steps=0, checkpoint_every=0,
                    stop_after_steps=0, init_from=None, init_name="", init_champion=False, fine_tune_epochs=0,
                    init_note="a tuning trial starts from scratch")
