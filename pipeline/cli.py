@@ -153,12 +153,22 @@ def cmd_probe(args) -> int:
     return EXIT_OK
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("detpipe")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = DetpipeParser(
         prog="detpipe",
         description="Train object detectors on GPUs without the usual cloud failures: "
                     "validate data, probe the machine, train, evaluate.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"detpipe {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
     p = sub.add_parser("demo-data", help="write the synthetic demo dataset (Pascal VOC layout)")

@@ -97,10 +97,49 @@ def tile_arg(value: str) -> str:
 
 
 class DetpipeParser(argparse.ArgumentParser):
-    """argparse, with a usage error as one line (the command, the problem, where help is)."""
+    """argparse, with a usage error as one line (the command, the problem, where help is), and
+    a guess for a mistyped command or option (Python 3.11's argparse makes none), pointing at
+    the help of the subcommand that was run."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        import sys
+
+        self._given = list(sys.argv[1:] if args is None else args)  # for `error`'s guesses
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        parser, guess = self._guess(message)
+        self.exit(2, f"{parser.prog}: error: {message}{guess} (see `{parser.prog} --help`)\n")
+
+    def _command(self) -> "DetpipeParser":
+        """The (sub)command the given arguments run: this parser, or the subparser they name."""
+        parser, tokens = self, getattr(self, "_given", [])
+        while parser._subparsers is not None:
+            choices = next(a.choices for a in parser._subparsers._group_actions if a.choices)
+            chosen = next((t for t in tokens if t in choices), None)
+            if chosen is None:
+                break
+            tokens = tokens[tokens.index(chosen) + 1:]
+            parser, parser._given = choices[chosen], tokens
+        return parser
+
+    def _guess(self, message: str) -> tuple["DetpipeParser", str]:
+        """The parser to point at, and " (did you mean X?)" for a close command or option name."""
+        import difflib
+
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if wrong:
+            close = difflib.get_close_matches(wrong.group(1), re.findall(r"'([^']*)'", wrong.group(2)), n=1)
+            return self, f" (did you mean {close[0]}?)" if close else ""
+        parser = self._command()
+        known = [option for action in parser._actions for option in action.option_strings]
+        for token in getattr(parser, "_given", []):
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and name not in known:
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+                if close:
+                    return parser, f" ({name}: did you mean {close[0]}?)"
+        return parser, ""
 
 
 def fraction_arg(value: str) -> float:

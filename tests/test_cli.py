@@ -372,3 +372,30 @@ def test_every_option_s_help_is_short():
 
 
 HELP_LIMIT = 240
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["trian"], "(did you mean train?) (see `detpipe --help`)"),
+    (["data", "build", "--val-fration", "0.1"], "(--val-fration: did you mean --val-fraction?) "
+                                                "(see `detpipe data build --help`)"),
+    (["run", "--epocs", "3"], "(--epocs: did you mean --epochs?) (see `detpipe run --help`)"),
+    (["data", "biuld"], "(did you mean build?)"),
+])
+def test_a_mistyped_command_or_option_gets_a_guess_and_its_subcommand_s_help(argv, words, capsys):
+    from pipeline.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    from pipeline.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0 and capsys.readouterr().out.strip() == f"detpipe {version('detpipe')}"
