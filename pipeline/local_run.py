@@ -16,6 +16,7 @@ from beam.contract.files import read_manifest
 from components.detector.artifacts import TrainConfigFile
 from components.evaluate.metrics_file import EvalMetrics
 from components.registry.decision import DecisionRecord, comparison_line
+from components.tune.search import WORK_DIR
 from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline
 
@@ -156,6 +157,7 @@ def run_local(params: dict, pipeline_root: Path, quiet: bool = False, console=No
     pipeline_root = Path(pipeline_root).resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
     Path(params["registry"]).mkdir(parents=True, exist_ok=True)  # may live under the root: not a run folder
+    (pipeline_root / WORK_DIR).mkdir(exist_ok=True)  # the tune step's searches, kept between runs: nor is this
     logs = pipeline_root / f".logs-{os.getpid()}"
     before = set(pipeline_root.iterdir()) | {logs}
 

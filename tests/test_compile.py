@@ -30,7 +30,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # tune_parallel_trials, tune_backend, the trials' machine, the region and the epochs (components/tune),
 # returns a summary line, keeps its study under the pipeline root (tune-work) and retries as train
 # does; the report step reads the tune step's folder.
-GOLDEN_SHA256 = "6fc969f24784e9d88591b3fc506eb4d2561384c4a031b4694ea43fc7c51b355c"
+GOLDEN_SHA256 = "aea78768e856e39fef5dff6fbb48b791f8a1abf4837f604cced33b07e77e7e0d"
 
 
 def test_golden_compile(tmp_path):
