@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.cli_types import UsageError, non_negative_float, output_dir, positive_float
+from pipeline.cli_types import UsageError, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, trained_model_dir
 from pipeline.cli_types import unit_float as _unit_float
@@ -50,6 +50,9 @@ def cmd_predict(args, beam_args: list[str]) -> int:
         raise UsageError("give IMAGE files, or --images DIR|gs://PREFIX|GLOB --output DIR for a batch job")
     if args.runner != "DirectRunner" or args.draw or args.direct_num_workers:
         raise UsageError("--runner, --draw and --direct-num-workers are options of the batch job (--images)")
+    missing = [name for name in args.images if not os.path.isfile(name)]
+    if len(missing) == len(args.images):  # said at once, before TensorFlow loads the model (seconds)
+        raise fail_lines([f"{name}: no such file" for name in missing])
     from components.serve.drawing import draw_detections
     from components.serve.predictor import BadImage, Predictor, model_image_bytes
 
@@ -117,7 +120,10 @@ def cmd_serve(args) -> int:
     model_dir = args.model or os.environ.get("AIP_STORAGE_URI")
     if not model_dir:
         raise ValueError("no model: pass --model DIR or set AIP_STORAGE_URI")
-    check_model_dir(model_dir)  # before TensorFlow and before binding the port: a wrong path fails at once
+    try:  # before TensorFlow and before binding the port: a wrong path fails at once, as predict's --model does
+        check_model_dir(model_dir)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--model: {err}") from None
     from components.serve.app import Routes, ServeOptions, create_app
     from components.serve.server import run_server
 

@@ -564,8 +564,9 @@ def test_sigterm_answers_requests_in_flight_and_503s_new_ones_then_exits_0(expor
 
 
 @pytest.mark.parametrize("where", ["/nope", "empty folder"])
-def test_serve_without_a_saved_model_exits_1_with_one_line_before_binding(tmp_path, where):
-    """... and before TensorFlow is imported (a typo costs no start-up)."""
+def test_serve_without_a_saved_model_exits_2_with_one_line_before_binding(tmp_path, where):
+    """... and before TensorFlow is imported (a typo costs no start-up); 2, a usage error, as
+    `predict --model` with the same path (docs/troubleshooting.md, "Exit codes")."""
     model = "/nope" if where == "/nope" else str(tmp_path)
     port = _free_port()
     script = ("import sys\nfrom pipeline.cli import main\ncode = main(sys.argv[1:])\n"
@@ -573,10 +574,23 @@ def test_serve_without_a_saved_model_exits_1_with_one_line_before_binding(tmp_pa
     run = subprocess.run([sys.executable, "-c", script, "serve", "--model", model, "--host", "127.0.0.1",
                           "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert run.returncode == 1
+    assert run.returncode == 2
     lines = [line for line in run.stderr.splitlines() if line.startswith("detpipe")]
     assert len(lines) == 1 and "saved_model.pb" in lines[0] and "Traceback" not in run.stderr
     assert run.stdout.strip() == "no tensorflow"
+    predict = subprocess.run([sys.executable, "-c", script, "predict", "--model", model, "a.jpg"], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert predict.returncode == 2 and "argument --model: " in predict.stderr and "Traceback" not in predict.stderr
+
+
+def test_predict_on_images_that_are_not_there_says_so_before_loading_the_model(exported, tmp_path):
+    script = ("import sys\nfrom pipeline.cli import main\ncode = main(sys.argv[1:])\n"
+              "print('tensorflow imported' if 'tensorflow' in sys.modules else 'no tensorflow')\nsys.exit(code)")
+    run = subprocess.run([sys.executable, "-c", script, "predict", "--model", str(exported), str(tmp_path / "a.jpg"),
+                          "b.png"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and run.stdout.strip() == "no tensorflow"
+    assert [line for line in run.stderr.splitlines() if line.startswith("detpipe")] == [
+        f"detpipe: {tmp_path / 'a.jpg'}: no such file", "detpipe: b.png: no such file"]
 
 
 def test_health_answers_503_until_the_model_has_loaded():
