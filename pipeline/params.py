@@ -197,11 +197,31 @@ def _bool_arg(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"must be true or false, got {value!r}")
 
 
+class Switch(argparse.Action):
+    """A setting that is on unless turned off, one spelling in every command: `--ema` / `--no-ema`.
+    `--ema true|false` (what `run` took before) still works, for scripts that use it."""
+
+    def __init__(self, option_strings, dest, default=True, help=None, **kwargs):
+        names = [*option_strings, *(f"--no-{o[2:]}" for o in option_strings if o.startswith("--"))]
+        super().__init__(names, dest, nargs="?", default=default, help=help, metavar="true|false")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"{option_string} takes no value")
+            setattr(namespace, self.dest, False)
+            return
+        try:
+            setattr(namespace, self.dest, True if values is None else _bool_arg(values))
+        except argparse.ArgumentTypeError as err:
+            parser.error(f"argument {option_string}: {err}")
+
+
 def declared_help(name: str) -> str:
     """The declaration's help as argparse shows it: `%` escaped, the default named by argparse
     (`%(default)s`, never written a second time) unless it is empty or the option is a flag."""
     p = BY_NAME[name]
-    return _help_with_default(p.help, p.default, flag=p.type is bool)
+    return _help_with_default(p.help, p.default, flag=p.type is bool and p.default is False)
 
 
 def _help_with_default(text: str, default: object, flag: bool = False) -> str:
@@ -233,10 +253,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         if p.type is bool and default is False:
             parser.add_argument(p.option, dest=p.name, action="store_true", help=_help_with_default(p.help, default, True))
             continue
-        kwargs = {**declared(p.name, help=_help_with_default(p.help, default)), "default": default}
-        if p.type is bool:
-            kwargs["metavar"] = "true|false"
-        parser.add_argument(p.option, **kwargs)
+        if p.type is bool:  # on by default: --name / --no-name
+            parser.add_argument(p.option, dest=p.name, action=Switch, default=default,
+                                help=_help_with_default(p.help, default))
+            continue
+        parser.add_argument(p.option, **{**declared(p.name, help=_help_with_default(p.help, default)),
+                                         "default": default})
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, object]:

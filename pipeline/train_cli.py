@@ -17,7 +17,7 @@ from pipeline.cli_types import output_dir
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import review_folds, shards_dir, trained_model_dir, unit_float
 from pipeline.model_cli import export_after_train
-from pipeline.params import BY_NAME, declared, declared_help
+from pipeline.params import BY_NAME, Switch, declared, declared_help
 
 EXIT_OK = 0
 
@@ -166,10 +166,9 @@ def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
     for name in ("epochs",) * epochs + ("batch_size", "image_size", "model_size", "seed", "precision", "xla",
                                         "preset", "box_loss", "cache", "tile"):
         p.add_argument(BY_NAME[name].option, **declared(name))
-    p.add_argument("--no-flip", dest="flip", action="store_false",
-                   help="no horizontal flips (text, classes that differ left from right)")
-    p.add_argument("--no-ema", dest="ema", action="store_false",
-                   help="evaluate and export the last step's weights, not their moving average")
+    for name in ("flip", "ema"):  # on by default: --flip / --no-flip, as `run` takes them
+        p.add_argument(BY_NAME[name].option, dest=name, action=Switch, default=BY_NAME[name].default,
+                       help=declared_help(name))
     for name in ("allow_poor_anchors", "deterministic"):
         p.add_argument(BY_NAME[name].option, dest=name, action="store_true", help=declared_help(name))
 

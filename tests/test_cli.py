@@ -284,7 +284,7 @@ def test_every_option_of_a_pipeline_parameter_agrees_with_its_declaration():
     import argparse
 
     from pipeline.cli import build_parser
-    from pipeline.params import BY_NAME, REQUIRED, _bool_arg, _help_with_default
+    from pipeline.params import BY_NAME, REQUIRED, Switch, _bool_arg, _help_with_default
 
     checked, problems = 0, []
     for command, action in _options(build_parser()):
@@ -294,8 +294,10 @@ def test_every_option_of_a_pipeline_parameter_agrees_with_its_declaration():
         param, checked = BY_NAME[action.dest], checked + 1
         defaults = {param.default} | ({param.cli_default} if param.cli_default is not REQUIRED else set())
         defaults |= {None} if (command, name) in NOT_GIVEN_IS_NONE else set()
-        flag = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
-        if flag:  # --flag / --no-flag
+        flag = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, Switch))
+        if isinstance(action, Switch):  # --flag / --no-flag of a setting on by default
+            agrees = param.type is bool and param.default is True and action.default is True
+        elif flag:  # --flag
             agrees = param.type is bool and param.default is isinstance(action, argparse._StoreFalseAction)
         elif param.default is REQUIRED and command != "run":
             agrees = action.required and action.type is (param.cli_type or param.type)
@@ -399,3 +401,21 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["--version"])
     assert stopped.value.code == 0 and capsys.readouterr().out.strip() == f"detpipe {version('detpipe')}"
+
+
+def test_settings_that_are_on_by_default_are_switched_off_the_same_way_in_every_command(tmp_path):
+    from pipeline.cli import build_parser
+
+    raccoon = REPO / "tests" / "data" / "raccoon"
+    (tmp_path / "label_map.json").write_text("{}")  # a folder the command line takes for shards
+    (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
+    parser = build_parser()
+    base = {"run": ["run", "--local", "--images", str(raccoon / "images"), "--annotations",
+                    str(raccoon / "annotations")],
+            "train": ["train", "--data", str(tmp_path), "--output", str(tmp_path / "out")]}
+    for command, argv in base.items():
+        parse = lambda *extra: parser.parse_known_args([*argv, *extra])[0]  # noqa: E731
+        assert parse().ema is True and parse().flip is True, command
+        assert parse("--no-ema").ema is False and parse("--no-flip").flip is False, command
+        assert parse("--ema", "false").ema is False and parse("--ema=true").ema is True, command  # the old spelling
+        assert parse("--no-ema", "--ema").ema is True, command  # the last one wins
