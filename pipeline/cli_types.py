@@ -96,10 +96,25 @@ def tile_arg(value: str) -> str:
     return value
 
 
+class DetpipeHelpFormatter(argparse.HelpFormatter):
+    """argparse's help, with a switch shown as `--ema [true|false], --no-ema` (params.Switch)."""
+
+    def _format_action_invocation(self, action):
+        negated = getattr(action, "negated", None)
+        if negated:
+            shown = [o for o in action.option_strings if o not in negated]
+            return ", ".join([f"{o} [{action.metavar}]" for o in shown] + negated)
+        return super()._format_action_invocation(action)
+
+
 class DetpipeParser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (the command, the problem, where help is), and
     a guess for a mistyped command or option (Python 3.11's argparse makes none), pointing at
     the help of the subcommand that was run."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DetpipeHelpFormatter)  # subcommands' parsers too
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         import sys

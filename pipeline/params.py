@@ -202,8 +202,9 @@ class Switch(argparse.Action):
     `--ema true|false` (what `run` took before) still works, for scripts that use it."""
 
     def __init__(self, option_strings, dest, default=True, help=None, **kwargs):
-        names = [*option_strings, *(f"--no-{o[2:]}" for o in option_strings if o.startswith("--"))]
-        super().__init__(names, dest, nargs="?", default=default, help=help, metavar="true|false")
+        self.negated = [f"--no-{o[2:]}" for o in option_strings if o.startswith("--")]  # shown by --help as such
+        super().__init__([*option_strings, *self.negated], dest, nargs="?", default=default, help=help,
+                         metavar="true|false")
 
     def __call__(self, parser, namespace, values, option_string=None):
         if option_string.startswith("--no-"):
