@@ -123,14 +123,10 @@ def train_detector(config: TrainConfig) -> TrainResult:
     process-wide TensorFlow state (seeds, determinism, precision policy) is set once around
     them and restored afterwards, also after a failure (process_state.py)."""
     started = time.monotonic()
-    role = cluster_role()
-    strategy, description = make_strategy(role)  # first: several workers must set up collectives before other work
-    machine = _machine_facts(role, strategy, description)
-    precision, _ = choose_precision(config.precision, config.probe.precision, machine.gpu_majors)
+    role, strategy, machine, precision = _where(config)
     try:
         with training_state(config.seed, config.deterministic, precision):  # the batch search's trials use it too
-            facts = gather_facts(config, machine)
-            plan = plan_training(facts.config, facts.machine, facts.examples_per_epoch, fine_tune=facts.warm.used)
+            facts, plan = _facts_and_plan(config, machine)
             built = build_run(facts, plan, role, strategy)
             decisions = _decisions(plan, facts.config, built.parts.model, Path(config.output_dir),
                                    built.steps_done, facts.shape, facts.warm)
@@ -148,12 +144,22 @@ def planned_run(config: TrainConfig) -> tuple[RunFacts, TrainPlan]:
     """What `train_detector(config)` would decide on this machine (the fitted shape, the
     measured batch, the plan), without building the model or training: the tuner's trials
     train at this batch and input size."""
+    _, _, machine, precision = _where(config)
+    with training_state(config.seed, config.deterministic, precision):
+        return _facts_and_plan(config, machine)
+
+
+def _where(config: TrainConfig) -> tuple[ClusterRole, tf.distribute.Strategy, MachineFacts, str]:
+    """This process's role, the strategy over its devices, the machine's facts and the precision."""
     role = cluster_role()
-    strategy, description = make_strategy(role)
+    strategy, description = make_strategy(role)  # first: several workers must set up collectives before other work
     machine = _machine_facts(role, strategy, description)
     precision, _ = choose_precision(config.precision, config.probe.precision, machine.gpu_majors)
-    with training_state(config.seed, config.deterministic, precision):
-        facts = gather_facts(config, machine)
+    return role, strategy, machine, precision
+
+
+def _facts_and_plan(config: TrainConfig, machine: MachineFacts) -> tuple[RunFacts, TrainPlan]:
+    facts = gather_facts(config, machine)
     return facts, plan_training(facts.config, facts.machine, facts.examples_per_epoch, fine_tune=facts.warm.used)
 
 

@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING
 
 from components.train.config import TrainConfig
 from components.tune.budget import HOLDOUT_FRACTION, SearchBudget, choose_search, trials_or_auto
-from components.tune.hparams_file import DEFAULTS, SEARCH_SPACE, BestHparams
+from components.tune.hparams_file import DEFAULTS, BestHparams
 from components.tune.study import STUDY_FILE, open_study, run_trials, run_workers, trial_records
-from components.tune.trials import METRIC, PLAN_FILE, TRIALS_DIR, TrialRecord, TrialRegime, trial_regime
+from components.tune.trials import (METRIC, PLAN_FILE, TRIALS_DIR, TrialRecord, TrialRegime, search_record,
+                                    trial_regime)
 
 if TYPE_CHECKING:  # the holdout module imports Beam's file systems: not at the CLI's start
     from components.tune.holdout import TuningSplit
@@ -152,9 +153,10 @@ def tune(config: TuneConfig) -> TuneResult:
     stale = [t._trial_id for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
     if stale:
         logger.info("tune: continuing %d trial(s) a stopped run left running", len(stale))
-    parallel = min(budget.trials, config.parallel or max(1, _gpus(training)))
+    gpus = _gpus(training)
+    parallel = min(budget.trials, config.parallel or max(1, gpus))
     if parallel > 1:
-        run_workers(work, parallel, stale, gpus=_gpus(training))
+        run_workers(work, parallel, stale, gpus=gpus)
     else:
         run_trials(study, regime, budget.trials, work, stale, stream=config.seed * 1000)
     result = summarise(study, budget, split, regime, first, time.monotonic() - started)
@@ -218,12 +220,7 @@ def summarise(study, budget: SearchBudget, split: TuningSplit, regime: TrialRegi
     best = max(finished, key=lambda r: (r.score, r.number == 0))  # a tie goes to the defaults
     hparams = {**first, **best.hparams} if best.number else dict(first)
     trained = sum(r.steps for r in rows)
-    search = {"tuning_split": split.to_dict(), "trial_epochs": budget.trial_epochs, "trial_steps": list(regime.stops),
-              "batch_size": regime.batch_size, "regime": regime.reason, "space": {k: list(v) for k, v in
-                                                                                SEARCH_SPACE.items()},
-              "steps_trained": trained, "training_steps": regime.planned_steps,
-              "cost": round(trained / max(1, regime.planned_steps), 2), "seconds": round(seconds, 1),
-              "best_trial": best.number}
+    search = search_record(split, budget.trial_epochs, regime, trained, seconds, best.number)
     chosen = BestHparams(hparams, best.score, defaults.score if defaults else None, METRIC, len(rows),
                          budget.reason, search)
     gain = "n/a (the defaults' trial did not finish)" if chosen.gain is None else f"{chosen.gain:+.4f}"

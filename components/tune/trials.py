@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from components.train.config import TrainConfig
+from components.tune.hparams_file import SEARCH_SPACE
 
 if TYPE_CHECKING:  # the holdout module imports Beam's file systems: not at the CLI's start
     from components.tune.holdout import TuningSplit
@@ -101,3 +102,15 @@ def train_rungs(regime: TrialRegime, model_dir: str, hparams: dict[str, float], 
         if on_score(stop, score):
             break
     return score
+
+
+def search_record(split: TuningSplit, trial_epochs: int, regime: TrialRegime, steps_trained: int, seconds: float,
+                  best_trial: int, **more) -> dict:
+    """`best_hparams.json`'s `search`: the tuning split, how trials trained, what the search cost
+    (its training steps against the training's) and which trial won; `more` for a backend's own."""
+    return {"tuning_split": split.to_dict(), "trial_epochs": trial_epochs, "trial_steps": list(regime.stops),
+            "batch_size": regime.batch_size, "regime": regime.reason,
+            "space": {k: list(v) for k, v in SEARCH_SPACE.items()}, "steps_trained": steps_trained,
+            "training_steps": regime.planned_steps, "cost": round(steps_trained / max(1, regime.planned_steps), 2),
+            "seconds": round(seconds, 1), "best_trial": best_trial, **more}
+

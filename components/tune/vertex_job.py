@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from components.tune.budget import SearchBudget
 from components.tune.hparams_file import DEFAULTS, SEARCH_SPACE, BestHparams
-from components.tune.trials import METRIC, PLAN_FILE, TRIALS_DIR, TrialRecord, TrialRegime, train_rungs
+from components.tune.trials import (METRIC, PLAN_FILE, TRIALS_DIR, TrialRecord, TrialRegime, search_record,
+                                    train_rungs)
 
 if TYPE_CHECKING:
     from components.tune.holdout import TuningSplit
@@ -180,14 +181,10 @@ def search_on_vertex(out: str, budget: SearchBudget, split: TuningSplit, regime:
     better = score > defaults
     chosen = BestHparams({**first, **hparams} if better else dict(first), max(score, defaults), defaults, METRIC,
                          len(records), budget.reason,
-                         {"tuning_split": split.to_dict(), "trial_epochs": budget.trial_epochs,
-                          "trial_steps": list(regime.stops), "batch_size": regime.batch_size, "regime": regime.reason,
-                          "space": {k: list(v) for k, v in SEARCH_SPACE.items()}, "backend": "vertex",
-                          "job": job.resource_name, "parallel": parallel,
-                          "steps_trained": regime.stops[-1] * len(records), "training_steps": regime.planned_steps,
-                          "cost": round(regime.stops[-1] * len(records) / max(1, regime.planned_steps), 2),
-                          "seconds": round(time.monotonic() - started, 1),
-                          "best_trial": next(r.number for r in records[1:] if r.hparams == hparams) if better else 0})
+                         search_record(split, budget.trial_epochs, regime, regime.stops[-1] * len(records),
+                                       time.monotonic() - started,
+                                       next(r.number for r in records[1:] if r.hparams == hparams) if better else 0,
+                                       backend="vertex", job=job.resource_name, parallel=parallel))
     return chosen, records
 
 
