@@ -189,12 +189,12 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
                              trial_epochs=tune_trial_epochs, holdout=tune_holdout, parallel=tune_parallel_trials,
                              backend=tune_backend, trial_machine=trial_machine, region=vertex_region, seed=seed,
-                             work_dir=fuse_path(f"{pipeline_root.rstrip('/')}/{WORK_DIR}"), train={"epochs": epochs, "batch_size": batch_size, "image_size": image_size,
-                                               "model_size": model_size, "probe": advice,
-                                               "allow_poor_anchors": allow_poor_anchors, "tile": tile,
-                                               "precision": precision, "xla": xla, "box_loss": box_loss,
-                                               "ema": ema, "flip": flip, "preset": preset or None,
-                                               "cache": cache, "deterministic": deterministic},
+                             work_dir=fuse_path(f"{pipeline_root.rstrip('/')}/{WORK_DIR}"),
+                             train={"epochs": epochs, "batch_size": batch_size, "image_size": image_size,
+                                    "model_size": model_size, "probe": advice, "allow_poor_anchors": allow_poor_anchors,
+                                    "tile": tile, "precision": precision, "xla": xla, "box_loss": box_loss, "ema": ema,
+                                    "flip": flip, "preset": preset or None, "cache": cache,
+                                    "deterministic": deterministic},
                              start={"base_lr_per_64": base_lr_per_64, "weight_decay": weight_decay,
                                     "augment_strength": augment_strength}))
     best = result.best

@@ -30,7 +30,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # tune_parallel_trials, tune_backend, the trials' machine, the region and the epochs (components/tune),
 # returns a summary line, keeps its study under the pipeline root (tune-work) and retries as train
 # does; the report step reads the tune step's folder.
-GOLDEN_SHA256 = "aea78768e856e39fef5dff6fbb48b791f8a1abf4837f604cced33b07e77e7e0d"
+GOLDEN_SHA256 = "18b87f129bcdb9b5eb1425591f60ec1ae501f34063f23b64a9f27aa0ad92f3a9"
 
 
 def test_golden_compile(tmp_path):

@@ -211,3 +211,16 @@ def test_a_continued_study_never_proposes_a_finished_trials_values(tmp_path):
     whole, stopped = search(tmp_path / "a"), search(tmp_path / "b", stop_after=3)
     assert whole == stopped and whole[0] == DEFAULTS
     assert len({tuple(v.values()) for v in whole}) == 6  # no values proposed twice
+
+
+def test_without_a_search_the_step_writes_the_given_values_and_imports_no_tensorflow(tmp_path):
+    """Every pipeline run on a CPU passes through the tune step: without a search it costs no
+    TensorFlow import (seconds in every run)."""
+    script = ("import sys, json\nfrom components.train.config import ProbeAdvice\n"
+              "from components.tune.search import TuneConfig, tune\n"
+              f"r = tune(TuneConfig(data_dir={str(tmp_path)!r}, output_dir={str(tmp_path / 'out')!r}, "
+              "train={'epochs': 3, 'probe': ProbeAdvice(gpus=0)}, start={'weight_decay': 0.0003}))\n"
+              "print(json.dumps(['tensorflow' in sys.modules, r.best.trials, r.budget.short]))")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=ENV, capture_output=True, text=True, check=True)
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == [False, 0, "auto: no GPU"]
+    assert load_hparams(str(tmp_path / "out" / "best_hparams.json")) == {**DEFAULTS, "weight_decay": 0.0003}

@@ -69,10 +69,15 @@ class BestHparams:
                    search=data.get("search", {}))
 
     def write(self, folder: str) -> None:
-        import tensorflow as tf  # gs:// as well as local
+        path, text = f"{folder.rstrip('/')}/{BEST_FILE}", json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+        if "://" not in path:  # a local folder (the step's own): no TensorFlow to import when no search ran
+            with open(path, "w") as handle:
+                handle.write(text)
+            return
+        import tensorflow as tf
 
-        with tf.io.gfile.GFile(f"{folder.rstrip('/')}/{BEST_FILE}", "w") as handle:
-            handle.write(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
+        with tf.io.gfile.GFile(path, "w") as handle:
+            handle.write(text)
 
 
 _META = ("score", "trials", "decision", "search")
