@@ -97,7 +97,8 @@ CORE = "components.detector"
 INTERFACES = {
     "components.evaluate.evaluator": "split_metrics: tuning scores its trials as the evaluate step does",
     "components.tune.hparams_file": "best_hparams.json's definition (the run report shows the tune step's choice)",
-    "components.tune.tune_report": "the names of the tune step's files and pictures (the run report shows them)",
+    "components.tune.tune_report": "the names of the tune step's pictures (the run report shows them)",
+    "components.tune.trials": "trials.jsonl's definition (the run report reads the tune step's trials)",
     "components.evaluate.metrics_file": "metrics.json's definition (export, register, report read it)",
     "components.evaluate.threshold": "the score threshold used when evaluation chose none",
     "components.evaluate.label_review": "label_review.jsonl's definition (the run report reads it)",

@@ -194,7 +194,7 @@ def test_a_continued_study_never_proposes_a_finished_trials_values(tmp_path):
     from components.tune.study import _ask, open_study
     from components.tune.trials import TrialRegime
 
-    regime = TrialRegime(TrainConfig("split", ""), (3, 9), 20, 4, "")
+    regime = TrialRegime(TrainConfig("split", ""), (3, 9), 20, "")
 
     def search(folder, stop_after=None):
         folder.mkdir()

@@ -140,17 +140,16 @@ def tuning_section(tune_dir: str | Path) -> dict | None:
     """What the tune step decided and found: its one-line decision, the trials, the winner and
     the defaults on the tuning split, the cost, and its pictures."""
     from components.tune.hparams_file import BEST_FILE, BestHparams
-    from components.tune.tune_report import HISTORY_PICTURE, IMPORTANCE_PICTURE, TRIALS_FILE
+    from components.tune.trials import read_trials
+    from components.tune.tune_report import HISTORY_PICTURE, IMPORTANCE_PICTURE
 
     folder = Path(tune_dir)
     data = _read_json(folder / BEST_FILE)
     if data is None:
         return None
     best = BestHparams.from_dict(data)
-    trials = [json.loads(line) for line in (folder / TRIALS_FILE).read_text().splitlines()] \
-        if (folder / TRIALS_FILE).is_file() else []
-    for trial in trials:
-        trial["rungs"] = ", ".join(f"{v:.3f} @{k}" for k, v in trial["rungs"].items()) or _fmt_score(trial["score"])
+    trials = [{"number": t.number, "state": t.state, "hparams": t.hparams, "error": t.error,
+               "rungs": t.rungs_line() or _fmt_score(t.score)} for t in read_trials(str(folder))]
     search = best.search
     pictures = [{"title": title, "uri": file_uri(folder / name)} for name, title in
                 ((HISTORY_PICTURE, "Optimisation history"), (IMPORTANCE_PICTURE, "Hyperparameter importance"))

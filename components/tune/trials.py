@@ -33,22 +33,29 @@ class TrialRegime:
     base: TrainConfig  # data_dir: the tuning split; checkpoint_every: one rung
     stops: tuple[int, ...]  # the steps a trial is scored at (the last is its end)
     planned_steps: int  # the training tuned: its steps, to compare the search's cost with
-    batch_size: int
     reason: str
+
+    @property
+    def batch_size(self) -> int:
+        """The training's batch, at which every trial trains."""
+        return self.base.batch_size
 
     def to_dict(self) -> dict:
         return {"base": self.base.to_dict(), "stops": list(self.stops), "planned_steps": self.planned_steps,
-                "batch_size": self.batch_size, "reason": self.reason}
+                "reason": self.reason}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrialRegime":
-        return cls(TrainConfig.from_dict(data["base"]), tuple(data["stops"]), data["planned_steps"],
-                   data["batch_size"], data["reason"])
+        return cls(TrainConfig.from_dict(data["base"]), tuple(data["stops"]), data["planned_steps"], data["reason"])
+
+
+TRIALS_FILE = "trials.jsonl"
 
 
 @dataclass
 class TrialRecord:
-    """One row of trials.jsonl."""
+    """One row of `trials.jsonl`: written by the tune step (tune_report.py), read by the run
+    report (`read_trials`)."""
 
     number: int
     state: str  # COMPLETE, PRUNED, FAIL (RUNNING: stopped, continued by the next run)
@@ -58,6 +65,20 @@ class TrialRecord:
     steps: int  # steps trained
     seconds: float
     error: str | None = None
+
+    def rungs_line(self, digits: int = 3) -> str:
+        """Each rung's score as people read it: `0.075 @42, 0.164 @126`."""
+        return ", ".join(f"{v:.{digits}f} @{s}" for s, v in self.rungs.items())
+
+
+def read_trials(folder: str) -> list[TrialRecord]:
+    """The rows of FOLDER/trials.jsonl (none when there is no such file)."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / TRIALS_FILE
+    return [TrialRecord(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()] \
+        if path.is_file() else []
 
 
 def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -> TrialRegime:
@@ -81,7 +102,7 @@ def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -
               f"{base.image_size} px, {plan.precision} (the training's own), {total} steps with the training's "
               f"warmup and cosine decay; scored on the {split.held_out} held-out images at step "
               + " and ".join(str(s) for s in stops) + f"; the training tuned: {plan.total_steps} steps")
-    return TrialRegime(base, stops, plan.total_steps, plan.machine_batch, reason)
+    return TrialRegime(base, stops, plan.total_steps, reason)
 
 
 def train_rungs(regime: TrialRegime, model_dir: str, hparams: dict[str, float], done: dict[int, float],

@@ -11,10 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from components.tune.hparams_file import SEARCH_SPACE
+from components.tune.trials import TRIALS_FILE
 
 logger = logging.getLogger(__name__)
 
-TRIALS_FILE = "trials.jsonl"
 REPORT_FILE = "tune_report.md"
 HISTORY_PICTURE = "tune_history.png"
 IMPORTANCE_PICTURE = "tune_importance.png"
@@ -63,7 +63,7 @@ def report_markdown(result, pictures: dict[str, str] | None = None) -> str:
     lines += ["", "| trial | state | " + " | ".join(names) + " | mAP at each rung | steps | seconds |",
               "|---" * (len(names) + 5) + "|"]
     for t in result.trials:
-        rungs = ", ".join(f"{v:.4f} @{s}" for s, v in t.rungs.items()) or "-"
+        rungs = t.rungs_line(digits=4) or "-"
         state = t.state.lower() + (f": {t.error}" if t.error else "")
         lines.append(f"| {t.number} | {state} | " + " | ".join(f"{t.hparams[n]:.3g}" if n in t.hparams else "-"
                                                               for n in names)
