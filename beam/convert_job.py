@@ -166,8 +166,8 @@ def _write_statistics(out: str) -> None:
     OUTPUT/_job/stats-SPLIT.pb, and from the same train batches (the files read once)
     OUTPUT/_job/train_keys.txt: the train images' keys a warm start compares with its
     champion's (beam/contract/train_keys.py). They run here, in the driver's own process, on
-    features only (no image bytes): TFDV needs TensorFlow, whose import would cost each of the
-    job's workers ~6 CPU-seconds and ~500 MiB before its first record."""
+    features only (no image bytes): TFDV's own import (beyond TensorFlow's, which the workers'
+    image checks pay) would cost each of the job's workers more before its first record."""
     keys: list[str] = []
     for split in (TRAIN, VAL):
         batches = (batch for path in features_files(out, split) for batch in read_batches(path))
@@ -295,7 +295,7 @@ def _finish(options: ConvertOptions, sources: list, started: float, split_of: di
                                  found)
     tiles = count_tiles(out, label_map) if count_tiles else {}  # the photos in tiles as training would cut them
     manifest = Manifest(
-        format=options.format,
+        format=options.format, decoded_with_tensorflow=True,  # record_checks.tensorflow_decode_problem
         records_in=len(sources),
         written={TRAIN: written[TRAIN], VAL: written[VAL]},
         rejected_by_reason=dict(images_rejected),

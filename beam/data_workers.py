@@ -16,8 +16,9 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-# A worker process costs ~1.2-1.6 CPU-seconds to start (Beam's import; the workers do without
-# TensorFlow) before it checks a record, and Beam's portable runner moves each stage's
+# A worker process cost ~1.2-1.6 CPU-seconds to start (Beam's import) before it checked a
+# record when this was measured, before the checks decoded with TensorFlow (JOB_MODULES: its
+# import is now a worker's largest start cost), and Beam's portable runner moves each stage's
 # output through the driver: on the 2-core machine a second worker paid from ~2,400
 # photo-sized (480-640 px) and ~12,000 small (128 px) images (each one's start and rate from
 # 2,000 and 20,000 images), so below this many records per worker the job runs in fewer.
@@ -42,9 +43,11 @@ WORKER_SKIPPED_IMPORTS = ("pandas", "google.cloud.bigquery", "google.cloud.bigqu
                           "google.cloud.pubsub", "google.cloud.pubsub_v1")
 
 # What the job's stages import in a worker (unpickled, and their own lazy imports): a worker
-# started early imports them while it waits. None of them imports TensorFlow.
+# started early imports them while it waits. beam.contract.decoding imports TensorFlow (~3.5
+# CPU-seconds): the checks decode every JPEG and PNG with TensorFlow's own decoders, which
+# disagree with Pillow on some damaged files (beam/contract/decoding.py).
 JOB_MODULES = ("beam.job_transforms", "beam.example_codec", "beam.feature_batches", "beam.contract.files",
-               "beam.split", "PIL.JpegImagePlugin", "PIL.PngImagePlugin")
+               "beam.split", "PIL.JpegImagePlugin", "PIL.PngImagePlugin", "beam.contract.decoding")
 
 
 def default_workers(records: int, usable_cpus: int, per_worker: int = RECORDS_PER_WORKER) -> int:

@@ -14,7 +14,8 @@ from beam.contract.exif import apply_orientation, check_exif_mode, displayed_siz
 from beam.contract.images import (IMAGE_SUFFIXES, MAX_IMAGE_PIXELS, ImageTooLarge, UnreadableFormat, inspect_image,
                                   needs_conversion, written_format)
 from beam.contract.rejects import (BAD_ANNOTATION, BOX_OUTSIDE_IMAGE, IMAGE_TOO_LARGE, INVALID_BOX, MISSING_IMAGE,
-                                   NO_BOXES, SIZE_MISMATCH, UNKNOWN_CLASS, UNREADABLE_IMAGE, UNSUPPORTED_FORMAT, Reject)
+                                   NO_BOXES, SIZE_MISMATCH, TENSORFLOW_CANNOT_DECODE, UNKNOWN_CLASS, UNREADABLE_IMAGE,
+                                   UNSUPPORTED_FORMAT, Reject)
 from beam.source_records import CheckedRecord, SourceBox, SourceRecord, base_name, has_image_suffix
 
 # What a box that cannot be trusted on its own (empty, inverted, NaN, zero area after
@@ -75,6 +76,12 @@ def check_record(
         return _unsupported(record, fmt)
     if width * height > options.max_pixels:
         return _reject(record, IMAGE_TOO_LARGE, f"image is {width}x{height}, over the limit of {options.max_pixels} pixels")
+    if not needs_conversion(fmt):  # JPEG and PNG: the bytes the readers decode (or, turned upright, made from them)
+        refused = tensorflow_decode_problem(image_bytes)
+        if refused:
+            return _reject(record, TENSORFLOW_CANNOT_DECODE,
+                           f"image {record.filename!r}: TensorFlow's decoder refuses it ({refused}), though Pillow "
+                           "reads it; training would stop on it")
     annotated = (record.width, record.height) if record.width is not None and record.height is not None else None
     applied = apply_orientation(orientation, (width, height), annotated, options.exif)
     displayed = displayed_size(width, height, orientation)
@@ -125,6 +132,15 @@ def check_record(
         source_ref=record.source_ref, notes=notes, exif_orientation=orientation, orientation_applied=applied,
         dropped_boxes=tuple(dropped), converted_from=fmt if converted else "",
     )
+
+
+def tensorflow_decode_problem(image_bytes: bytes) -> str | None:
+    """Why the trainer's, the evaluator's and the exported model's decoders refuse these bytes
+    (beam/contract/decoding.py), else None. TensorFlow is imported here, on the first image:
+    the CLI's and the options' users of this module never pay for it."""
+    from beam.contract.decoding import decode_problem
+
+    return decode_problem(image_bytes)
 
 
 def box_problem(box: SourceBox, width: int, height: int, tolerance: float) -> tuple[str, str] | None:

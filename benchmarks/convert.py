@@ -19,8 +19,12 @@ with each worker count given (default: its own choice, and 1 and 2). From the sm
 largest sizes it also prints each one's start and rate once running (benchmarks/rates.py),
 what a dataset larger than those sees.
 
+`--dataset NAME=DIR` (repeatable) runs the same comparison on real photo sets in the VOC
+layout (DIR/images, DIR/annotations), e.g. the repository's raccoon set, instead of demo sets.
+
 Usage:
     .venv/bin/python benchmarks/convert.py [--sizes 2000 20000] [--image-size 128 128] [--workdir DIR] [--repeat 3]
+    .venv/bin/python benchmarks/convert.py --dataset raccoon=tests/data/raccoon --sizes 1024 --repeat 3
 """
 
 from __future__ import annotations
@@ -174,6 +178,8 @@ def main() -> None:
                              "photo-sized images)")
     parser.add_argument("--workers", type=int, nargs="+", default=(0, 1, 2),
                         help="worker counts to run the job with (0: its own choice; default 0 1 2)")
+    parser.add_argument("--dataset", action="append", default=[], metavar="NAME=DIR",
+                        help="also a real VOC photo set (DIR/images, DIR/annotations), e.g. raccoon=tests/data/raccoon")
     parser.add_argument("--workdir", help="keep generated data here (default: a temporary folder)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run the two-step and the builds this many times in turn and print each one's ratio and "
@@ -188,10 +194,14 @@ def main() -> None:
     memory, own_seconds = {}, {}  # own_seconds[name][size]: seconds without the process start, one per repeat
     ratios: dict[str, list[float]] = {}  # "label, size": the job's own time against the two-step, each repeat
     shares: dict[str, list[float]] = {}  # "label, size": the job's own rate as a share of the ceiling, each repeat
-    for size in args.sizes:
-        demo = make_demo(root, size, tuple(args.image_size))
+    sets = [(size, make_demo(root, size, tuple(args.image_size)),
+             f"{size} demo images ({args.image_size[0]}-{args.image_size[1]} px JPEG)") for size in args.sizes]
+    for named in args.dataset:
+        name, _, folder = named.partition("=")
+        sets.append((name, Path(folder), f"{name} ({folder})"))
+    for size, demo, title in sets:
         images, annotations = demo / "images", demo / "annotations"
-        print(f"\n== {size} demo images ({args.image_size[0]}-{args.image_size[1]} px JPEG), {cpus} usable CPUs ==")
+        print(f"\n== {title}, {cpus} usable CPUs ==")
         for repeat in range(args.repeat):
             if args.repeat > 1:
                 print(f"-- repeat {repeat + 1} of {args.repeat}")
@@ -232,7 +242,7 @@ def main() -> None:
         print(f"the job's own rate as a share of the decode ceiling in each of {args.repeat} repeats (median):")
         for name, values in shares.items():
             print(f"  {name:30s}: {', '.join(f'{v:.0%}' for v in values)} (median {statistics.median(values):.0%})")
-    if len(args.sizes) > 1:
+    if len(args.sizes) > 1 and not args.dataset:
         _print_rates({name: {count: statistics.median(values) for count, values in by_count.items()}
                       for name, by_count in own_seconds.items()})
         small, large = min(args.sizes), max(args.sizes)

@@ -136,17 +136,16 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: 
     import logging
     from pathlib import Path
 
-    from components.probe.checks import Expectations
-    from components.probe.probe_report import run_probe, write_probe
+    from components.probe.probe_report import probe_with_data, write_probe
     from components.train.config import TrainConfig
 
     logging.basicConfig(level=logging.INFO)
-    expect = Expectations.from_train_options(image_size, model_size, batch_size, data_dir=data.path, tile=tile)
     dry_run = TrainConfig(data_dir=data.path, output_dir="", image_size=image_size, model_size=model_size,
                           precision=precision, xla=xla, allow_poor_anchors=allow_poor_anchors, tile=tile,
                           box_loss=box_loss, ema=ema, flip=flip, preset=preset or None, deterministic=deterministic)
-    result = run_probe(require_gpu=require_gpu, data_dir=data.path, output_dir=str(Path(report.path).parent),
-                       expect=expect, dry_run=dry_run)
+    result = probe_with_data(data.path, {"image_size": image_size, "model_size": model_size,
+                                         "batch_size": batch_size, "tile": tile},
+                             dry_run=dry_run, require_gpu=require_gpu, output_dir=str(Path(report.path).parent))
     write_probe(result, Path(probe_json.path), Path(report.path))
     if result.verdict == "FAIL":
         raise RuntimeError("probe FAIL: " + "; ".join(f"{c.reason} -> {c.fix}" for c in result.checks

@@ -126,14 +126,11 @@ def _data_build(args, beam_args: list[str]) -> int:
 
 
 def cmd_probe(args) -> int:
-    from components.probe.checks import Expectations
-    from components.probe.probe_report import difference_lines, load_baseline, probe_markdown, run_probe, write_probe
+    from components.probe.probe_report import difference_lines, load_baseline, probe_markdown, probe_with_data, write_probe
 
     baseline = load_baseline(Path(args.baseline)) if args.baseline else None
     if args.dry_run and not args.data:
         raise UsageError("--dry-run trains on the shards: give --data too")
-    expect = Expectations.from_train_options(args.image_size, args.model_size, args.batch_size, data_dir=args.data,
-                                             tile=args.tile)
     dry_run = None
     if args.dry_run:
         from components.train.config import TrainConfig
@@ -141,8 +138,9 @@ def cmd_probe(args) -> int:
         dry_run = TrainConfig(data_dir=args.data, output_dir="", image_size=args.image_size,
                               model_size=args.model_size, precision=args.precision, xla=args.xla,
                               allow_poor_anchors=args.allow_poor_anchors, tile=args.tile)
-    result = run_probe(require_gpu=args.require_gpu, data_dir=args.data, expect=expect, baseline=baseline,
-                       dry_run=dry_run)
+    result = probe_with_data(args.data, {"image_size": args.image_size, "model_size": args.model_size,
+                                         "batch_size": args.batch_size, "tile": args.tile},
+                             dry_run=dry_run, require_gpu=args.require_gpu, baseline=baseline)
     write_probe(result, Path(args.json) if args.json else None, None)
     print(probe_markdown(result))
     if baseline is not None:
@@ -248,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Collect facts about this machine and check them: PASS/WARN/FAIL, each with a fix. "
                     "Exits 1 on FAIL.")
     p.add_argument("--require-gpu", action="store_true", help="FAIL (exit 1) when no GPU is visible")
-    p.add_argument("--data", type=shards_dir, help="folder of shards (output of `data build`) to measure storage read speed on")
+    p.add_argument("--data", type=shards_dir, help="folder of shards (output of `data build`): measures storage read speed on "
+                   "it and checks each shard's sha256 against its manifest.json")
     p.add_argument("--baseline", type=existing_file, help="probe.json written on another machine (e.g. your laptop) to compare with")
     p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
     p.add_argument("--image-size", **declared("image_size", help="model input the memory check assumes, or 'auto' "

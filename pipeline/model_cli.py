@@ -66,8 +66,12 @@ def cmd_predict(args, beam_args: list[str]) -> int:
     results = []
     for start in range(0, len(ready), PREDICT_CHUNK):
         chunk = ready[start:start + PREDICT_CHUNK]
-        predictions = predictor.predict([data for _, data in chunk], args.score_threshold)
-        results += [({"image": name, **p}, data) for (name, data), p in zip(chunk, predictions)]
+        predictions = predictor.predict_each([data for _, data in chunk], args.score_threshold)
+        for (name, data), answer in zip(chunk, predictions):
+            if isinstance(answer, BadImage):
+                problems.append(f"{name}: {answer}")
+            else:
+                results.append(({"image": name, **answer}, data))
     out = Path(args.output) if args.output else None
     if out:
         out.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,8 @@ def cmd_train(args) -> int:
             result = train_detector(TrainConfig(
                 data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
                 max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-                fine_tune_epochs=args.fine_tune_epochs, **_init_from(args, fetched), **config, **hparams))
+                fine_tune_epochs=args.fine_tune_epochs, verify_shards=args.verify_shards,
+                **_init_from(args, fetched), **config, **hparams))
     except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects
         print(f"detpipe: {stopped}", file=sys.stderr)
         return PREEMPTED_EXIT_CODE
@@ -201,6 +202,9 @@ def add_train_commands(sub) -> None:
                         "strength, unless given on the command line")
     p.add_argument("--no-export", action="store_true",
                    help="do not write OUTPUT/saved_model (the SavedModel `detpipe serve` loads)")
+    p.add_argument("--verify-shards", action="store_true",
+                   help="before the first step, check each shard's sha256 against manifest.json and name any "
+                        "shard that changed since the build (a full read of the shards)")
     p.add_argument("--init-from", metavar="MODEL_DIR|VERSION",
                    help="start from a trained model's weights (a warm start): an earlier `detpipe train` output "
                         "folder, or a registry version (v3, with --registry); used when it can be continued, else "

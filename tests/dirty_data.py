@@ -59,6 +59,26 @@ def _encoded(image: Image.Image, fmt: str, **kwargs) -> bytes:
     return out.getvalue()
 
 
+def refused_by_tensorflow(jpeg: bytes) -> bytes:
+    """The JPEG with one byte of its entropy-coded data set to 0xFF, at the first place (from
+    the middle of the scan on) where Pillow still loads it and TensorFlow's decoder refuses it:
+    the damage the issue found in `raccoon-1.jpg` (byte 36141), made for any photo."""
+    from beam.contract.decoding import decode_problem
+
+    scan = jpeg.index(b"\xff\xda")  # start of scan: the entropy-coded data follows its header
+    for position in range((scan + len(jpeg)) // 2, len(jpeg) - 2):
+        if jpeg[position] == 0xFF or jpeg[position + 1] == 0xFF:
+            continue
+        damaged = jpeg[:position] + b"\xff" + jpeg[position + 1:]
+        try:
+            Image.open(io.BytesIO(damaged)).load()
+        except (OSError, SyntaxError):
+            continue
+        if decode_problem(damaged):
+            return damaged
+    raise AssertionError("no single byte makes TensorFlow refuse this JPEG while Pillow reads it")
+
+
 def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: bool = False,
                     label_map: bool = False, reject_empty: bool = False, max_pixels: bool = False) -> DirtyData:
     """Copy a VOC dataset to `root` and add the faults. The faults that need an option of the
@@ -98,6 +118,7 @@ def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: 
 
     # Rejected whole: the image or the whole annotation cannot be trusted.
     variant("truncated", jpeg[: len(jpeg) // 2], reason="unreadable_image")
+    variant("tf-refuses", refused_by_tensorflow(jpeg), reason="tensorflow_cannot_decode")  # Pillow reads it
     variant("missing", None, reason="missing_image")
     variant("icon", _encoded(photo.convert("RGB"), "ICO"), ext="ico", reason="unsupported_format")
     variant("wrongsize", jpeg, edit=set_text("size/width", str(width + 7)), reason="size_mismatch")

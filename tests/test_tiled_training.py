@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.detector.records import decode_crop, decode_rgb, parse_boxes, shard_files
+from beam.contract.decoding import decode_crop, decode_rgb
+from components.detector.records import parse_boxes, shard_files
 from components.train import augment
 from components.train import input_pipeline as ip
 

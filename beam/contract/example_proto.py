@@ -7,7 +7,9 @@ libraries' bytecode is not compiled) before it checks a record. The messages bel
 the same fields, numbers and types as TensorFlow's example.proto and feature.proto
 (protobuf's wire format carries only those), and protobuf itself does the encoding: the
 bytes are the ones TensorFlow writes, and TensorFlow parses them (tests/test_data_contract.py
-compares the two).
+compares the two). (The workers' checks now import TensorFlow to decode images,
+beam/contract/decoding.py; this class still keeps TensorFlow out of every other user of the
+contract that encodes Examples.)
 """
 
 from __future__ import annotations

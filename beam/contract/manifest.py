@@ -168,6 +168,10 @@ class Manifest:
     # {"mode", "whole": {device: why whole photos}, "layouts": [{"devices", "tile", "overlap",
     # "reason", "splits": {split: {"photos", "tiles", "boxes", "boxes_whole_in_a_tile"}}}]}.
     tiles: dict = field(default_factory=dict)
+    # Every image written was decoded by TensorFlow's own decoders at build time
+    # (beam/contract/decoding.py). False in manifests written before that check: the trainer
+    # then checks the images itself before its first step.
+    decoded_with_tensorflow: bool = False
 
     @property
     def written_total(self) -> int:
@@ -213,7 +217,8 @@ class Manifest:
             raise ManifestError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION} (written by "
                                 "another detpipe): rebuild the dataset with `detpipe data build`")
         # Added later: older manifests lack them.
-        optional = {"class_boxes", "split_file", "near_duplicates", "converted_formats", "tiles"}
+        optional = {"class_boxes", "split_file", "near_duplicates", "converted_formats", "tiles",
+                    "decoded_with_tensorflow"}
         try:
             values = {f.name: data[f.name] for f in fields(cls) if f.name not in optional or f.name in data}
         except KeyError as err:

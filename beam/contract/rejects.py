@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 MISSING_IMAGE = "missing_image"
 UNREADABLE_IMAGE = "unreadable_image"
+# Pillow reads it, TensorFlow's decoders (what training, evaluation and serving run) do not.
+TENSORFLOW_CANNOT_DECODE = "tensorflow_cannot_decode"
 UNSUPPORTED_FORMAT = "unsupported_format"
 SIZE_MISMATCH = "size_mismatch"
 INVALID_BOX = "invalid_box"

@@ -7,12 +7,11 @@ components/train/input_pipeline.py.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
-
 import numpy as np
 import tensorflow as tf
 
 from beam.contract import feature_keys as K
+from beam.contract.decoding import decode_at_least, decode_rgb
 from beam.contract.manifest import MANIFEST_FILE, Manifest
 from components.detector.geometry import BoxSample
 
@@ -88,37 +87,6 @@ def shard_files(data_dir: str, split: str) -> list[str]:
     return files
 
 
-def decode_rgb(encoded: tf.Tensor) -> tf.Tensor:
-    """JPEG/PNG bytes → uint8 RGB (greyscale, CMYK, palette and alpha become 3 channels).
-    TensorFlow ignores EXIF: the data step wrote photos in their annotation's frame."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    image.set_shape([None, None, 3])
-    return image
-
-
-# libjpeg's scaled decodes (1/2, 1/4, 1/8): in the DCT domain, so most of the inverse DCT,
-# upsampling and colour conversion is skipped (a 4000x3000 photo: ~3x faster at 1/4).
-JPEG_SCALES = (2, 4, 8)
-
-
-def decode_at_least(encoded: tf.Tensor, shorter_side: tf.Tensor | float) -> tf.Tensor:
-    """JPEG/PNG bytes → uint8 RGB as `decode_rgb`, but a JPEG whose shorter side is at least 2,
-    4 or 8 times `shorter_side` decodes at that scale (the largest that keeps `shorter_side`
-    pixels): what a model resize to `shorter_side` keeps of it, at a fraction of the work, and
-    smoother than a bilinear resize of the whole photo. Other formats decode whole. Training,
-    evaluation and the exported model all decode this way, so they see the same pixels."""
-    def scale_index() -> tf.Tensor:  # how many of JPEG_SCALES keep `shorter_side`
-        short = tf.cast(tf.reduce_min(tf.image.extract_jpeg_shape(encoded)[:2]), tf.float32)
-        return tf.add_n([tf.cast(short >= scale * tf.cast(shorter_side, tf.float32), tf.int32)
-                         for scale in JPEG_SCALES])
-
-    def at_scale(scale: int):
-        return lambda: tf.ensure_shape(tf.io.decode_jpeg(encoded, channels=3, ratio=scale), [None, None, 3])
-
-    index = tf.cond(tf.io.is_jpeg(encoded), scale_index, lambda: tf.constant(0))
-    return tf.switch_case(index, [lambda: decode_rgb(encoded), *(at_scale(scale) for scale in JPEG_SCALES)])
-
-
 _BOX_FEATURES = {key: _FEATURES[key] for key in (*K.BOX_KEYS, K.CLASS_LABEL, K.HEIGHT, K.WIDTH)}
 
 
@@ -154,26 +122,6 @@ def parse_boxes(serialized: tf.Tensor, encoded: bool = False) -> dict[str, tf.Te
     if encoded:
         out["encoded"] = parsed[K.ENCODED]
     return out
-
-
-def decode_crop(encoded: tf.Tensor, crop_of: Callable[[tf.Tensor], tuple]) -> tuple[tf.Tensor, Any]:
-    """Decode one region of an image: `crop_of(shape)` (the image's (height, width), float32)
-    returns (corner, extent, extra): the region's top-left and size in whole pixels (float32)
-    and anything else it computed. A JPEG decodes only that region (libjpeg's cropped decode:
-    a tile of a large photo costs a fraction of the whole), other formats decode whole and are
-    sliced. Returns the region (uint8 RGB) and `extra`."""
-    def jpeg():
-        corner, extent, extra = crop_of(tf.cast(tf.image.extract_jpeg_shape(encoded)[:2], tf.float32))
-        region = tf.io.decode_and_crop_jpeg(encoded, tf.cast(tf.concat([corner, extent], 0), tf.int32), channels=3)
-        return tf.ensure_shape(region, [None, None, 3]), extra
-
-    def whole():
-        image = decode_rgb(encoded)
-        corner, extent, extra = crop_of(tf.cast(tf.shape(image)[:2], tf.float32))
-        return tf.slice(image, tf.concat([tf.cast(corner, tf.int32), [0]], 0),
-                        tf.concat([tf.cast(extent, tf.int32), [-1]], 0)), extra
-
-    return tf.cond(tf.io.is_jpeg(encoded), jpeg, whole)
 
 
 def to_model_image(image: tf.Tensor, image_size: int) -> tf.Tensor:

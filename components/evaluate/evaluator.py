@@ -24,6 +24,7 @@ from components.detector.artifacts import load_trained
 from components.detector.detect import BatchDetector
 from components.detector.geometry import COCO_MAX_DETECTIONS
 from components.detector.records import eval_examples, read_records, shard_files, to_model_image
+from components.detector.shard_check import naming_bad_records
 from components.detector.tile_choice import Tiling, tiles_per_photo
 from components.detector.tiles import TiledDetector
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
@@ -58,9 +59,16 @@ def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size
                   split: str = "val", tiling: Tiling | None = None) -> tuple[list[ImageTruth], list[ImageDetections]]:
     """Ground truth and detections (normalised yxyx, 1-based labels) for every image of the
     split, whatever its size: the detector always sees full batches (detect.py); with a
-    `tiling`, every whole photo from its tiles at full resolution (tiles.py)."""
-    if tiling is not None:
-        return _predict_tiled(model, data_dir, tiling, batch_size, split)
+    `tiling`, every whole photo from its tiles at full resolution (tiles.py). A record that
+    cannot be read stops it with `UnreadableShards` naming the image and its shard."""
+    with naming_bad_records(data_dir, (split,)):
+        if tiling is not None:
+            return _predict_tiled(model, data_dir, tiling, batch_size, split)
+        return _predict_whole(model, data_dir, image_size, batch_size, split)
+
+
+def _predict_whole(model: keras.Model, data_dir: str, image_size: int, batch_size: int,
+                   split: str) -> tuple[list[ImageTruth], list[ImageDetections]]:
     truths: list[ImageTruth] = []
     detections: list[ImageDetections] = []
     detector = BatchDetector(model, image_size, batch_size)
@@ -113,11 +121,12 @@ def val_images(data_dir: str, split: str = "val") -> tuple[list[bytes], str]:
     """The split's encoded images in the order evaluation reads them, and a fingerprint of
     the split (sha256 over the sorted sha256 of each record: independent of sharding)."""
     images, digests = [], []
-    for serialized in read_records(shard_files(data_dir, split), deterministic=True):
-        raw = serialized.numpy()
-        digests.append(hashlib.sha256(raw).hexdigest())
-        parsed = tf.io.parse_single_example(serialized, {K.ENCODED: tf.io.FixedLenFeature([], tf.string)})
-        images.append(parsed[K.ENCODED].numpy())
+    with naming_bad_records(data_dir, (split,)):
+        for serialized in read_records(shard_files(data_dir, split), deterministic=True):
+            raw = serialized.numpy()
+            digests.append(hashlib.sha256(raw).hexdigest())
+            parsed = tf.io.parse_single_example(serialized, {K.ENCODED: tf.io.FixedLenFeature([], tf.string)})
+            images.append(parsed[K.ENCODED].numpy())
     return images, hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()
 
 

@@ -58,6 +58,41 @@ def dry_run_check(config: TrainConfig, recommendations: dict) -> tuple[CheckResu
                                         f"{result.error}", result.fix), result.to_dict()
 
 
+def shards_check(data_dir: str) -> CheckResult:
+    """The data check: each shard's sha256 against manifest.json (a build's shards), and every
+    record decoded where the build did not (components/detector/shard_check.py)."""
+    from components.detector.records import ShardsChanged
+    from components.detector.shard_check import UnreadableShards, check_shards, decoded_at_build, has_manifest
+
+    built = has_manifest(data_dir)
+    try:
+        check_shards(data_dir, verify_sha256=built)
+    except (UnreadableShards, ShardsChanged) as err:
+        return CheckResult("shards", FAIL, str(err), "copy the shards again from the build, or rebuild them with "
+                                                     "`detpipe data build` (it rejects images TensorFlow cannot decode)")
+    what = ("every shard's sha256 matches manifest.json" if built else "no manifest.json (another converter's shards)")
+    how = ("its build decoded every image with TensorFlow" if decoded_at_build(data_dir)
+           else "every image decoded here with TensorFlow")
+    return CheckResult("shards", PASS, f"{what}; {how}")
+
+
+def probe_with_data(data_dir: str | None, train_options: dict, dry_run: TrainConfig | None = None,
+                    **probe_args) -> ProbeResult:
+    """`run_probe` with the shards checked first (`shards_check`): the expectations fitted to the
+    data (`Expectations.from_train_options(**train_options)`), its read speed and the dry run
+    only on shards that passed; on shards that did not, the machine's checks and the failed one."""
+    shards = shards_check(data_dir) if data_dir else None
+    if shards is not None and shards.status == FAIL:
+        logger.warning("probe: %s; the checks that read the shards are skipped", shards.reason)
+        data_dir, dry_run = None, None
+    expect = Expectations.from_train_options(**train_options, data_dir=data_dir)
+    result = run_probe(data_dir=data_dir, expect=expect, dry_run=dry_run, **probe_args)
+    if shards is None:
+        return result
+    checks = [*result.checks, shards]
+    return replace(result, checks=checks, verdict=verdict(checks))
+
+
 def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir: str = ".",
               expect: Expectations = Expectations(), facts: dict | None = None,
               baseline: dict | None = None, dry_run: TrainConfig | None = None) -> ProbeResult:

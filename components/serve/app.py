@@ -137,7 +137,7 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
                 return await run_in_threadpool(predictor.predict, images, threshold, limit)
             own = predictor.threshold(threshold)
             out, first = await asyncio.wrap_future(state.batcher.submit(images, own))
-        except tf.errors.InvalidArgumentError as err:  # an image Pillow read and TensorFlow's decoder did not
+        except tf.errors.InvalidArgumentError as err:  # an image the checks passed (model_image_bytes) and the model did not
             raise RequestError(400, f"the model cannot decode an image of the request: "
                                     f"{err.message.splitlines()[0][:200]}") from None
         return [predictor.answer(out, first + i, own, limit) for i in range(len(images))]

@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 PREDICTIONS = "predictions"
 REJECTS = "rejects"
+# The rejects rows' reasons: a file that cannot be read, one that is no image (or in a format the
+# model does not take), an image the model cannot take (corrupt, too large, refused by its decoder).
+UNREADABLE, NOT_AN_IMAGE, BAD_IMAGE = "unreadable", "not_an_image", "bad_image"
 SUMMARY_FILE = "summary.json"
 DRAWN_DIR = "drawn"
 SUFFIX = ".jsonl"
@@ -116,13 +119,13 @@ class _ReadAndCheck(beam.DoFn):
             with FileSystems.open(path, compression_type="uncompressed") as handle:
                 data = handle.read()
         except OSError as err:
-            yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": "unreadable",
+            yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": UNREADABLE,
                                                      "message": str(err).splitlines()[0]})
             return
         try:
             yield path, model_image_bytes(data)
         except BadImage as err:
-            reason = "not_an_image" if isinstance(err, NotAnImage) else "bad_image"
+            reason = NOT_AN_IMAGE if isinstance(err, NotAnImage) else BAD_IMAGE
             yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": reason, "message": str(err)})
 
 
@@ -172,9 +175,21 @@ class DetectorHandler(ModelHandler):
         return Predictor.load(self._model_dir)
 
     def run_inference(self, batch: Sequence[tuple[str, bytes]], model, inference_args=None) -> Iterable:
-        predictions = model.predict([data for _, data in batch], self._threshold)
-        return [({"image": path, "model": self._model_dir, "model_version": self._version, **p}, data)
-                for (path, data), p in zip(batch, predictions)]
+        """A prediction line and the image's bytes for each image; for one the model cannot
+        decode (it fails alone: `Predictor.predict_each`), its rejects row and None."""
+        answers = model.predict_each([data for _, data in batch], self._threshold)
+        return [({"image": path, "reason": BAD_IMAGE, "message": str(answer)}, None) if isinstance(answer, Exception)
+                else ({"image": path, "model": self._model_dir, "model_version": self._version, **answer}, data)
+                for (path, data), answer in zip(batch, answers)]
+
+
+def _rejected_by_model(element):
+    """RunInference's outputs: the predictions as they are, a rejects row (no image bytes) tagged."""
+    line, data = element
+    if data is None:
+        yield beam.pvalue.TaggedOutput(REJECTS, line)
+    else:
+        yield element
 
 
 class _Draw(beam.DoFn):
@@ -252,9 +267,11 @@ def _run_job(options: BatchOptions, paths: list[str], out: str, workers: int, cp
     with failing_when_a_worker_dies(), beam.Pipeline(runner=runner, options=pipeline_options) as p:
         checked = (p | "Images" >> beam.Create(paths, reshuffle=True)
                    | "ReadAndCheck" >> beam.ParDo(_ReadAndCheck()).with_outputs(REJECTS, main="ok"))
-        predicted = checked.ok | "Detect" >> RunInference(
+        answered = (checked.ok | "Detect" >> RunInference(
             DetectorHandler(options.model_dir, options.score_threshold, options.model_version,
                             tf_threads_per_worker(options.runner, workers, cpus)))
+                    | "RejectedByModel" >> beam.ParDo(_rejected_by_model).with_outputs(REJECTS, main="ok"))
+        predicted = answered.ok
         if options.draw:
             lines = predicted | "Draw" >> beam.ParDo(_Draw(f"{out}/{DRAWN_DIR}", _num_classes(options.model_dir)))
         else:
@@ -262,7 +279,7 @@ def _run_job(options: BatchOptions, paths: list[str], out: str, workers: int, cp
         (lines | "PredictionJson" >> beam.Map(_json)
          | "WritePredictions" >> beam.io.WriteToText(f"{out}/{PREDICTIONS}", file_name_suffix=SUFFIX,
                                                      shard_name_template=SHARD_TEMPLATE))
-        (checked[REJECTS] | "RejectJson" >> beam.Map(_json)
+        ((checked[REJECTS], answered[REJECTS]) | "AllRejects" >> beam.Flatten() | "RejectJson" >> beam.Map(_json)
          | "WriteRejects" >> beam.io.WriteToText(f"{out}/{REJECTS}", file_name_suffix=SUFFIX,
                                                  shard_name_template=SHARD_TEMPLATE))
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from beam.contract.decoding import decode_problem, op_error_line
 from beam.contract.images import (MODEL_FORMATS, NOT_AN_IMAGE, ImageTooLarge, UnreadableFormat, inspect_image,
                                   model_image, needs_conversion, written_format)
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
@@ -56,6 +57,10 @@ def model_image_bytes(data: bytes, max_pixels: int | None = None) -> bytes:
         raise BadImage(f"the image cannot be decoded (truncated or corrupt: {reason})") from None
     if written_format(fmt) is None:
         raise _refused(fmt)
+    if not needs_conversion(fmt):  # JPEG and PNG: the model decodes these bytes (or, turned, ones made from them)
+        refused = decode_problem(data)  # a damaged file Pillow reads and TensorFlow's decoder does not
+        if refused:
+            raise BadImage(f"the model's decoder refuses the image (corrupt: {refused})")
     if orientation != 1 or needs_conversion(fmt):
         return model_image(data, turn=orientation != 1)
     return data
@@ -116,3 +121,21 @@ class Predictor:
         threshold = self.threshold(score_threshold)
         out = self.detect(images, threshold)
         return [self.answer(out, i, threshold, max_detections) for i in range(len(images))]
+
+    def predict_each(self, images: list[bytes], score_threshold: float | None = None,
+                     max_detections: int | None = None) -> list[dict | BadImage]:
+        """`predict`, but an image the model cannot decode fails alone: when the call fails on
+        one, each image is run by itself (as `serve`'s batcher answers each request alone) and
+        that one's entry is a `BadImage` instead of a prediction dict."""
+        try:
+            return self.predict(images, score_threshold, max_detections)
+        except tf.errors.InvalidArgumentError:
+            if len(images) > 1:
+                logger.warning("a call on %d images failed; running each alone", len(images))
+        answers: list[dict | BadImage] = []
+        for image in images:
+            try:
+                answers += self.predict([image], score_threshold, max_detections)
+            except tf.errors.InvalidArgumentError as err:
+                answers.append(BadImage(f"the model cannot decode the image ({op_error_line(err)})"))
+        return answers

@@ -76,6 +76,9 @@ class TrainConfig:
     # tuning trial's rungs, components/tune). 0: train to the end. Unlike `max_steps` the
     # schedule (warmup, cosine decay) stays that of the whole run.
     stop_after_steps: int = 0
+    # Check every shard's sha256 against manifest.json before the first step (a shard changed at
+    # the same size after the build); the probe step's data check always does.
+    verify_shards: bool = False
     max_nan_recoveries: int = 3
     nan_lr_factor: float = 0.5  # learning-rate scale after each NaN recovery
     probe: ProbeAdvice = field(default_factory=ProbeAdvice)

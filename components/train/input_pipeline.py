@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from beam.contract.decoding import decode_crop
 from components.detector.geometry import FIXED_SIZE
-from components.detector.records import (AUTOTUNE, decode_crop, mean_record_bytes, parse_boxes, parse_example,
+from components.detector.records import (AUTOTUNE, mean_record_bytes, parse_boxes, parse_example,
                                         read_records, shard_files)
 from components.train import augment
 from components.train.config import TrainConfig

@@ -27,6 +27,7 @@ from components.detector.losses import AveragedAdamW, compile_detector, finite_o
 from components.detector.model import build_detector, count_params
 from components.detector.precision import choose_precision, choose_xla
 from components.detector.records import count_records, read_box_sample
+from components.detector.shard_check import check_shards, naming_bad_records
 from components.detector.tile_choice import windows_per_photo
 from components.train.accumulation import use_micro_batches
 from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
@@ -124,8 +125,8 @@ def train_detector(config: TrainConfig) -> TrainResult:
     them and restored afterwards, also after a failure (process_state.py)."""
     started = time.monotonic()
     role, strategy, machine, precision = _where(config)
-    try:
-        with training_state(config.seed, config.deterministic, precision):  # the batch search's trials use it too
+    try:  # a read error of the shards (a damaged record) stops with the record and its shard named
+        with naming_bad_records(config.data_dir), training_state(config.seed, config.deterministic, precision):
             facts, plan = _facts_and_plan(config, machine)
             built = build_run(facts, plan, role, strategy)
             decisions = _decisions(plan, facts.config, built.parts.model, Path(config.output_dir),
@@ -145,7 +146,7 @@ def planned_run(config: TrainConfig) -> tuple[RunFacts, TrainPlan]:
     measured batch, the plan), without building the model or training: the tuner's trials
     train at this batch and input size."""
     _, _, machine, precision = _where(config)
-    with training_state(config.seed, config.deterministic, precision):
+    with naming_bad_records(config.data_dir), training_state(config.seed, config.deterministic, precision):
         return _facts_and_plan(config, machine)
 
 
@@ -169,6 +170,7 @@ def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
     match an anchor), whether training starts from `config.init_from` (then with its shape
     and weights), and on `--batch-size auto` the batch measured on this machine."""
     label_map = read_dataset_label_map(config.data_dir)
+    check_shards(config.data_dir, config.verify_shards)  # a damaged record named now, not hours in
     num_train = count_records(config.data_dir, "train")
     if num_train == 0:
         raise ValueError(f"the train split in {config.data_dir} has no records")
