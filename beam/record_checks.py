@@ -63,8 +63,8 @@ def check_record(
         return _reject(record, MISSING_IMAGE, f"image file {record.filename!r} not found{tried}")
     if not image_bytes:
         return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} is an empty file (0 bytes)")
-    try:
-        fmt, width, height, mode, orientation = inspect_image(image_bytes)
+    try:  # the header: the pixels are decoded below, by the decoder that will read them
+        fmt, width, height, mode, orientation = inspect_image(image_bytes, decode=False)
     except ImageTooLarge as err:
         return _reject(record, IMAGE_TOO_LARGE, f"image {record.filename!r}: {err}")
     except UnreadableFormat as err:
@@ -76,14 +76,11 @@ def check_record(
         return _unsupported(record, fmt)
     if width * height > options.max_pixels:
         return _reject(record, IMAGE_TOO_LARGE, f"image is {width}x{height}, over the limit of {options.max_pixels} pixels")
-    if not needs_conversion(fmt):  # JPEG and PNG: the bytes the readers decode (or, turned upright, made from them)
-        refused = tensorflow_decode_problem(image_bytes)
-        if refused:
-            return _reject(record, TENSORFLOW_CANNOT_DECODE,
-                           f"image {record.filename!r}: TensorFlow's decoder refuses it ({refused}), though Pillow "
-                           "reads it; training would stop on it")
     annotated = (record.width, record.height) if record.width is not None and record.height is not None else None
     applied = apply_orientation(orientation, (width, height), annotated, options.exif)
+    problem = pixels_problem(record, image_bytes, fmt, rewritten=applied or needs_conversion(fmt))
+    if problem is not None:
+        return problem
     displayed = displayed_size(width, height, orientation)
     frame = displayed if applied else (width, height)
     if annotated is not None and annotated != frame:
@@ -132,6 +129,31 @@ def check_record(
         source_ref=record.source_ref, notes=notes, exif_orientation=orientation, orientation_applied=applied,
         dropped_boxes=tuple(dropped), converted_from=fmt if converted else "",
     )
+
+
+def pixels_problem(record: SourceRecord, image_bytes: bytes, fmt: str, rewritten: bool) -> Reject | None:
+    """Decode the image's pixels with what will read them, once each: TensorFlow's decoders
+    for a JPEG or PNG (the bytes the trainer, the evaluator and the exported model decode, as
+    they are or, turned upright, made from them) and Pillow where the data step rewrites the
+    image (turned upright, or converted to PNG: `images.model_image`). What TensorFlow refuses
+    is `unreadable_image` when Pillow cannot decode it either (truncated, corrupt), else
+    `tensorflow_cannot_decode` (a damaged JPEG Pillow fills in and TensorFlow does not)."""
+    def pillow_problem() -> str | None:
+        try:
+            inspect_image(image_bytes)
+        except ValueError as err:
+            return str(err)
+        return None
+
+    refused = None if needs_conversion(fmt) else tensorflow_decode_problem(image_bytes)
+    unreadable = pillow_problem() if refused or rewritten else None
+    if unreadable:
+        return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} cannot be decoded: {unreadable}")
+    if refused:
+        return _reject(record, TENSORFLOW_CANNOT_DECODE,
+                       f"image {record.filename!r}: TensorFlow's decoder refuses it ({refused}), though Pillow "
+                       "reads it; training would stop on it")
+    return None
 
 
 def tensorflow_decode_problem(image_bytes: bytes) -> str | None:

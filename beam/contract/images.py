@@ -104,11 +104,12 @@ class UnreadableFormat(ValueError):
     """An image in a format Pillow cannot open (HEIF); the message is the format's name."""
 
 
-def inspect_image(data: bytes, max_pixels: int | None = None) -> tuple[str, int, int, str, int]:
+def inspect_image(data: bytes, max_pixels: int | None = None, decode: bool = True) -> tuple[str, int, int, str, int]:
     """(PIL format, stored width, stored height, mode, EXIF orientation) after decoding the
     whole image, a JPEG at 1/8 scale: libjpeg's DCT-domain scaling still entropy-decodes
     every coefficient (so a truncated or corrupt stream fails as in a full decode) but
-    skips most of the inverse DCT and colour conversion, which nothing here needs.
+    skips most of the inverse DCT and colour conversion, which nothing here needs. With
+    `decode` False, from the header alone (the caller decodes the pixels some other way).
 
     Raises `ValueError` for data Pillow cannot decode (corrupt or truncated), `ImageTooLarge`
     for an image too large to decode at all or, given `max_pixels`, over it (said from the
@@ -121,9 +122,10 @@ def inspect_image(data: bytes, max_pixels: int | None = None) -> tuple[str, int,
             orientation = orientation_of(image)
             if max_pixels is not None and width * height > max_pixels:
                 raise ImageTooLarge(f"it is {width:,} x {height:,} pixels, over the limit of {max_pixels:,}")
-            if fmt in ("JPEG", "MPO"):  # MPO: a JPEG with more pictures after it (above)
-                image.draft(mode, (max(1, width // 8), max(1, height // 8)))
-            image.load()  # decodes the whole stream: catches truncated files
+            if decode:
+                if fmt in ("JPEG", "MPO"):  # MPO: a JPEG with more pictures after it (above)
+                    image.draft(mode, (max(1, width // 8), max(1, height // 8)))
+                image.load()  # decodes the whole stream: catches truncated files
     except UnidentifiedImageError:  # Pillow's message names the BytesIO object and its address
         known = unreadable_format(data)
         raise (UnreadableFormat(known) if known else ValueError(NOT_AN_IMAGE)) from None
