@@ -66,7 +66,9 @@ def _class_histogram(features) -> str | None:
     if feature is None or not feature.string_stats.top_values:
         return None
     pairs = sorted(((v.value, v.frequency) for v in feature.string_stats.top_values), key=lambda p: -p[1])
-    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.35 * len(pairs)))
+    # At least room for the title, the axis and one bar: with one class (raccoon) a height from
+    # the bar count alone left the bar no pixels.
+    fig, ax = plt.subplots(figsize=(6, max(1.8, 0.8 + 0.35 * len(pairs))))
     ax.barh([p[0] for p in pairs][::-1], [p[1] for p in pairs][::-1], color="#1f77b4")
     ax.set(xlabel="boxes in the train split", title="Boxes per class (train)")
     return _figure_uri(fig)
