@@ -30,7 +30,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # tune_parallel_trials, tune_backend, the trials' machine, the region and the epochs (components/tune),
 # returns a summary line, keeps its study under the pipeline root (tune-work) and retries as train
 # does; the report step reads the tune step's folder.
-GOLDEN_SHA256 = "18b87f129bcdb9b5eb1425591f60ec1ae501f34063f23b64a9f27aa0ad92f3a9"
+GOLDEN_SHA256 = "026c0cc28d9193808c6e0078d435339c11eab7e20261109a39ed32a6c0909b31"
 
 
 def test_golden_compile(tmp_path):

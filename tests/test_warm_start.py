@@ -129,6 +129,21 @@ def test_fine_tuning_plan_has_its_reasons():
     assert pinned.total_steps == 20 and "--fine-tune-epochs" in pinned.decisions["epochs"]
 
 
+def test_the_fine_tune_epochs_help_says_what_the_plan_does():
+    """`--fine-tune-epochs`' help (train --help, run --help, the Vertex console) states the share
+    of --epochs a warm start trains; the plan is what decides it: the two must agree."""
+    import re
+
+    from components.train.plan import fine_tune_epochs
+    from pipeline.params import BY_NAME
+
+    help_text = BY_NAME["fine_tune_epochs"].help
+    share = int(re.search(r"0: (\d+)% of epochs, rounded, at least 1", help_text).group(1)) / 100
+    for epochs in (1, 2, 5, 8, 10, 13, 30, 100):
+        planned, _ = fine_tune_epochs(TrainConfig("data", "out", epochs=epochs))
+        assert planned == max(1, int(epochs * share + 0.5)), (epochs, help_text)
+
+
 def test_known_classes_keep_their_head_rows_by_name_and_a_new_class_starts_fresh():
     source_config = ModelConfig(num_classes=3, image_size=64, backbone_filters=(64, 16, 16, 16), fpn_filters=16,
                                 head_conv_layers=0)

@@ -210,9 +210,17 @@ def check_shards(data_dir: str, verify_sha256: bool) -> None:
             raise UnreadableShards(problems[0] + (f" ({len(problems) - 1} more shard(s) changed)"
                                                   if len(problems) > 1 else ""))
     if not decoded_at_build(data_dir):
+        files = split_files(data_dir)
+        key = tuple((path, tf.io.gfile.stat(path).length, tf.io.gfile.stat(path).mtime_nsec) for path in files)
+        if key in _READABLE:  # this process checked these very files (a search's trials train on one folder)
+            return
         logger.info("%s: its manifest does not say the build decoded every image with TensorFlow (an earlier "
-                    "build, or another converter's shards): checking each record decodes before reading", data_dir)
-        check_readable(split_files(data_dir))
+                    "build, another converter's shards, a tuning split): checking each record decodes", data_dir)
+        check_readable(files)
+        _READABLE.add(key)
+
+
+_READABLE: set[tuple] = set()  # the shard files (path, size, mtime) check_shards found readable in this process
 
 
 @contextmanager
