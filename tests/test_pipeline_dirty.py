@@ -1,0 +1,117 @@
+"""The real DAG on dirty real photos (raccoon with a record of every fault), with the KFP local
+runner. A file of its own, apart from the demo's end-to-end run in test_pipeline_local.py: the
+suite runs a file's tests on one worker (`--dist loadfile`), and these are the two longest."""
+
+import json
+import math
+import re
+
+import pytest
+import tensorflow as tf
+from dirty_data import make_dirty_copy, split_of
+
+from beam.contract import feature_keys as K
+from beam.contract.codec import decode_example
+from beam.contract.files import read_manifest, read_rejects
+from pipeline.cli import main
+
+
+@pytest.fixture(scope="module")
+def dirty_raccoon(raccoon, tmp_path_factory):
+    """Raccoon plus a record of every fault the DAG's data step can meet (truncated JPEG,
+    missing image, unparseable XML, bad boxes beside good ones, a duplicate id, a size
+    mismatch, an icon file, no class name, an image the split file leaves out) and awkward
+    images it must accept (alpha PNG, greyscale PNG, a GIF, an EXIF-rotated photo)."""
+    return make_dirty_copy(raccoon / "images", raccoon / "annotations", tmp_path_factory.mktemp("dirty_raccoon"),
+                           split_file=True)
+
+
+@pytest.mark.slow
+def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_raccoon, tmp_path, capsys):
+    """The real-data path: 200 raccoon photos (non-square, 178-2000 px, 3 greyscale, one
+    class) made dirty, the user's own split (val not a multiple of any batch), a short
+    schedule and a 2-trial search, through the real DAG with the KFP local runner: the run
+    is green, the report shows every reject, and counts reconcile."""
+    dirty = dirty_raccoon
+    summary_file = tmp_path / "summary.json"
+    code = main(["run", "--local", "--images", str(dirty.images), "--annotations", str(dirty.annotations),
+                 "--split-file", str(dirty.split_file), "--epochs", "2", "--batch-size", "8", "--tune-trials", "2",
+                 "--tune-trial-epochs", "1", "--pipeline-root", str(tmp_path / "root"),
+                 "--summary-json", str(summary_file)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"✓ tune-hyperparameters .* 2 trials \(\d+\.\dx\): [+-]\d\.\d{3} vs defaults", out), out
+    summary = json.loads(summary_file.read_text())
+    run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
+
+    dataset = run_dir / "validate-and-convert" / "dataset"
+    manifest = read_manifest(str(dataset))
+    sources = len(list(dirty.annotations.glob("*.xml")))
+    assert manifest.records_in == sources == manifest.written_total + manifest.rejected
+    assert manifest.reconcile_problems() == []
+    # Raccoon's 3 greyscale photos and the dirty set's grey and alpha PNGs; every written image is counted.
+    assert manifest.color_modes["L"] == 4 and manifest.color_modes["RGBA"] == 1
+    assert sum(manifest.color_modes.values()) == manifest.written_total and manifest.exif_orientation["applied"] == 1
+    assert manifest.converted_formats == {"GIF": 1}
+    rejects = read_rejects(str(dataset))
+    assert {r.reason for r in rejects if not r.is_box} == set(dirty.image_rejects.values())
+    assert {(r.image_id, r.box_index): r.reason for r in rejects if r.is_box} == dirty.box_rejects
+    assert summary["rejected"] == manifest.rejected and summary["boxes_dropped"] == len(dirty.box_rejects)
+    assert f"{len(dirty.box_rejects)} bad box(es) dropped" in out
+    written = manifest.written
+    assert written["val"] % 8 != 0
+    listed, boxes_of = split_of(dirty), {}
+    for split in ("train", "val"):
+        files = sorted(str(p) for p in dataset.glob(f"{split}-*.tfrecord"))
+        examples = [decode_example(r.numpy()) for r in tf.data.TFRecordDataset(files)]
+        ids = [ex[K.SOURCE_ID][0].decode() for ex in examples]
+        assert len(ids) == written[split] and all(listed[i] == split for i in ids)  # the user's split
+        boxes_of.update({i: len(ex[K.XMIN]) for i, ex in zip(ids, examples)})
+        assert sum(len(ex[K.XMIN]) for ex in examples) == manifest.boxes[split].written
+    # Images with dropped boxes are written with the others (none left: a negative).
+    assert {i: boxes_of[i] for i in dirty.kept_boxes} == dirty.kept_boxes
+    assert json.loads((dataset / "label_map.json").read_text()) == {"raccoon": 1}
+
+    # The page a user opens lists every reason with its examples, and how the split file matched.
+    report = (run_dir / "run_report.html").read_text()
+    assert manifest.split_file["unknown"] == 0 and (
+        f"Split file: {manifest.split_file['matched']} of its {manifest.split_file['listed']} ids") in report
+    for reason in dirty.reasons:
+        assert f"<td>{reason}</td>" in report, reason
+    for image_id in {r.image_id for r in rejects}:
+        assert f"<code>{image_id}</code>" in report
+
+    trials = [json.loads(line) for line in
+              (run_dir / "tune-hyperparameters" / "hparams" / "trials.jsonl").read_text().splitlines()]
+    assert len(trials) == 2 and all(t["error"] is None and math.isfinite(t["score"]) for t in trials)
+    assert {t["state"] for t in trials} <= {"COMPLETE", "PRUNED"} and trials[0]["state"] == "COMPLETE"
+    chosen = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
+    held = chosen["search"]["tuning_split"]  # scored on train images held out, never on val
+    assert held["fit"] + held["held_out"] == written["train"] and held["held_out"] > 0
+
+    model = run_dir / "train" / "model"
+    train_config = json.loads((model / "train_config.json").read_text())
+    assert train_config["result"]["num_train"] == written["train"]
+    assert train_config["result"]["steps"] == 2 * (written["train"] // 8)
+    losses = json.loads((model / "history.json").read_text())["loss"]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
+
+    metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
+    assert metrics["num_images"] == written["val"]
+    assert set(k for k in metrics["metrics"] if k.startswith("AP/")) == {"AP/raccoon"}
+    assert all(math.isfinite(v) for v in metrics["metrics"].values())
+    assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]
+
+    # The label review of the val split, from evaluation's detections (no second prediction pass):
+    # the list for a labelling tool, the page beside the run report, the line in the summary.
+    from components.evaluate.label_review import read_review, summary_line, summary_sentence
+
+    issues = read_review(run_dir / "review" / "label_review" / "label_review.jsonl")
+    assert all(i.flagged for i in issues) and summary["review"] == summary_line(issues)
+    assert f"label review: {summary_line(issues)}, see {run_dir / 'label_review.html'}" in out
+    page = (run_dir / "label_review.html").read_text()
+    assert page == (run_dir / "review" / "review_page").read_text()
+    assert page.count("<figure>") == min(len(issues), 200) and f"{written['val']} val images reviewed" in page
+    val_ids = {i for i, split in listed.items() if split == "val"}
+    assert all(i.image in val_ids and 0 <= i.box[0] <= i.box[2] <= i.width for i in issues)
+    assert 'id="review"' in report and summary_sentence(issues) in report
