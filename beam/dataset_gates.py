@@ -13,7 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam.contract import feature_keys as K
 from beam.contract.files import write_text
-from beam.contract.manifest import stats_file_name
+from beam.contract.manifest import ANOMALIES_FILE, SCHEMA_FILE, STATS_HTML_FILE, stats_file_name
 from beam.options import GateOptions
 from beam.split import TRAIN, VAL
 from beam.tfdv_checks import add_drift_checks, anomaly_lines, class_domain, find_anomalies, statistics_html, task_schema
@@ -99,7 +99,7 @@ def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int
         new = _new_classes(pinned, label_map) if pinned is not None else []
         problems += _new_class_problems(new, options)
         schema = task_schema(stats[TRAIN], num_labels=max(label_map.values()), pinned=pinned)
-        tfdv.write_schema_text(schema, FileSystems.join(out, "schema.pbtxt"))
+        tfdv.write_schema_text(schema, FileSystems.join(out, SCHEMA_FILE))
         for split, split_stats in stats.items():
             problems += [f"[{split}] {line}" for line in anomaly_lines(find_anomalies(split_stats, schema))]
         if options.previous_stats:
@@ -108,7 +108,7 @@ def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int
             drift = find_anomalies(stats[TRAIN], schema, previous=previous)
             problems += [f"[drift vs {options.pinned_by or options.previous_stats}] {line}" for line in anomaly_lines(drift)]
         if VAL in stats:
-            write_text(FileSystems.join(out, "stats.html"), statistics_html(stats[TRAIN], stats[VAL]))
-    write_text(FileSystems.join(out, "anomalies.txt"),
+            write_text(FileSystems.join(out, STATS_HTML_FILE), statistics_html(stats[TRAIN], stats[VAL]))
+    write_text(FileSystems.join(out, ANOMALIES_FILE),
                "feature | problem | detail\n" + "".join(p + "\n" for p in problems) if problems else "no anomalies\n")
     return problems

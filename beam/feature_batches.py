@@ -12,17 +12,13 @@ from apache_beam.io.filesystems import FileSystems
 from beam.contract import feature_keys as K
 from beam.contract.codec import BYTES, FEATURE_KINDS, FLOATS, INTS
 
-# Derived for statistics only (not written to the shards): box sizes, so that TFDV can
-# show their distribution and catch their drift between dataset versions.
-BOX_WIDTH = "detpipe/box_width"
-BOX_HEIGHT = "detpipe/box_height"
-
-
 def with_box_sizes(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Add box width and height (normalised) list columns computed from the corners."""
+    """Add box width and height (normalised) list columns computed from the corners: for the
+    statistics only (not written to the shards), so that TFDV shows their distribution and
+    catches their drift between dataset versions."""
     names = batch.schema.names
     columns, fields = list(batch.columns), list(batch.schema)
-    for name, lo, hi in ((BOX_WIDTH, K.XMIN, K.XMAX), (BOX_HEIGHT, K.YMIN, K.YMAX)):
+    for name, lo, hi in ((K.BOX_WIDTH, K.XMIN, K.XMAX), (K.BOX_HEIGHT, K.YMIN, K.YMAX)):
         if lo not in names or hi not in names:
             continue
         lo_arr, hi_arr = batch.column(names.index(lo)), batch.column(names.index(hi))

@@ -23,7 +23,8 @@ from beam.contract.rejects import Reject
 from beam.file_bytes import FileSystemOf, read_bytes
 from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_COUNTS_OUTPUT, SHARD_LIST_OUTPUT, SUMMARY_OUTPUT,
                               CombineSummaries, JobSummary, features_file_name, job_path, write_parts)
-from beam.contract.shards import ShardWriter, shard_count, shard_index, shard_name
+from beam.contract.shard_names import shard_name
+from beam.contract.shards import ShardWriter, shard_count, shard_index
 from beam.source_records import (AnnotationError, CheckedRecord, Records, SourceRecord, base_name, has_image_suffix,
                                  image_id_from_filename)
 from beam.contract.stable_hash import stable_fraction

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from beam.contract.manifest import SCHEMA_FILE, stats_file_name
 from beam.record_checks import CheckOptions
 from beam.split import GivenSplit
 
@@ -36,8 +37,8 @@ class GateOptions:
 def with_champion(options: GateOptions, files: dict[str, str], version: str) -> GateOptions:
     """Validate against a champion's files (`schema.pbtxt`, `stats-train.pb`, as the
     registry keeps them) instead of inferring from this data alone."""
-    return replace(options, schema_file=files.get("schema.pbtxt") or options.schema_file,
-                   previous_stats=files.get("stats-train.pb") or options.previous_stats,
+    return replace(options, schema_file=files.get(SCHEMA_FILE) or options.schema_file,
+                   previous_stats=files.get(stats_file_name("train")) or options.previous_stats,
                    pinned_by=f"champion {version}")
 
 

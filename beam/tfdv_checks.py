@@ -16,11 +16,10 @@ from tensorflow_data_validation.statistics import stats_impl
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
 from beam.contract import feature_keys as K
-from beam.feature_batches import BOX_HEIGHT, BOX_WIDTH
 
 logger = logging.getLogger(__name__)
 
-_OBJECT_KEYS = (*K.BOX_KEYS, K.CLASS_TEXT, K.CLASS_LABEL, K.DIFFICULT, BOX_WIDTH, BOX_HEIGHT)
+_OBJECT_KEYS = (*K.BOX_KEYS, K.CLASS_TEXT, K.CLASS_LABEL, K.DIFFICULT, K.BOX_WIDTH, K.BOX_HEIGHT)
 
 
 # Features unique to each image. As plain strings TFDV's default exact top-k combiner
@@ -101,7 +100,7 @@ def add_drift_checks(schema: schema_pb2.Schema, threshold: float, classes: bool 
     `threshold`."""
     if classes:
         tfdv.get_feature(schema, K.CLASS_TEXT).drift_comparator.infinity_norm.threshold = threshold
-    for key in (BOX_WIDTH, BOX_HEIGHT):
+    for key in (K.BOX_WIDTH, K.BOX_HEIGHT):
         if any(f.name == key for f in schema.feature):
             tfdv.get_feature(schema, key).drift_comparator.jensen_shannon_divergence.threshold = threshold
 

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from components.export.export_files import LABEL_MAP_FILE
 from pipeline.cli_types import UsageError, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, trained_model_dir
@@ -76,8 +77,8 @@ def cmd_predict(args, beam_args: list[str]) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
         num_classes = max([0] + [c for r, _ in results for c in r["detection_classes"]])
-        if os.path.isfile(os.path.join(args.model, "label_map.json")):  # export writes it beside the SavedModel
-            num_classes = len(json.loads(Path(args.model, "label_map.json").read_text()))
+        if os.path.isfile(os.path.join(args.model, LABEL_MAP_FILE)):  # export writes it beside the SavedModel
+            num_classes = len(json.loads(Path(args.model, LABEL_MAP_FILE).read_text()))
     for result, data in results:
         print(json.dumps(result))
         if out:

@@ -15,11 +15,12 @@ import os
 from collections import Counter
 
 from beam.contract.images import IMAGE_SUFFIXES
+from beam.contract.manifest import LABEL_MAP_FILE
+from beam.contract.shard_names import SHARD_SUFFIX, SHARD_SUFFIXES
 from beam.split import given_split_conflict
 from components.detector.artifacts import CONFIG_FILE, MODEL_FILE
 from components.export.export_files import SAVED_MODEL_FILE
 
-SHARD_SUFFIXES = (".tfrecord", ".tfrecord.gz")
 # Names looked at in a folder before deciding what it holds: enough to tell, fast on huge folders.
 _LOOK_AT = 2000
 
@@ -40,7 +41,7 @@ def _names(folder: str) -> list[str]:
 
 def _suffix(name: str) -> str:
     lower = name.lower()
-    return ".tfrecord.gz" if lower.endswith(".tfrecord.gz") else os.path.splitext(lower)[1]
+    return SHARD_SUFFIXES[1] if lower.endswith(SHARD_SUFFIXES[1]) else os.path.splitext(lower)[1]
 
 
 def describe(folder: str) -> str:
@@ -113,9 +114,9 @@ def shards_problem(data: str) -> str | None:
         return None
     names = _names(data)
     shards = [n for n in names if _suffix(n) in SHARD_SUFFIXES and n.startswith(("train-", "val-"))]
-    if "label_map.json" in names and shards:
+    if LABEL_MAP_FILE in names and shards:
         return None
-    what = "no label_map.json" if shards else "no train-*.tfrecord shards"
+    what = f"no {LABEL_MAP_FILE}" if shards else f"no train-*{SHARD_SUFFIX} shards"
     hint = ""
     if MODEL_FILE in names or SAVED_MODEL_FILE in names:
         hint = " (it looks like a trained model)"

@@ -20,3 +20,8 @@ CLASS_LABEL = "image/object/class/label"
 DIFFICULT = "image/object/difficult"
 
 BOX_KEYS = (XMIN, YMIN, XMAX, YMAX)
+
+# Not in the shards: the features files the data job computes its statistics on (beam/feature_batches.py)
+# add each box's width and height as shares of the image, which TFDV's statistics and the run report read.
+BOX_WIDTH = "detpipe/box_width"
+BOX_HEIGHT = "detpipe/box_height"

@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from beam.contract.manifest import LABEL_MAP_FILES
+
 
 def derive_label_map(class_names: Iterable[str]) -> dict[str, int]:
     """A stable label map: names sorted, ids from 1.
@@ -70,13 +72,13 @@ def read_dataset_label_map(data_dir: str) -> dict[str, int]:
     import tensorflow as tf  # here: the job's workers import this module and do without TensorFlow
 
     root = data_dir.rstrip("/")
-    for name in ("label_map.json", "label_map.pbtxt"):
+    for name in LABEL_MAP_FILES:
         path = f"{root}/{name}"
         if tf.io.gfile.exists(path):
             with tf.io.gfile.GFile(path) as handle:
                 text = handle.read()
             return json.loads(text) if name.endswith(".json") else parse_pbtxt_label_map(text, path)
-    raise FileNotFoundError(f"no label_map.json or label_map.pbtxt in {data_dir}: "
+    raise FileNotFoundError(f"no {' or '.join(LABEL_MAP_FILES)} in {data_dir}: "
                             "is it the output of `detpipe data build`?")
 
 

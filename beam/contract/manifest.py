@@ -16,10 +16,18 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 
+from beam.contract.shard_names import GZIP_SUFFIX, SHARD_SUFFIX
 from beam.contract.train_keys import TRAIN_KEYS_FILE
 
 MANIFEST_FILE = "manifest.json"
 LABEL_MAP_FILE = "label_map.json"
+# The TF OD API's label map, which readers also take (beam/contract/label_map.py).
+OD_API_LABEL_MAP_FILE = "label_map.pbtxt"
+LABEL_MAP_FILES = (LABEL_MAP_FILE, OD_API_LABEL_MAP_FILE)
+SCHEMA_FILE = "schema.pbtxt"  # TFDV's schema of the train split (inferred, or the one given)
+ANOMALIES_FILE = "anomalies.txt"
+STATS_HTML_FILE = "stats.html"  # TFDV's statistics of both splits, as a page
+_STATS_FILE = "stats-{split}.pb"  # TFDV's statistics of one split (binary proto): stats_file_name
 # Rejects: `rejects-00000-of-00001.jsonl`, one file per REJECTS_PER_FILE input records (most
 # datasets: one file), one row per rejected image or dropped box, sorted by source inside
 # each; `beam/contract/files.py::read_rejects` reads them all.
@@ -36,9 +44,9 @@ MANIFEST_VERSION = 2
 JOB_DIR = "_job"
 # Every name a build writes at the top of its output folder besides the shards (the job's
 # scratch folder included); `--overwrite` removes these and the shards, nothing else.
-BUILD_FILES = (MANIFEST_FILE, OLD_REJECTS_FILE, LABEL_MAP_FILE, "schema.pbtxt", "anomalies.txt", "stats.html",
-               "stats-train.pb", "stats-val.pb", TRAIN_KEYS_FILE, JOB_DIR)
-_SHARD = re.compile(r"^(train|val)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+BUILD_FILES = (MANIFEST_FILE, OLD_REJECTS_FILE, LABEL_MAP_FILE, SCHEMA_FILE, ANOMALIES_FILE, STATS_HTML_FILE,
+               _STATS_FILE.format(split="train"), _STATS_FILE.format(split="val"), TRAIN_KEYS_FILE, JOB_DIR)
+_SHARD = re.compile(rf"^(train|val)-\d{{5}}-of-\d{{5}}{re.escape(SHARD_SUFFIX)}({re.escape(GZIP_SUFFIX)})?$")
 
 
 def written_by_build(name: str) -> bool:
@@ -57,7 +65,7 @@ def stats_file_name(split: str) -> str:
     >>> stats_file_name("train") in BUILD_FILES
     True
     """
-    return f"stats-{split}.pb"
+    return _STATS_FILE.format(split=split)
 
 
 def rejects_file_count(records_in: int) -> int:

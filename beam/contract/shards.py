@@ -18,6 +18,7 @@ import google_crc32c
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam.contract.shard_names import GZIP_SUFFIX
 from beam.contract.stable_hash import stable_fraction
 
 
@@ -31,18 +32,6 @@ class ShardInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-GZIP_SUFFIX = ".gz"
-
-
-def shard_name(split: str, index: int, count: int, gzip: bool = False) -> str:
-    """The file name of shard `index` of `count` of a split.
-
-    >>> shard_name("train", 0, 8), shard_name("val", 1, 2, gzip=True)
-    ('train-00000-of-00008.tfrecord', 'val-00001-of-00002.tfrecord.gz')
-    """
-    return f"{split}-{index:05d}-of-{count:05d}.tfrecord" + (GZIP_SUFFIX if gzip else "")
 
 
 def shard_count(num_records: int, total_bytes: int, target_bytes: int, min_shards: int) -> int:

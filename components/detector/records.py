@@ -13,6 +13,7 @@ import tensorflow as tf
 from beam.contract import feature_keys as K
 from beam.contract.decoding import decode_at_least, decode_rgb
 from beam.contract.manifest import MANIFEST_FILE, Manifest
+from beam.contract.shard_names import split_patterns
 from components.detector.geometry import BoxSample
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -30,10 +31,6 @@ _FEATURES = {
     K.DIFFICULT: tf.io.VarLenFeature(tf.int64),
 }
 
-
-# Shard names: detpipe's `train-00000-of-00004.tfrecord[.gz]`, and the TF OD API's
-# `train.record`, `train.record-00000-of-00010` and `train.tfrecord`.
-SHARD_PATTERNS = ("{split}-*.tfrecord*", "{split}.tfrecord*", "{split}.record*")
 
 
 class ShardsChanged(FileNotFoundError):
@@ -80,9 +77,9 @@ def shard_files(data_dir: str, split: str) -> list[str]:
         if files:
             return files
         raise FileNotFoundError(f"{root}/manifest.json lists no {split} shards")
-    files = sorted({f for pattern in SHARD_PATTERNS for f in tf.io.gfile.glob(f"{root}/{pattern.format(split=split)}")})
+    files = sorted({f for pattern in split_patterns(split) for f in tf.io.gfile.glob(f"{root}/{pattern}")})
     if not files:
-        names = ", ".join(p.format(split=split) for p in SHARD_PATTERNS)
+        names = ", ".join(split_patterns(split))
         raise FileNotFoundError(f"no {split} shards in {data_dir} (looked for {names})")
     return files
 

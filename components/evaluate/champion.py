@@ -22,6 +22,7 @@ from components.evaluate.baseline import Baseline, box_prior_baseline
 from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
+from components.export.export_files import LABEL_MAP_FILE
 from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict, comparison_line,
                                           decide, readable)
 from components.registry.registry import DEFAULT_MODEL_NAME, SAVED_MODEL_DIR, Registry
@@ -103,7 +104,7 @@ def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, ru
     if champion:
         with tempfile.TemporaryDirectory() as tmp:
             Registry.open(registry, model_name).fetch(champion, SAVED_MODEL_DIR, tmp)
-            with open(os.path.join(tmp, "label_map.json")) as handle:
+            with open(os.path.join(tmp, LABEL_MAP_FILE)) as handle:
                 champion_labels = json.load(handle)
             logger.info("re-scoring champion %s on %d val images", champion, len(images))
             scored = {"version": champion, "label_map": champion_labels,

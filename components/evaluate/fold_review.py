@@ -20,6 +20,8 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from beam.contract.manifest import LABEL_MAP_FILES
+from beam.contract.shard_names import shard_name
 from components.evaluate.coco_metrics import ImageDetections, ImageTruth
 
 logger = logging.getLogger(__name__)
@@ -50,13 +52,12 @@ def write_fold(data_dir: str, folds: int, k: int, folder: str | Path) -> int:
     compression = compression_type(files)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("label_map.json", "label_map.pbtxt"):
+    for name in LABEL_MAP_FILES:
         if (Path(data_dir) / name).is_file():
             shutil.copyfile(Path(data_dir) / name, folder / name)
     options = tf.io.TFRecordOptions(compression_type=compression)
-    suffix = ".gz" if compression else ""
     counts = {"train": 0, "val": 0}
-    writers = {split: tf.io.TFRecordWriter(str(folder / f"{split}-00000-of-00001.tfrecord{suffix}"), options)
+    writers = {split: tf.io.TFRecordWriter(str(folder / shard_name(split, 0, 1, gzip=bool(compression))), options)
                for split in counts}
     for record in read_records(files, deterministic=True):
         raw = record.numpy()

@@ -33,14 +33,13 @@ from components.detector.records import decode_at_least, decode_rgb, to_model_im
 from components.detector.tile_choice import Tiling
 from components.detector.tiles import detect_tiled
 from components.evaluate.threshold import FALLBACK_THRESHOLD
-from components.export.export_files import SERVING_CONFIG_FILE
+from components.export.export_files import LABEL_MAP_FILE, SERVING_CONFIG_FILE
 
 logger = logging.getLogger(__name__)
 
 EXPORT_DIR = "saved_model"  # where `detpipe train` exports, inside its output folder
 INPUT_NAME = "image_bytes"  # ends in _bytes: Vertex AI decodes {"b64": ...} for it
 DETECT_SIGNATURE = "detect"
-LABEL_MAP_FILE = "label_map.json"
 DEFAULT_SCORE_THRESHOLD = FALLBACK_THRESHOLD  # when no evaluation chose one
 EXPORT_BATCH = 8  # images per detector call inside the SavedModel
 

@@ -10,12 +10,14 @@ import time
 
 import tensorflow as tf
 
+from beam.contract.shard_names import ANY_SHARD
+
 
 def measure_read_speed(data_dir: str, seconds: float = 3.0) -> dict:
     """MB/s and records/s reading the shards of `data_dir` for about `seconds`."""
-    files = sorted(tf.io.gfile.glob(f"{data_dir.rstrip('/')}/*.tfrecord*"))
+    files = sorted(tf.io.gfile.glob(f"{data_dir.rstrip('/')}/{ANY_SHARD}"))
     if not files:
-        return {"measured": False, "reason": f"no *.tfrecord shards in {data_dir}"}
+        return {"measured": False, "reason": f"no {ANY_SHARD} shards in {data_dir}"}
     records = size = 0
     started = time.perf_counter()
     for path in files:

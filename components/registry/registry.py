@@ -21,6 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from beam.contract.manifest import LABEL_MAP_FILE, SCHEMA_FILE, stats_file_name
 from components.registry.store import Conflict, Store, open_store
 
 CHAMPION_FILE = "champion.json"
@@ -28,7 +29,7 @@ VERSION_FILE = "version.json"
 CLAIM_FILE = "claim.json"
 SAVED_MODEL_DIR = "saved_model"
 # Files a version holds besides the SavedModel: name in the version → where it comes from.
-DATA_FILES = ("label_map.json", "schema.pbtxt", "stats-train.pb")
+DATA_FILES = (LABEL_MAP_FILE, SCHEMA_FILE, stats_file_name("train"))
 _VERSION = re.compile(r"^v(\d+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -146,8 +147,8 @@ class Registry:
         version = self.champion_version()
         files = self.fetch_data_files(version, local_dir) if version else {}
         label_map = None
-        if "label_map.json" in files:
-            with open(files["label_map.json"]) as handle:
+        if LABEL_MAP_FILE in files:
+            with open(files[LABEL_MAP_FILE]) as handle:
                 label_map = json.load(handle)
         return version, files, label_map
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import matplotlib
 
 from beam.contract.files import read_manifest, read_rejects
-from beam.contract.manifest import MANIFEST_FILE, near_duplicate_line
+from beam.contract import feature_keys as K
+from beam.contract.manifest import MANIFEST_FILE, near_duplicate_line, stats_file_name
 from beam.contract.rejects import Reject
 from components.detector.artifacts import CONFIG_FILE, LOSS_CURVE_FILE, TrainConfigFile
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
@@ -26,8 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 REJECT_EXAMPLES = 5
-_CLASS_TEXT = "image/object/class/text"
-_BOX_SIZES = ("detpipe/box_width", "detpipe/box_height")
+_CLASS_TEXT = K.CLASS_TEXT
+_BOX_SIZES = (K.BOX_WIDTH, K.BOX_HEIGHT)
 
 
 def png_uri(data: bytes) -> str:
@@ -53,7 +54,7 @@ def _read_json(path: Path):
 def _train_statistics(dataset_dir: Path):
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    path = dataset_dir / "stats-train.pb"
+    path = dataset_dir / stats_file_name("train")
     if not path.is_file():
         return None
     stats = statistics_pb2.DatasetFeatureStatisticsList()

@@ -18,15 +18,15 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 
 from beam.contract import feature_keys as K
-from beam.contract.manifest import LABEL_MAP_FILE
-from beam.contract.shards import ShardWriter, shard_index, shard_name
+from beam.contract.manifest import LABEL_MAP_FILES
+from beam.contract.shard_names import shard_name
+from beam.contract.shards import ShardWriter, shard_index
 from beam.contract.stable_hash import stable_fraction
 
 logger = logging.getLogger(__name__)
 
 SPLIT_FILE = "tuning_split.json"  # written last: a folder without it is an unfinished carve
 FIT, HELD_OUT = "train", "val"  # the shard splits trials train on and are scored on
-_LABEL_MAPS = (LABEL_MAP_FILE, "label_map.pbtxt")
 
 
 def held_out(key: str, fraction: float, seed: int) -> bool:
@@ -97,7 +97,7 @@ def carve_tuning_split(data_dir: str, folder: str, fraction: float, seed: int) -
         raise TooFewToHoldOut(f"the train split of {data_dir} has {sum(counts.values())} images: holding out "
                          f"{fraction:.0%} leaves {counts[FIT]} to train trials on and {counts[HELD_OUT]} to score "
                          "them; add images or give tune_trials 0")
-    for name in _LABEL_MAPS:
+    for name in LABEL_MAP_FILES:
         if tf.io.gfile.exists(f"{data_dir.rstrip('/')}/{name}"):
             tf.io.gfile.copy(f"{data_dir.rstrip('/')}/{name}", f"{folder}/{name}", overwrite=True)
     split = TuningSplit(folder, fraction, seed, counts[FIT], counts[HELD_OUT])
