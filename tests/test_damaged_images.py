@@ -110,6 +110,7 @@ def test_training_on_an_earlier_build_stops_at_once_naming_the_photo_and_its_sha
     assert not (out / "checkpoints").exists()  # stopped before the model was built
 
 
+@pytest.mark.slow
 def test_a_bad_record_met_during_training_is_named_with_its_shard(earlier_shards, tmp_path):
     """Shards whose manifest says they were decoded at build (so no check before the first
     step) still stop with the record named when one fails to decode mid-run."""
@@ -127,6 +128,7 @@ def test_a_bad_record_met_during_training_is_named_with_its_shard(earlier_shards
     assert (tmp_path / "out" / "checkpoints").exists()  # it did start training
 
 
+@pytest.mark.slow
 def test_evaluation_names_the_record_it_cannot_read(raccoon_model, earlier_shards):
     from components.detector.shard_check import UnreadableShards
     from components.evaluate.evaluator import split_metrics
@@ -176,6 +178,7 @@ def exported_raccoon(raccoon_model, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_prediction_answers_the_good_photos_and_rejects_the_damaged_one(exported_raccoon, damaged_photos, tmp_path,
                                                                        capsys):
     from components.serve.batch_job import REJECTS, read_lines
@@ -199,6 +202,7 @@ def test_prediction_answers_the_good_photos_and_rejects_the_damaged_one(exported
     assert DAMAGED in line and "Traceback" not in captured.err
 
 
+@pytest.mark.slow
 def test_an_image_the_model_cannot_decode_fails_alone_in_its_call(exported_raccoon, damaged_photos):
     """Past the checks (bytes handed to the model as they are), the call on a chunk with the
     damaged photo is retried image by image: the others get their answers."""
