@@ -54,7 +54,7 @@ def _model(work: Path) -> Path:
 
 def _loop(model: Path, paths: list[str]) -> tuple[list[dict], float]:
     """The loop's lines, and the seconds it took to load the model (its start)."""
-    from components.serve.predictor import BadImage, Predictor, model_image_bytes
+    from components.export.predictor import BadImage, Predictor, model_image_bytes
 
     started = time.monotonic()
     predictor = Predictor.load(str(model))

@@ -49,7 +49,7 @@ from components.evaluate.evaluator import evaluate_detector
 from components.evaluate.metrics_file import METRICS_FILE
 from components.export.saved_model import export_trained
 from components.registry.decision import PromotionRule
-from components.registry.register import register_run
+from components.register.register import register_run
 from components.registry.registry import Registry
 from components.registry.warm_source import warm_source
 from components.train import plan

@@ -356,7 +356,7 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
     from collections import namedtuple
 
     from components.registry.decision import DecisionRecord
-    from components.registry.register import register_and_upload
+    from components.register.register import register_and_upload
     from components.registry.vertex_endpoint import EndpointSpec
 
     logging.basicConfig(level=logging.INFO)

@@ -55,7 +55,7 @@ def cmd_predict(args, beam_args: list[str]) -> int:
     if len(missing) == len(args.images):  # said at once, before TensorFlow loads the model (seconds)
         raise fail_lines([f"{name}: no such file" for name in missing])
     from components.serve.drawing import draw_detections
-    from components.serve.predictor import BadImage, Predictor, model_image_bytes
+    from components.export.predictor import BadImage, Predictor, model_image_bytes
 
     predictor = Predictor.load(args.model)
     problems, ready = [], []
@@ -120,7 +120,7 @@ def _predict_batch(args, beam_args: list[str]) -> int:
 
 
 def cmd_serve(args) -> int:
-    from components.serve.model_files import check_model_dir
+    from components.export.model_files import check_model_dir
 
     model_dir = args.model or os.environ.get("AIP_STORAGE_URI")
     if not model_dir:

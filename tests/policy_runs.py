@@ -48,7 +48,7 @@ def run_policy(shards, out: Path, precision: str, monkeypatch) -> PolicyRun:
     from components.detector.artifacts import load_trained
     from components.evaluate.evaluator import evaluate_detector, predict_split, val_images
     from components.export.saved_model import export_saved_model
-    from components.serve.predictor import Predictor
+    from components.export.predictor import Predictor
     from components.train.loop import Preempted
     from components.train.trainer import train_detector
 

@@ -30,7 +30,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # tune_parallel_trials, tune_backend, the trials' machine, the region and the epochs (components/tune),
 # returns a summary line, keeps its study under the pipeline root (tune-work) and retries as train
 # does; the report step reads the tune step's folder.
-GOLDEN_SHA256 = "026c0cc28d9193808c6e0078d435339c11eab7e20261109a39ed32a6c0909b31"
+GOLDEN_SHA256 = "8485e996d5ee9145db1b12f340ef8dde092466a264696751e6ef3682b29d5146"
 
 
 def test_golden_compile(tmp_path):

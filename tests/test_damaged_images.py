@@ -206,7 +206,7 @@ def test_prediction_answers_the_good_photos_and_rejects_the_damaged_one(exported
 def test_an_image_the_model_cannot_decode_fails_alone_in_its_call(exported_raccoon, damaged_photos):
     """Past the checks (bytes handed to the model as they are), the call on a chunk with the
     damaged photo is retried image by image: the others get their answers."""
-    from components.serve.predictor import BadImage, Predictor, model_image_bytes
+    from components.export.predictor import BadImage, Predictor, model_image_bytes
 
     predictor = Predictor.load(str(exported_raccoon))
     good = [(damaged_photos / f"raccoon-{i}.jpg").read_bytes() for i in (2, 3)]

@@ -296,7 +296,7 @@ def test_image_formats_reach_training_and_serving_as_the_same_bytes(demo_dir, tm
 
     from beam.contract.exif import ORIENTATION_TAG
     from components.detector.records import decode_rgb
-    from components.serve.predictor import model_image_bytes
+    from components.export.predictor import model_image_bytes
 
     template = sorted((demo_dir / "annotations").glob("*.xml"))[0]
     photo = Image.open(demo_dir / "images" / ET.parse(template).getroot().findtext("filename")).convert("RGB")

@@ -92,7 +92,7 @@ def test_a_cycle_would_be_found():
 # The steps' packages. Each builds on components.detector (the detector core) and reaches
 # another step only through one of INTERFACES: modules that define a file or a contract
 # the two share, or the one function a step lends another.
-STEPS = ("train", "tune", "evaluate", "export", "serve", "probe", "registry", "report")
+STEPS = ("train", "tune", "evaluate", "export", "serve", "probe", "registry", "register", "report")
 CORE = "components.detector"
 INTERFACES = {
     "components.evaluate.evaluator": "split_metrics: tuning scores its trials as the evaluate step does",
@@ -102,18 +102,52 @@ INTERFACES = {
     "components.evaluate.metrics_file": "metrics.json's definition (export, register, report read it)",
     "components.evaluate.threshold": "the score threshold used when evaluation chose none",
     "components.evaluate.label_review": "label_review.jsonl's definition (the run report reads it)",
-    "components.train.trainer": "train_detector: the label review's fold models train as the train step does",
+    "components.train.trainer": "train_detector: the label review's fold models, the tuner's trials and the probe's "
+                                "dry run train as the train step does",
+    "components.train.distribution": "training_devices: the probe's dry run names the devices training would use",
     "components.evaluate.pictures": "the names of the evaluation's picture files (the run report links them)",
     "components.registry.decision": "decision.json's definition and the promotion rule",
     "components.registry.registry": "the registry folder: versions, champion, their SavedModels",
-    "components.export.saved_model": "the SavedModel's serving signature (serve calls it)",
+    "components.registry.store": "Conflict: the register step's version name was taken by a concurrent run",
+    "components.registry.vertex_model": "the Vertex AI Model Registry's requests (register uploads each version)",
+    "components.registry.vertex_endpoint": "deploy_to_endpoint: register puts a new champion behind its endpoint",
+    "components.export.saved_model": "the SavedModel's serving signature and export (serve, the probe's dry run)",
     "components.export.export_files": "the names of an export's files (serve looks for them before TensorFlow)",
-    "components.serve.predictor": "a SavedModel run as `detpipe serve` runs it (the champion's score)",
-    "components.probe.gpu_facts": "the GPU's memory as NVML reports it (the batch search's budget)",
+    "components.export.model_files": "check_model_dir: a folder is an export, said before TensorFlow loads",
+    "components.export.predictor": "a SavedModel run as `detpipe serve` runs it (serve; the champion's score)",
     "components.train.config": "TrainConfig, what a training run is asked to do (the probe's dry run runs one)",
-    "components.train.dry_run": "dry_run: the probe runs a few steps of the real training on the training machine",
     "components.train.input_pipeline": "train_dataset: the probe times training's input pipeline on the real shards",
 }
+
+# The steps' layers, lowest first: a step imports only its own layer's interfaces and those
+# below. Training and the registry's files are the base; evaluation reads both; the tuner,
+# the export and the checks above them; serving, registering and the probe (which runs a
+# training and an export) over those; the run report reads everything.
+LAYERS = {"train": 1, "registry": 1, "evaluate": 2, "tune": 3, "export": 3, "probe": 4, "serve": 4, "register": 4,
+          "report": 5}
+# The imports that run up a layer, by step pair, each with its reason.
+UPWARD = {
+    ("evaluate", "export"): "the champion's SavedModel is re-scored on the same val images as `serve` answers "
+                            "(export's predictor), not through a second reader of the export",
+}
+
+
+def upward_imports() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """Each (step, step above it) pair an import runs up, with the imports."""
+    found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for name, deps in import_graph().items():
+        for dep in deps:
+            low, high = _step(name), _step(dep)
+            if low and high and low != high and LAYERS[high] > LAYERS[low]:
+                found.setdefault((low, high), []).append((name, dep))
+    return found
+
+
+def test_at_most_one_step_pair_imports_up_a_layer_and_it_says_why():
+    assert set(LAYERS) == set(STEPS)
+    found = upward_imports()
+    assert set(found) == set(UPWARD), {pair: found[pair] for pair in set(found) - set(UPWARD)}
+    assert len(UPWARD) <= 1
 
 
 def _step(module: str) -> str | None:
@@ -201,7 +235,7 @@ def test_the_steps_know_the_beam_job_only_through_the_contract():
     assert reaching == [], f"an import of the Beam job's internals; use beam.contract or declare it: {reaching}"
     used = {dep for name, deps in graph.items() if name.startswith(("components", "pipeline")) for dep in deps}
     assert set(BEAM_PLUMBING) | set(BEAM_ENTRY) <= used, sorted(set(BEAM_PLUMBING) | set(BEAM_ENTRY) - used)
-    for reader in ("components.detector.records", "components.evaluate.evaluator", "components.serve.predictor",
+    for reader in ("components.detector.records", "components.evaluate.evaluator", "components.export.predictor",
                    "components.train.trainer"):
         assert any(dep.startswith(CONTRACT + ".") for dep in graph[reader]), reader
 

@@ -359,7 +359,7 @@ def test_a_dry_run_needs_the_data(capsys):
 
 
 def test_the_dry_run_names_a_fix_for_each_kind_of_failure():
-    from components.train.dry_run import fix_for
+    from components.probe.dry_run import fix_for
 
     assert "--xla off" in fix_for(RuntimeError("Detected unsupported operations ... on XLA_GPU_JIT: Timestamp"))
     assert "--precision float32" in fix_for(AttributeError("'LossScaleOptimizer' object has no attribute 'x'"))

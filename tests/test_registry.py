@@ -9,7 +9,7 @@ from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics, Gate
 from components.evaluate.threshold import ThresholdChoice
 from components.registry.decision import DecisionRecord, Verdict
 from components.registry.fingerprint import fingerprint_source
-from components.registry.register import register_run
+from components.register.register import register_run
 from components.registry.registry import Registry, RegistryError
 from components.registry.store import Conflict, GcsStore, LocalStore
 from pipeline.cli import main

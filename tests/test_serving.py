@@ -811,7 +811,7 @@ def test_the_batch_predict_pipeline_predicts_with_the_champion_in_the_local_runn
     runner: it looks the champion up in the registry when it runs and predicts with it."""
     from kfp import local
 
-    from components.registry.register import register_run
+    from components.register.register import register_run
     from components.registry.registry import Registry
     from components.serve.batch_job import PREDICTIONS, BatchSummary, read_lines
     from pipeline.batch_dag import make_batch_pipeline

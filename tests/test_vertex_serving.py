@@ -15,7 +15,7 @@ from google.cloud.aiplatform_v1.types import machine_resources
 from google.cloud.aiplatform_v1.types import model as gca_model
 
 from components.registry.vertex_batch import BatchPredictionSpec, champion_of, submit_batch_prediction
-from components.registry.register import register_run
+from components.register.register import register_run
 from components.registry.registry import Registry
 from components.registry.rollback import VertexPromotion, promote_on_vertex
 from components.registry.vertex_endpoint import EndpointSpec, deploy_to_endpoint, serving_spec, undeploy_requests

@@ -15,7 +15,7 @@ from components.detector.fitted_shape import fit_shape
 from components.detector.records import read_box_sample
 from components.detector.geometry import BoxSample
 from components.detector.model import ModelConfig, build_detector, model_config_for
-from components.registry.register import register_run
+from components.register.register import register_run
 from components.registry.registry import Registry, RegistryError
 from components.registry.warm_source import warm_source
 from components.train.config import TrainConfig

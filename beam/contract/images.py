@@ -11,7 +11,7 @@
   named when it is one Pillow cannot read at all but a phone writes (HEIF/HEIC).
 
 `model_image` is the one re-encoding: the data job (beam/example_codec.py) and the
-predictor (components/serve/predictor.py) both call it, so a converted or turned photo
+predictor (components/export/predictor.py) both call it, so a converted or turned photo
 reaches the model as the same pixels in training and in serving.
 
 Example:

@@ -39,7 +39,7 @@ def saved_model_detections(saved_model_dir: str, images: list[bytes], label_map:
     """Every detection (score threshold 0, as COCO evaluation wants) of an exported model,
     with its class names mapped to `label_map`'s ids; classes `label_map` lacks are dropped.
     Image ids are 1..N in the order of `images`."""
-    from components.serve.predictor import Predictor
+    from components.export.predictor import Predictor
 
     predictor = Predictor.load(saved_model_dir)
     out = []

@@ -1,5 +1,5 @@
 """The names of the files `detpipe export` writes, in a module without TensorFlow: `serve`
-looks for them before it loads TensorFlow (components/serve/model_files.py)."""
+looks for them before it loads TensorFlow (components/export/model_files.py)."""
 
 from beam.contract.manifest import LABEL_MAP_FILE as DATASET_LABEL_MAP_FILE
 

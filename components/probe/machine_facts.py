@@ -73,7 +73,7 @@ def collect(data_dir: str | None = None, output_dir: str = ".") -> dict:
     (libraries that do not load). The matmul runs only on a GPU TensorFlow sees; the storage
     read test only when `data_dir` is given.
     """
-    from components.probe.gpu_facts import library_facts, matmul_facts, nvml_facts
+    from components.detector.gpu_facts import library_facts, matmul_facts, nvml_facts
     from components.probe.package_drift import package_facts
     from components.probe.storage_speed import measure_read_speed
 

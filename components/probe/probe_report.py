@@ -24,7 +24,7 @@ class ProbeResult:
     facts: dict
     recommendations: dict
     differences: list[tuple[str, str, str]] = field(default_factory=list)
-    dry_run: dict | None = None  # components/train/dry_run.DryRun.to_dict() when one ran
+    dry_run: dict | None = None  # components/probe/dry_run.DryRun.to_dict() when one ran
 
     def to_dict(self) -> dict:
         return {"verdict": self.verdict, "checks": [c.to_dict() for c in self.checks],
@@ -45,8 +45,8 @@ def recommend(facts: dict, expect: Expectations) -> dict:
 
 
 def dry_run_check(config: TrainConfig, recommendations: dict) -> tuple[CheckResult, dict]:
-    """The dry run of the real training (components/train/dry_run.py) as a check."""
-    from components.train.dry_run import dry_run
+    """The dry run of the real training (components/probe/dry_run.py) as a check."""
+    from components.probe.dry_run import dry_run
 
     logger.info("probe: dry run of the training (%s, --precision %s, --xla %s)", config.data_dir, config.precision,
                 config.xla)

@@ -32,7 +32,7 @@ from starlette.requests import ClientDisconnect
 
 from components.serve.batching import Batcher, batch_policy
 from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES
-from components.serve.predictor import Predictor
+from components.export.predictor import Predictor
 from components.serve.requests import RequestError, parse_request, read_body
 
 logger = logging.getLogger(__name__)

@@ -113,7 +113,7 @@ class _ReadAndCheck(beam.DoFn):
     """A path → (path, the bytes the model gets) or, tagged `rejected`, why not."""
 
     def process(self, path: str):
-        from components.serve.predictor import BadImage, NotAnImage, model_image_bytes
+        from components.export.predictor import BadImage, NotAnImage, model_image_bytes
 
         try:
             with FileSystems.open(path, compression_type="uncompressed") as handle:
@@ -168,7 +168,7 @@ class DetectorHandler(ModelHandler):
         self._tf_threads = tf_threads
 
     def load_model(self):
-        from components.serve.predictor import Predictor
+        from components.export.predictor import Predictor
 
         if self._tf_threads:
             limit_tf_threads(self._tf_threads)
@@ -213,7 +213,7 @@ def predict_images(options: BatchOptions) -> BatchSummary:
     ValueError when `images` names no file."""
     import time
 
-    from components.serve.model_files import check_model_dir
+    from components.export.model_files import check_model_dir
 
     check_model_dir(options.model_dir)
     paths, nested = listed_images(options.images)

@@ -14,7 +14,7 @@ IMAGES_PER_WORKER = 2_500
 
 # What the job's stages import in a worker: a worker started early imports them while it
 # waits. None of them runs TensorFlow (its thread pools are set when the model loads).
-JOB_MODULES = ("tensorflow", "components.serve.batch_job", "components.serve.predictor")
+JOB_MODULES = ("tensorflow", "components.serve.batch_job", "components.export.predictor")
 
 
 def image_pattern(images: str) -> str:

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 
 from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, MAX_BODY_BYTES, MAX_IMAGE_PIXELS
-from components.serve.predictor import BadImage, model_image_bytes
+from components.export.predictor import BadImage, model_image_bytes
 
 PARAMETERS = ("score_threshold", "max_detections")
 TOP_LEVEL = ("instances", "parameters")

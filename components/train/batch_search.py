@@ -145,7 +145,7 @@ def measure_auto_batch(config: TrainConfig, model_config, local_replicas: int = 
     import psutil
     import tensorflow as tf
 
-    from components.probe.gpu_facts import nvml_facts
+    from components.detector.gpu_facts import nvml_facts
 
     if not tf.config.list_physical_devices("GPU"):
         available = psutil.virtual_memory().available

@@ -1,5 +1,6 @@
-"""Predictions from an exported SavedModel (components/export): what `detpipe serve` and
-`detpipe predict` share, so the server and the command line give the same answers.
+"""Predictions from an exported SavedModel: the export's reader, beside its writer
+(saved_model.py). What `detpipe serve`, `detpipe predict`, the batch job and the evaluate step's
+re-scoring of the champion share, so they all give the same answers.
 
 Each image is checked before it reaches the model (an image format the data step takes,
 fully decodable, not empty); a phone photo with an EXIF orientation is turned upright first
@@ -20,7 +21,7 @@ from beam.contract.decoding import decode_problem, op_error_line
 from beam.contract.images import (MODEL_FORMATS, NOT_AN_IMAGE, ImageTooLarge, UnreadableFormat, inspect_image,
                                   model_image, needs_conversion, written_format)
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
-from components.serve.model_files import check_model_dir
+from components.export.model_files import check_model_dir
 
 logger = logging.getLogger(__name__)
 
