@@ -10,6 +10,11 @@ from pipeline import preflight
 from pipeline.template_registry import REPO_PATTERN
 
 
+# The exit codes every command uses (docs/troubleshooting.md lists them with interrupted's 130 and
+# SIGTERM's 143): success, a check that found a problem, a command line that cannot be run as asked.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
 class CheckFailed(Exception):
     """A step ran and found a problem; each line of the message is one problem."""
 

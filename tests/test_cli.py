@@ -190,7 +190,7 @@ def test_processes_the_cli_starts_do_not_print_google_api_cores_python_notice():
     """A local Beam job's worker processes import google-api-core's libraries, each printing
     its Python 3.11 end-of-life notice (8 lines a job): the CLI's environment silences it
     there as in its own process."""
-    code = ("from pipeline.cli import _quiet_libraries; _quiet_libraries(); import subprocess, sys; "
+    code = ("from pipeline.quiet_logs import quiet_libraries; quiet_libraries(); import subprocess, sys; "
             "sys.exit(subprocess.run([sys.executable, '-c', 'import google.api_core, google.cloud.storage']).returncode)")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
@@ -205,7 +205,7 @@ def test_beams_own_notes_are_dropped_and_the_jobs_worker_lines_kept():
 
     from apache_beam.portability.api import beam_fn_api_pb2
 
-    from pipeline.cli import BEAM_WORKER_RELAY, not_beam_chatter
+    from pipeline.quiet_logs import BEAM_WORKER_RELAY, not_beam_chatter
 
     def relayed(message, location, level=logging.INFO, trace=""):  # as local_job_service re-logs a worker's line
         entry = beam_fn_api_pb2.LogEntry(message=message, log_location=location, trace=trace)

@@ -1,0 +1,67 @@
+"""`detpipe probe`: a thin adapter over components/probe (the machine's checks, the shards',
+and the dry run of the real training)."""
+
+from pathlib import Path
+
+from pipeline.cli_types import EXIT_OK, UsageError, existing_file
+from pipeline.cli_types import fail_lines as _fail_lines
+from pipeline.cli_types import output_file, shards_dir
+from pipeline.params import declared
+
+
+def cmd_probe(args) -> int:
+    from components.probe.probe_report import difference_lines, load_baseline, probe_markdown, probe_with_data, write_probe
+
+    baseline = load_baseline(Path(args.baseline)) if args.baseline else None
+    if args.dry_run and not args.data:
+        raise UsageError("--dry-run trains on the shards: give --data too")
+    dry_run = None
+    if args.dry_run:
+        from components.train.config import TrainConfig
+
+        dry_run = TrainConfig(data_dir=args.data, output_dir="", image_size=args.image_size,
+                              model_size=args.model_size, precision=args.precision, xla=args.xla,
+                              allow_poor_anchors=args.allow_poor_anchors, tile=args.tile)
+    result = probe_with_data(args.data, {"image_size": args.image_size, "model_size": args.model_size,
+                                         "batch_size": args.batch_size, "tile": args.tile},
+                             dry_run=dry_run, require_gpu=args.require_gpu, baseline=baseline)
+    write_probe(result, Path(args.json) if args.json else None, None)
+    print(probe_markdown(result))
+    if baseline is not None:
+        print(f"{len(result.differences)} difference(s) from {args.baseline}:")
+        print("\n".join("  " + line for line in difference_lines(result.differences)) or "  none")
+    if result.verdict == "FAIL":
+        raise _fail_lines([f"{c.name}: {c.reason}; fix: {c.fix}" for c in result.checks if c.status == "FAIL"])
+    return EXIT_OK
+
+
+def add_probe_command(sub) -> None:
+    """Add `probe` to the `detpipe` parser."""
+    p = sub.add_parser(
+        "probe", help="check this machine before training (GPU, driver, CUDA, cuDNN, CPUs, RAM, disk, packages)",
+        description="Collect facts about this machine and check them: PASS/WARN/FAIL, each with a fix. "
+                    "Exits 1 on FAIL.")
+    p.add_argument("--require-gpu", action="store_true", help="FAIL (exit 1) when no GPU is visible")
+    p.add_argument("--data", type=shards_dir, help="folder of shards (output of `data build`): measures storage read speed on "
+                   "it and checks each shard's sha256 against its manifest.json")
+    p.add_argument("--baseline", type=existing_file, help="probe.json written on another machine (e.g. your laptop) to compare with")
+    p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
+    p.add_argument("--image-size", **declared("image_size", help="model input the memory check assumes, or 'auto' "
+                                                               "(default): fitted to --data's training boxes as "
+                                                               "training fits it"))
+    p.add_argument("--model-size", **declared("model_size", help="model the memory check assumes (default "
+                                                               "%(default)s)"))
+    p.add_argument("--batch-size", **declared("batch_size", help="batch the memory check assumes (default "
+                                                               "%(default)s)"))
+    p.add_argument("--dry-run", action="store_true",
+                   help="also run a few steps of the real training here on --data (the fitted model, --precision, "
+                        "--xla, this machine's devices), checkpoint and export: PASS, or the first error and its fix "
+                        "(the pipeline's probe step always does this)")
+    p.add_argument("--precision", **declared("precision", help="precision the dry run trains in (default "
+                                                             "%(default)s)"))
+    p.add_argument("--xla", **declared("xla", help="XLA choice the dry run trains with (default %(default)s)"))
+    p.add_argument("--allow-poor-anchors", action="store_true",
+                   help="let the dry run train when few boxes can match an anchor, as `train --allow-poor-anchors`")
+    p.add_argument("--tile", **declared("tile", help="tiles the memory check, the input rate and the dry run assume, "
+                                                   "as `train --tile` (default %(default)s)"))
+    p.set_defaults(func=cmd_probe)
