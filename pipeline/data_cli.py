@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from beam.contract.manifest import output_folder_problem
+from beam.data_workers import RECORDS_PER_WORKER
 from beam.options import ConvertOptions
 from pipeline.cli_types import EXIT_OK, UsageError, count_range, existing_file, existing_path
 from pipeline.cli_types import fail_lines as _fail_lines
@@ -177,8 +178,8 @@ def add_data_commands(sub):
                    help="Beam runner (default %(default)s)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
                    help="DirectRunner: check and write in N worker processes, as Dataflow does; 1 runs in this "
-                        "process (default: one per 4,000 records, at most one per usable CPU). The shards are the "
-                        "same for any N")
+                        f"process (default: one per {RECORDS_PER_WORKER:,} records, at most one per usable CPU). "
+                        "The shards are the same for any N")
     p.set_defaults(func=cmd_data_build, takes_beam_args=True, exits_at_once=True)
 
     return data

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from components.export.export_files import LABEL_MAP_FILE
+from components.serve.batch_workers import IMAGES_PER_WORKER
 from pipeline.cli_types import UsageError, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, trained_model_dir
@@ -183,8 +184,8 @@ def add_model_commands(sub) -> None:
                    help="--images: Beam runner (default %(default)s)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
                    help="--images, DirectRunner: predict in N worker processes, each loading the model (default: "
-                        "one per 2,500 images, at most one per usable CPU: a second worker pays only on larger sets); 1 "
-                        "runs in this process")
+                        f"one per {IMAGES_PER_WORKER:,} images, at most one per usable CPU: a second worker pays only on "
+                        "larger sets); 1 runs in this process")
     p.set_defaults(func=cmd_predict, takes_beam_args=True, exits_at_once=True)
 
     p = sub.add_parser(
