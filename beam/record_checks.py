@@ -91,6 +91,36 @@ def check_record(
         return _reject(record, SIZE_MISMATCH,
                        f"annotation says {annotated[0]}x{annotated[1]}, image is {width}x{height}{turned}")
     width, height = frame  # boxes are in the annotation's frame, which the shard's pixels now follow
+    checked = checked_boxes(record, width, height, options)
+    if isinstance(checked, Reject):
+        return checked
+    boxes, texts, difficult, dropped = checked
+    if not boxes and not options.keep_empty:
+        why = f"all {len(dropped)} box(es) dropped (first: {dropped[0].message})" if dropped else "no boxes"
+        return _reject(record, NO_BOXES, f"{why} (negatives are rejected by option)")
+    converted = needs_conversion(fmt)
+    notes = (() if mode == "RGB" else (f"color_mode:{mode}",)) + (
+        () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",)) + (
+        (f"converted:{fmt}:png",) if converted else ())
+    # A name given without its suffix (`000005`) is written as the file found (`000005.jpg`).
+    found, named = base_name(image_path), base_name(record.filename)
+    return CheckedRecord(
+        image_id=record.image_id, image_path=image_path or record.filename,
+        filename=found if found.startswith(named + ".") else record.filename,
+        image_sha256=hashlib.sha256(image_bytes).hexdigest(), image_size=len(image_bytes),
+        image_format=image_format, width=width, height=height, color_mode=mode,
+        boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
+        source_ref=record.source_ref, notes=notes, exif_orientation=orientation, orientation_applied=applied,
+        dropped_boxes=tuple(dropped), converted_from=fmt if converted else "",
+    )
+
+
+def checked_boxes(record: SourceRecord, width: int, height: int, options: CheckOptions
+                  ) -> tuple[list, list, list, list] | Reject:
+    """The record's boxes in a `width` x `height` frame: (clipped normalised boxes, class names,
+    difficult flags, the boxes dropped as `Reject`s), or the `Reject` of the whole image when a
+    box cannot be trusted and costs it (no class, a class outside the label map, or any bad box
+    with `bad_box="reject-image"`)."""
     boxes, texts, difficult, dropped = [], [], [], []
     for index, box in enumerate(record.boxes):
         where = f"box {index} ({box.class_text!r})"
@@ -111,24 +141,7 @@ def check_record(
         boxes.append(clipped_box(box, width, height))
         texts.append(box.class_text)
         difficult.append(box.difficult)
-    if not boxes and not options.keep_empty:
-        why = f"all {len(dropped)} box(es) dropped (first: {dropped[0].message})" if dropped else "no boxes"
-        return _reject(record, NO_BOXES, f"{why} (negatives are rejected by option)")
-    converted = needs_conversion(fmt)
-    notes = (() if mode == "RGB" else (f"color_mode:{mode}",)) + (
-        () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",)) + (
-        (f"converted:{fmt}:png",) if converted else ())
-    # A name given without its suffix (`000005`) is written as the file found (`000005.jpg`).
-    found, named = base_name(image_path), base_name(record.filename)
-    return CheckedRecord(
-        image_id=record.image_id, image_path=image_path or record.filename,
-        filename=found if found.startswith(named + ".") else record.filename,
-        image_sha256=hashlib.sha256(image_bytes).hexdigest(), image_size=len(image_bytes),
-        image_format=image_format, width=width, height=height, color_mode=mode,
-        boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
-        source_ref=record.source_ref, notes=notes, exif_orientation=orientation, orientation_applied=applied,
-        dropped_boxes=tuple(dropped), converted_from=fmt if converted else "",
-    )
+    return boxes, texts, difficult, dropped
 
 
 def pixels_problem(record: SourceRecord, image_bytes: bytes, fmt: str, rewritten: bool) -> Reject | None:

@@ -12,7 +12,7 @@ import sys
 from pipeline.cli_types import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CheckFailed, DetpipeParser, UsageError, error_line
 from pipeline.cli_types import tensorflow_error_line
 from pipeline.compile_cli import add_compile_command
-from pipeline.data_cli import add_data_commands
+from pipeline.data_cli import add_data_commands, add_demo_data_command
 from pipeline.interrupt import EXIT_INTERRUPTED, handle_interrupts, was_interrupted
 from pipeline.model_cli import add_model_commands
 from pipeline.probe_cli import add_probe_command
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"detpipe {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
+    add_demo_data_command(sub)
     data = add_data_commands(sub)
     add_probe_command(sub)
     add_train_commands(sub)

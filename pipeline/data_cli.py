@@ -108,8 +108,8 @@ def _data_build(args, beam_args: list[str]) -> int:
     return EXIT_OK
 
 
-def add_data_commands(sub):
-    """Add `demo-data` and `data build` to the `detpipe` parser; returns the `data` subparsers."""
+def add_demo_data_command(sub) -> None:
+    """Add `demo-data` to the `detpipe` parser."""
     p = sub.add_parser("demo-data", help="write the synthetic demo dataset (Pascal VOC layout)")
     p.add_argument("out", type=output_dir, help="output folder; gets images/ and annotations/")
     p.add_argument("--train", type=_positive_int, default=1024, help="number of training-sized images (default %(default)s)")
@@ -126,6 +126,9 @@ def add_data_commands(sub):
     p.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
     p.set_defaults(func=cmd_demo_data)
 
+
+def add_data_commands(sub):
+    """Add `data build` to the `detpipe` parser; returns the `data` subparsers."""
     data = sub.add_parser("data", help="dataset commands").add_subparsers(
         dest="data_command", required=True, metavar="DATA_COMMAND", help="build: validate and convert")
     p = data.add_parser(
