@@ -14,8 +14,8 @@ def test_module_examples():
     import doctest
 
     from components.detector import precision
-    from components.probe import machine_facts
-    from components.train import dry_run, input_pipeline, plan, xla
+    from components.probe import dry_run, machine_facts
+    from components.train import input_pipeline, plan, xla
 
     for module in (precision, xla, input_pipeline, plan, dry_run, machine_facts):
         assert doctest.testmod(module).failed == 0, module.__name__
