@@ -295,7 +295,7 @@ def _finish(options: ConvertOptions, sources: list, started: float, split_of: di
                                  found)
     tiles = count_tiles(out, label_map) if count_tiles else {}  # the photos in tiles as training would cut them
     manifest = Manifest(
-        format=options.format, decoded_with_tensorflow=True,  # record_checks.tensorflow_decode_problem
+        format=options.format, decoded_with_tensorflow=True,  # decoding.pixels_problem, in the checks
         records_in=len(sources),
         written={TRAIN: written[TRAIN], VAL: written[VAL]},
         rejected_by_reason=dict(images_rejected),

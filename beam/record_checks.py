@@ -78,7 +78,7 @@ def check_record(
         return _reject(record, IMAGE_TOO_LARGE, f"image is {width}x{height}, over the limit of {options.max_pixels} pixels")
     annotated = (record.width, record.height) if record.width is not None and record.height is not None else None
     applied = apply_orientation(orientation, (width, height), annotated, options.exif)
-    problem = pixels_problem(record, image_bytes, fmt, rewritten=applied or needs_conversion(fmt))
+    problem = _pixels_reject(record, image_bytes, fmt, rewritten=applied or needs_conversion(fmt))
     if problem is not None:
         return problem
     displayed = displayed_size(width, height, orientation)
@@ -144,38 +144,20 @@ def checked_boxes(record: SourceRecord, width: int, height: int, options: CheckO
     return boxes, texts, difficult, dropped
 
 
-def pixels_problem(record: SourceRecord, image_bytes: bytes, fmt: str, rewritten: bool) -> Reject | None:
-    """Decode the image's pixels with what will read them, once each: TensorFlow's decoders
-    for a JPEG or PNG (the bytes the trainer, the evaluator and the exported model decode, as
-    they are or, turned upright, made from them) and Pillow where the data step rewrites the
-    image (turned upright, or converted to PNG: `images.model_image`). What TensorFlow refuses
-    is `unreadable_image` when Pillow cannot decode it either (truncated, corrupt), else
-    `tensorflow_cannot_decode` (a damaged JPEG Pillow fills in and TensorFlow does not)."""
-    def pillow_problem() -> str | None:
-        try:
-            inspect_image(image_bytes)
-        except ValueError as err:
-            return str(err)
+def _pixels_reject(record: SourceRecord, image_bytes: bytes, fmt: str, rewritten: bool) -> Reject | None:
+    """`decoding.pixels_problem` as a reject: `unreadable_image`, or `tensorflow_cannot_decode` (a
+    damaged JPEG Pillow fills in and TensorFlow does not). TensorFlow is imported here, on the
+    first image: the CLI's and the options' users of this module never pay for it."""
+    from beam.contract.decoding import UNREADABLE, pixels_problem
+
+    problem = pixels_problem(image_bytes, fmt, rewritten)
+    if problem is None:
         return None
-
-    refused = None if needs_conversion(fmt) else tensorflow_decode_problem(image_bytes)
-    unreadable = pillow_problem() if refused or rewritten else None
-    if unreadable:
-        return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} cannot be decoded: {unreadable}")
-    if refused:
-        return _reject(record, TENSORFLOW_CANNOT_DECODE,
-                       f"image {record.filename!r}: TensorFlow's decoder refuses it ({refused}), though Pillow "
-                       "reads it; training would stop on it")
-    return None
-
-
-def tensorflow_decode_problem(image_bytes: bytes) -> str | None:
-    """Why the trainer's, the evaluator's and the exported model's decoders refuse these bytes
-    (beam/contract/decoding.py), else None. TensorFlow is imported here, on the first image:
-    the CLI's and the options' users of this module never pay for it."""
-    from beam.contract.decoding import decode_problem
-
-    return decode_problem(image_bytes)
+    kind, why = problem
+    if kind == UNREADABLE:
+        return _reject(record, UNREADABLE_IMAGE, f"image {record.filename!r} cannot be decoded: {why}")
+    return _reject(record, TENSORFLOW_CANNOT_DECODE, f"image {record.filename!r}: TensorFlow's decoder refuses it "
+                                                     f"({why}), though Pillow reads it; training would stop on it")
 
 
 def box_problem(box: SourceBox, width: int, height: int, tolerance: float) -> tuple[str, str] | None:

@@ -51,7 +51,7 @@ def earlier_shards(damaged_photos, raccoon, tmp_path_factory) -> Path:
     and a manifest without `decoded_with_tensorflow`."""
     out = tmp_path_factory.mktemp("earlier_build")
     with pytest.MonkeyPatch.context() as patch:  # one worker: the job runs in this process
-        patch.setattr("beam.record_checks.tensorflow_decode_problem", lambda data: None)
+        patch.setattr("beam.contract.decoding.decode_problem", lambda data: None)
         result = _build(damaged_photos, raccoon / "annotations", out)
     assert result.manifest.written_total == 200
     manifest = json.loads((out / MANIFEST_FILE).read_text())

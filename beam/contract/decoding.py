@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from beam.contract.images import inspect_image, needs_conversion
+
 
 def decode_rgb(encoded: tf.Tensor) -> tf.Tensor:
     """JPEG/PNG bytes → uint8 RGB (greyscale, CMYK, palette and alpha become 3 channels).
@@ -98,6 +100,27 @@ def decode_problem(data: bytes) -> str | None:
     except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as err:
         return op_error_line(err)
     return None
+
+
+# What `pixels_problem` found: Pillow cannot decode the image either (truncated, corrupt), or
+# only TensorFlow refuses it (a damaged JPEG Pillow fills in).
+UNREADABLE, REFUSED_BY_TENSORFLOW = "unreadable", "refused_by_tensorflow"
+
+
+def pixels_problem(data: bytes, pil_format: str, rewritten: bool) -> tuple[str, str] | None:
+    """(UNREADABLE or REFUSED_BY_TENSORFLOW, why in one line) for an image whose header read,
+    else None. The pixels are decoded by what will read them, once each: TensorFlow's decoders
+    for a JPEG or PNG (the bytes the trainer, the evaluator and the exported model decode, as
+    they are or, turned upright, made from them) and Pillow where the image is rewritten
+    (`rewritten`: turned upright or converted to PNG by `images.model_image`) or TensorFlow
+    refused it, to tell the two kinds apart. The data step and the predictor both check so."""
+    refused = None if needs_conversion(pil_format) else decode_problem(data)
+    if refused or rewritten:
+        try:
+            inspect_image(data)
+        except ValueError as err:
+            return UNREADABLE, str(err)
+    return (REFUSED_BY_TENSORFLOW, refused) if refused else None
 
 
 def op_error_line(err: tf.errors.OpError) -> str:

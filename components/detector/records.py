@@ -37,13 +37,20 @@ class ShardsChanged(FileNotFoundError):
     """A shard the manifest lists is missing or not the size it was written with."""
 
 
-def _manifest_shards(root: str) -> list[dict] | None:
-    """The shard list of `manifest.json` (through its one definition), None without one."""
-    path = f"{root}/{MANIFEST_FILE}"
+def read_folder_manifest(data_dir: str) -> Manifest | None:
+    """A shard folder's `manifest.json` (through its one definition), local or gs://; None
+    without one (shards from other converters)."""
+    path = f"{data_dir.rstrip('/')}/{MANIFEST_FILE}"
     if not tf.io.gfile.exists(path):
         return None
     with tf.io.gfile.GFile(path) as handle:
-        return Manifest.from_dict(json.load(handle)).shards
+        return Manifest.from_dict(json.load(handle))
+
+
+def _manifest_shards(root: str) -> list[dict] | None:
+    """The shard list of `manifest.json`, None without one."""
+    manifest = read_folder_manifest(root)
+    return None if manifest is None else manifest.shards
 
 
 def mean_record_bytes(data_dir: str, split: str) -> float | None:

@@ -14,7 +14,6 @@ that names the image, the shard and the fix instead of TensorFlow's graph error.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ import tensorflow as tf
 
 from beam.contract import feature_keys as K
 from beam.contract.decoding import decode_check, decode_problem, op_error_line
-from beam.contract.manifest import MANIFEST_FILE, Manifest
-from components.detector.records import AUTOTUNE, compression_type
+from beam.contract.manifest import MANIFEST_FILE
+from components.detector.records import AUTOTUNE, compression_type, read_folder_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +53,6 @@ class BadRecord:
         return f"{image}: {self.problem}"
 
 
-def _manifest(data_dir: str) -> Manifest | None:
-    path = f"{data_dir.rstrip('/')}/{MANIFEST_FILE}"
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as handle:
-        return Manifest.from_dict(json.load(handle))
-
-
 def has_manifest(data_dir: str) -> bool:
     """Whether `data_dir` is a `detpipe data build` output (its shards have a sha256 to check)."""
     return tf.io.gfile.exists(f"{data_dir.rstrip('/')}/{MANIFEST_FILE}")
@@ -69,7 +60,7 @@ def has_manifest(data_dir: str) -> bool:
 
 def decoded_at_build(data_dir: str) -> bool:
     """Whether the build that wrote these shards decoded every image with TensorFlow's decoders."""
-    manifest = _manifest(data_dir)
+    manifest = read_folder_manifest(data_dir)
     return manifest is not None and manifest.decoded_with_tensorflow
 
 
@@ -84,7 +75,7 @@ def _sha256(path: str) -> str:
 def changed_shards(data_dir: str) -> list[str]:
     """A line for each shard `manifest.json` lists whose sha256 is not the one written (or that
     is missing); [] when all match. Raises `UnreadableShards` without a manifest."""
-    manifest = _manifest(data_dir)
+    manifest = read_folder_manifest(data_dir)
     if manifest is None:
         raise UnreadableShards(f"{data_dir} has no {MANIFEST_FILE}: shards from another converter carry no sha256 "
                                "to verify them against")
@@ -102,36 +93,29 @@ def changed_shards(data_dir: str) -> list[str]:
     return problems
 
 
-def _record_names(path: str, indices: set[int]) -> dict[int, tuple[str, str]]:
-    """(image id, file name) of the records at `indices` of one shard, read without decoding."""
-    features = {K.SOURCE_ID: tf.io.FixedLenFeature([], tf.string, default_value=""),
-                K.FILENAME: tf.io.FixedLenFeature([], tf.string, default_value="")}
-    names = {}
+_ENCODED = {K.ENCODED: tf.io.FixedLenFeature([], tf.string)}
+_NAMED = {K.SOURCE_ID: tf.io.FixedLenFeature([], tf.string, default_value=""),
+          K.FILENAME: tf.io.FixedLenFeature([], tf.string, default_value=""), **_ENCODED}
+
+
+def _failed_records(path: str, indices: set[int]) -> dict[int, tuple[str, str, bytes | None]]:
+    """(image id, file name, image bytes) of the records at `indices` of one shard, in one read
+    of it; ("", "", None) for a record whose Example does not parse."""
+    found = {}
     records = tf.data.TFRecordDataset(path, compression_type=compression_type([path]))
     for index, serialized in enumerate(records.take(max(indices) + 1)):
         if index in indices:
             try:
-                parsed = tf.io.parse_single_example(serialized, features)
-                names[index] = (parsed[K.SOURCE_ID].numpy().decode(errors="replace"),
-                                parsed[K.FILENAME].numpy().decode(errors="replace"))
+                parsed = tf.io.parse_single_example(serialized, _NAMED)
+                found[index] = (parsed[K.SOURCE_ID].numpy().decode(errors="replace"),
+                                parsed[K.FILENAME].numpy().decode(errors="replace"), parsed[K.ENCODED].numpy())
             except tf.errors.InvalidArgumentError:
-                names[index] = ("", "")
-    return names
+                found[index] = ("", "", None)
+    return found
 
 
 def _decoded(serialized: tf.Tensor) -> tf.Tensor:
-    encoded = tf.io.parse_single_example(serialized, {K.ENCODED: tf.io.FixedLenFeature([], tf.string)})[K.ENCODED]
-    return decode_check(encoded)
-
-
-def _encoded(path: str, index: int) -> bytes | None:
-    for serialized in tf.data.TFRecordDataset(path, compression_type=compression_type([path])).skip(index).take(1):
-        try:
-            return tf.io.parse_single_example(
-                serialized, {K.ENCODED: tf.io.FixedLenFeature([], tf.string)})[K.ENCODED].numpy()
-        except tf.errors.InvalidArgumentError:
-            return None
-    return None
+    return decode_check(tf.io.parse_single_example(serialized, _ENCODED)[K.ENCODED])
 
 
 def _shard_problems(path: str) -> list[BadRecord]:
@@ -151,12 +135,9 @@ def _shard_problems(path: str) -> list[BadRecord]:
     failed = set(range(count)) - {int(i) for i, _ in fine.as_numpy_iterator()}
     if not failed:
         return []
-    names = _record_names(path, failed)
     bad = []
-    for index in sorted(failed):
-        data = _encoded(path, index)
+    for index, (image_id, filename, data) in sorted(_failed_records(path, failed).items()):
         why = "its Example does not parse" if data is None else (decode_problem(data) or "it cannot be decoded")
-        image_id, filename = names.get(index, ("", ""))
         bad.append(BadRecord(path, index, image_id, filename,
                              f"TensorFlow cannot decode it ({why}): {REBUILD}, or replace the image"))
     return bad
@@ -229,7 +210,8 @@ def check_shards(data_dir: str, verify_sha256: bool) -> None:
                                                   if len(problems) > 1 else ""))
     if not decoded_at_build(data_dir):
         files = split_files(data_dir)
-        key = tuple((path, tf.io.gfile.stat(path).length, tf.io.gfile.stat(path).mtime_nsec) for path in files)
+        stats = [(path, tf.io.gfile.stat(path)) for path in files]
+        key = tuple((path, stat.length, stat.mtime_nsec) for path, stat in stats)
         if key in _READABLE:  # this process checked these very files (a search's trials train on one folder)
             return
         logger.info("%s: its manifest does not say the build decoded every image with TensorFlow (an earlier "

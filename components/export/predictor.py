@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from beam.contract.decoding import decode_problem, op_error_line
+from beam.contract.decoding import UNREADABLE, op_error_line, pixels_problem
 from beam.contract.images import (MODEL_FORMATS, NOT_AN_IMAGE, ImageTooLarge, UnreadableFormat, inspect_image,
                                   model_image, needs_conversion, written_format)
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
@@ -38,6 +38,10 @@ def _refused(fmt: str) -> NotAnImage:
     return NotAnImage(f"{fmt} is not an image format the model takes ({MODEL_FORMATS})")
 
 
+def _undecodable(reason: str) -> BadImage:
+    return BadImage(f"the image cannot be decoded (truncated or corrupt: {reason})")
+
+
 def model_image_bytes(data: bytes, max_pixels: int | None = None) -> bytes:
     """The bytes the model gets for one input image: checked, upright when its EXIF
     orientation says it is displayed turned, as PNG when its format is not JPEG or PNG
@@ -45,8 +49,8 @@ def model_image_bytes(data: bytes, max_pixels: int | None = None) -> bytes:
     it when it has more than `max_pixels`."""
     if not data:
         raise NotAnImage("empty image")
-    try:
-        fmt, _, _, _, orientation = inspect_image(data, max_pixels)
+    try:  # the header: the pixels are decoded below, by the decoder that will read them
+        fmt, _, _, _, orientation = inspect_image(data, max_pixels, decode=False)
     except ImageTooLarge as err:
         raise BadImage(f"the image is too large to decode ({err})") from None
     except UnreadableFormat as err:
@@ -55,13 +59,15 @@ def model_image_bytes(data: bytes, max_pixels: int | None = None) -> bytes:
         reason = str(err).splitlines()[0] if str(err) else "unreadable"
         if reason == NOT_AN_IMAGE:
             raise NotAnImage(f"not an image ({MODEL_FORMATS})") from None
-        raise BadImage(f"the image cannot be decoded (truncated or corrupt: {reason})") from None
+        raise _undecodable(reason) from None
     if written_format(fmt) is None:
         raise _refused(fmt)
-    if not needs_conversion(fmt):  # JPEG and PNG: the model decodes these bytes (or, turned, ones made from them)
-        refused = decode_problem(data)  # a damaged file Pillow reads and TensorFlow's decoder does not
-        if refused:
-            raise BadImage(f"the model's decoder refuses the image (corrupt: {refused})")
+    problem = pixels_problem(data, fmt, rewritten=orientation != 1 or needs_conversion(fmt))
+    if problem is not None:
+        kind, why = problem
+        if kind == UNREADABLE:
+            raise _undecodable(why.splitlines()[0] if why else "unreadable")
+        raise BadImage(f"the model's decoder refuses the image (corrupt: {why})")  # Pillow reads it
     if orientation != 1 or needs_conversion(fmt):
         return model_image(data, turn=orientation != 1)
     return data
