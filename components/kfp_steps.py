@@ -2,8 +2,9 @@
 
 Each component runs inside the project image (or, locally, the project venv), where
 detpipe is installed, so nothing is pip-installed at run time. Components are made by
-`make_steps(image)` rather than at import, so the image is a compile-time option and
-importing this module has no side effects.
+`make_steps(image, training)` rather than at import, so the image is a compile-time option,
+the training settings come from their declaration (kfp_settings.py), and importing this
+module has no side effects.
 """
 
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from typing import Callable, NamedTuple
 
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
+
+from components.kfp_settings import with_settings
 
 # What each finished step shows on its console line (`detpipe run --local`), from its output
 # parameters ({"Output": return value, or the named outputs}); declared after each step.
@@ -127,12 +130,12 @@ KEY_FIGURES["validate-and-convert"] = lambda out: (f"{out.get('written', '?')} w
                                                    f"{out.get('rejected', '?')} rejected")
 
 
-def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: str, batch_size: str,
-          precision: str, xla: str, allow_poor_anchors: bool, tile: str, box_loss: str, ema: bool, flip: bool,
-          preset: str, deterministic: bool, report: Output[Markdown], probe_json: Output[Artifact]) -> str:
+def probe(data: Input[Dataset], require_gpu: bool, settings: dict, report: Output[Markdown],
+          probe_json: Output[Artifact]) -> str:
     """Check the training machine (and read speed of the shards), and run a few steps of the
-    real training there (the dry run); fails the run on FAIL. `probe_json` tells tune and
-    train a starting batch, the precision and the parallelism. Returns the verdict."""
+    real training there (the dry run, with the training settings); fails the run on FAIL.
+    `probe_json` tells tune and train a starting batch, the precision and the parallelism.
+    Returns the verdict."""
     import logging
     from pathlib import Path
 
@@ -140,11 +143,9 @@ def probe(data: Input[Dataset], require_gpu: bool, image_size: str, model_size: 
     from components.train.config import TrainConfig
 
     logging.basicConfig(level=logging.INFO)
-    dry_run = TrainConfig(data_dir=data.path, output_dir="", image_size=image_size, model_size=model_size,
-                          precision=precision, xla=xla, allow_poor_anchors=allow_poor_anchors, tile=tile,
-                          box_loss=box_loss, ema=ema, flip=flip, preset=preset or None, deterministic=deterministic)
-    result = probe_with_data(data.path, {"image_size": image_size, "model_size": model_size,
-                                         "batch_size": batch_size, "tile": tile},
+    dry_run = TrainConfig(data_dir=data.path, output_dir="", **settings)
+    result = probe_with_data(data.path, {name: settings[name] for name in ("image_size", "model_size",
+                                                                            "batch_size", "tile")},
                              dry_run=dry_run, require_gpu=require_gpu, output_dir=str(Path(report.path).parent))
     write_probe(result, Path(probe_json.path), Path(report.path))
     if result.verdict == "FAIL":
@@ -158,15 +159,11 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune_trials: str, tune_trial_epochs: int,
                          tune_holdout: float, tune_parallel_trials: int, tune_backend: str, trial_machine: str,
-                         vertex_region: str, pipeline_root: str, epochs: int,
-                         batch_size: str, image_size: str, model_size: str, seed: int,
-                         allow_poor_anchors: bool, tile: str, precision: str, xla: str, box_loss: str, ema: bool,
-                         flip: bool, preset: str, cache: str, deterministic: bool, base_lr_per_64: float, weight_decay: float,
-                         augment_strength: float, hparams: Output[Artifact], report: Output[Markdown]) -> NamedTuple(
-        "TuneOutputs", [("tuning_map", float), ("summary", str)]):
+                         vertex_region: str, pipeline_root: str, settings: dict, hparams: Output[Artifact],
+                         report: Output[Markdown]) -> NamedTuple("TuneOutputs", [("tuning_map", float), ("summary", str)]):
     """Search learning rate, weight decay and augmentation strength with trials scored on images
-    held out of train (components/tune), from `base_lr_per_64`, `weight_decay` and
-    `augment_strength` as the first trial (`tune_trials` 0, or `auto` deciding against a search:
+    held out of train (components/tune), each trial the training of `settings` shortened, their
+    `base_lr_per_64`, `weight_decay` and `augment_strength` the first trial (`tune_trials` 0, or `auto` deciding against a search:
     those values). `tune_backend` vertex (or auto on Vertex AI): the trials as a Vertex AI tuning
     job on `trial_machine` (the training's, JSON) in `vertex_region`. The search's study and trials
     are kept under `pipeline_root` (search.WORK_DIR): a run stopped in this step and run again
@@ -179,6 +176,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     from collections import namedtuple
 
     from components.train.config import ProbeAdvice  # no TensorFlow: without trials the step only writes the defaults
+    from components.tune.hparams_file import SEARCH_SPACE
     from components.tune.search import WORK_DIR, TuneConfig, tune
     from components.tune.tune_report import REPORT_FILE
     from components.tune.vertex_job import fuse_path
@@ -187,15 +185,10 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
                              trial_epochs=tune_trial_epochs, holdout=tune_holdout, parallel=tune_parallel_trials,
-                             backend=tune_backend, trial_machine=trial_machine, region=vertex_region, seed=seed,
+                             backend=tune_backend, trial_machine=trial_machine, region=vertex_region, seed=settings["seed"],
                              work_dir=fuse_path(f"{pipeline_root.rstrip('/')}/{WORK_DIR}"),
-                             train={"epochs": epochs, "batch_size": batch_size, "image_size": image_size,
-                                    "model_size": model_size, "probe": advice, "allow_poor_anchors": allow_poor_anchors,
-                                    "tile": tile, "precision": precision, "xla": xla, "box_loss": box_loss, "ema": ema,
-                                    "flip": flip, "preset": preset or None, "cache": cache,
-                                    "deterministic": deterministic},
-                             start={"base_lr_per_64": base_lr_per_64, "weight_decay": weight_decay,
-                                    "augment_strength": augment_strength}))
+                             train={**settings, "probe": advice},
+                             start={name: settings[name] for name in SEARCH_SPACE}))
     best = result.best
     score = best.score if best.score is not None and math.isfinite(best.score) else -1.0
     hparams.metadata.update({**best.hparams, "tuning_map": score, "trials": best.trials, "decision": best.decision,
@@ -211,13 +204,11 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
 KEY_FIGURES["tune-hyperparameters"] = lambda out: str(out.get("summary", ""))
 
 
-def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], epochs: int, batch_size: str, image_size: str,
-          model_size: str, seed: int, registry: str, model_name: str, warm_start: str, allow_poor_anchors: bool,
-          tile: str, precision: str, xla: str, box_loss: str, ema: bool, flip: bool, preset: str, cache: str,
-          deterministic: bool, checkpoint_every: int, max_steps: int, fine_tune_epochs: int, model: Output[Model],
-          report: Output[Markdown]) -> NamedTuple(
+def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], registry: str, model_name: str,
+          warm_start: str, settings: dict, model: Output[Model], report: Output[Markdown]) -> NamedTuple(
         "TrainOutputs", [("images_per_second", float), ("started_from", str)]):
-    """Train the detector with the tune step's hyperparameters; with `warm_start` auto (or a
+    """Train the detector with the training `settings`, the tune step's hyperparameters over
+    theirs; with `warm_start` auto (or a
     version) from the champion's (that version's) weights when they can be continued.
     Returns training images per second and the version it started from ("" for scratch).
     The champion is looked up here, not passed in (as in the data step): the cache key is
@@ -239,15 +230,10 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     with tempfile.TemporaryDirectory() as fetched:
         models = Registry.open(registry, model_name)
         source = warm_source(warm_start, models, models.champion_version(), fetched)
-        result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, epochs=epochs,
-                                            batch_size=batch_size, image_size=image_size, model_size=model_size,
-                                            seed=seed, probe=advice, allow_poor_anchors=allow_poor_anchors, tile=tile,
-                                            precision=precision, xla=xla, box_loss=box_loss, ema=ema, flip=flip,
-                                            preset=preset or None, cache=cache, deterministic=deterministic,
-                                            checkpoint_every=checkpoint_every, max_steps=max_steps,
-                                            fine_tune_epochs=fine_tune_epochs, init_from=source.folder,
-                                            init_name=source.name, init_champion=warm_start == "auto",
-                                            init_note=source.note, **load_hparams(f"{hparams.path}/{BEST_FILE}")))
+        settings.update(load_hparams(f"{hparams.path}/{BEST_FILE}"))  # the tune step's values win
+        result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, probe=advice,
+                                            init_from=source.folder, init_name=source.name,
+                                            init_champion=warm_start == "auto", init_note=source.note, **settings))
     started_from = source.version if result.warm_start["used"] else ""
     outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from"])(result.images_per_second, started_from)
     if not result.is_chief:  # another replica of a custom job: the chief's files are not there yet
@@ -402,10 +388,13 @@ class Steps:
     report: object
 
 
-def make_steps(image: str) -> Steps:
-    """The components with `image` as their base image."""
+def make_steps(image: str, training: dict[str, type]) -> Steps:
+    """The components with `image` as their base image; the probe, tune and train steps take
+    the `training` settings (name → type: pipeline/params.py's TRAINING) as their `settings`."""
     def component(func):
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
-    return Steps(*(component(f) for f in (fingerprint_source, validate_and_convert, probe, tune_hyperparameters,
-                                          train, evaluate, review, export, register, report)))
+    trained = {probe, tune_hyperparameters, train}
+    return Steps(*(component(with_settings(f, training) if f in trained else f)
+                   for f in (fingerprint_source, validate_and_convert, probe, tune_hyperparameters, train, evaluate,
+                             review, export, register, report)))

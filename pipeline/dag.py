@@ -17,7 +17,7 @@ from kfp import dsl
 
 from components.kfp_steps import make_steps
 from components.tune.vertex_job import TrialMachine
-from pipeline.params import PARAMS, REQUIRED, pipeline_docstring, pipeline_signature
+from pipeline.params import PARAMS, REQUIRED, TRAINING, pipeline_docstring, pipeline_signature
 
 PIPELINE_NAME = "detpipe"
 # The project image (infra/Dockerfile); set the pushed tag with `detpipe compile --image`.
@@ -80,7 +80,7 @@ def _on_accelerator(task, resources: StepResources):
 def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepResources()):
     """The @dsl.pipeline function with every step on `image`. Its parameters are
     `pipeline.params.PARAMS` (kfp reads the signature and the docstring)."""
-    steps = make_steps(image)
+    steps = make_steps(image, TRAINING)
     custom = resources.train_runner == "customjob"
     # The tuner scores every trial between trials, on one machine: it runs on the chief alone
     # (several replicas would train each short trial together and then all evaluate it).
@@ -95,6 +95,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
 
     def detpipe(*values):
         p = SimpleNamespace(**dict(zip(names, values)))
+        training = {name: getattr(p, name) for name in TRAINING}  # each step input by its parameter's name
         source = steps.fingerprint_source(images=p.images, annotations=p.annotations, split_file=p.split_file,
                                           val_annotations=p.val_annotations, val_images=p.val_images,
                                           registry=p.registry, model_name=p.model_name,
@@ -114,10 +115,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         data.set_display_name("validate-and-convert")
         data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)
         dataset = data.outputs["dataset"]
-        probe = steps.probe(data=dataset, require_gpu=p.require_gpu, image_size=p.image_size,
-                            model_size=p.model_size, batch_size=p.batch_size, precision=p.precision, xla=p.xla,
-                            allow_poor_anchors=p.allow_poor_anchors, tile=p.tile, box_loss=p.box_loss, ema=p.ema,
-                            flip=p.flip, preset=p.preset, deterministic=p.deterministic)
+        probe = steps.probe(data=dataset, require_gpu=p.require_gpu, **training)
         probe.set_caching_options(False)  # the machine may differ from one run to the next
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]
@@ -125,19 +123,10 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             data=dataset, probe_json=advice, tune_trials=p.tune_trials, tune_trial_epochs=p.tune_trial_epochs,
             tune_holdout=p.tune_holdout, tune_parallel_trials=p.tune_parallel_trials, tune_backend=p.tune_backend,
             trial_machine=trial_machine, vertex_region=p.vertex_region, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
-            epochs=p.epochs, batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size, seed=p.seed,
-            allow_poor_anchors=p.allow_poor_anchors, tile=p.tile, precision=p.precision, xla=p.xla,
-            box_loss=p.box_loss, ema=p.ema, flip=p.flip, preset=p.preset, cache=p.cache, deterministic=p.deterministic,
-            base_lr_per_64=p.base_lr_per_64, weight_decay=p.weight_decay, augment_strength=p.augment_strength)
+            **training)
         tuned.set_display_name("tune")
-        trained = train_step(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, epochs=p.epochs,
-                              batch_size=p.batch_size, image_size=p.image_size, model_size=p.model_size,
-                              seed=p.seed, registry=registry, model_name=p.model_name,
-                              warm_start=p.warm_start, allow_poor_anchors=p.allow_poor_anchors, tile=p.tile,
-                              precision=p.precision, xla=p.xla, box_loss=p.box_loss, ema=p.ema, flip=p.flip,
-                              preset=p.preset, cache=p.cache, deterministic=p.deterministic,
-                              checkpoint_every=p.checkpoint_every, max_steps=p.max_steps,
-                              fine_tune_epochs=p.fine_tune_epochs)
+        trained = train_step(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, registry=registry,
+                             model_name=p.model_name, warm_start=p.warm_start, **training)
         if not custom:  # a custom job's machines are in its worker pool specs
             _on_accelerator(tuned, resources)
             _on_accelerator(trained, resources)

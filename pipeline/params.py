@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from beam.contract.exif import EXIF_MODES
@@ -174,6 +174,11 @@ PARAMS: tuple[Param, ...] = (
 )
 
 BY_NAME = {p.name: p for p in PARAMS}
+# The training settings: every parameter named for a field of TrainConfig. The probe's dry run, the
+# tune step and the train step take them together (components/kfp_settings.py), `train` and `tune`
+# offer each as an option, and each reaches TrainConfig by its name: adding one is its Param here
+# and the TrainConfig field it sets.
+TRAINING: dict[str, type] = {p.name: p.type for p in PARAMS if p.name in {f.name for f in fields(TrainConfig)}}
 DEFAULT_REGISTRY_DIR = "registry"  # under the pipeline root
 
 
@@ -245,22 +250,41 @@ def declared(name: str, help: str | None = None) -> dict:
     return kwargs
 
 
+def add_declared_option(parser: argparse.ArgumentParser, name: str, *aliases: str, default: object = REQUIRED,
+                        help: str | None = None) -> None:
+    """The option of a declared parameter, spelled as in every command: a flag for a bool that
+    is false by default, `--name` / `--no-name` for one that is on, else an option with the
+    declaration's type, check and choices. `default`: where a command's differs (`run`'s demo
+    data); `help`: a command's own words, in argparse's format."""
+    p = BY_NAME[name]
+    default = p.default if default is REQUIRED else default
+    flag = p.type is bool and default is False
+    text = _help_with_default(p.help, default, flag) if help is None else help
+    if flag:
+        parser.add_argument(*aliases, p.option, dest=p.name, action="store_true", help=text)
+    elif p.type is bool:
+        parser.add_argument(*aliases, p.option, dest=p.name, action=Switch, default=default, help=text)
+    else:
+        parser.add_argument(*aliases, p.option, **{**declared(p.name, help=text), "default": default})
+
+
+def add_training_options(parser: argparse.ArgumentParser, leave_out: tuple[str, ...] = ()) -> None:
+    """One option per training setting (TRAINING), as `run` takes it, but those in `leave_out`."""
+    for name in TRAINING:
+        if name not in leave_out:
+            add_declared_option(parser, name)
+
+
+def training_values(args: argparse.Namespace) -> dict[str, object]:
+    """The training settings a command was given (those it offers), by name: TrainConfig's fields."""
+    return {name: getattr(args, name) for name in TRAINING if hasattr(args, name)}
+
+
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The `detpipe run` options, one per local parameter: a flag for a bool that is
-    false by default, an option with the parameter's type and default otherwise."""
+    """The `detpipe run` options, one per local parameter."""
     for p in PARAMS:
-        if not p.local:
-            continue
-        default = p.default if p.cli_default is REQUIRED else p.cli_default
-        if p.type is bool and default is False:
-            parser.add_argument(p.option, dest=p.name, action="store_true", help=_help_with_default(p.help, default, True))
-            continue
-        if p.type is bool:  # on by default: --name / --no-name
-            parser.add_argument(p.option, dest=p.name, action=Switch, default=default,
-                                help=_help_with_default(p.help, default))
-            continue
-        parser.add_argument(p.option, **{**declared(p.name, help=_help_with_default(p.help, default)),
-                                         "default": default})
+        if p.local:
+            add_declared_option(parser, p.name, default=p.default if p.cli_default is REQUIRED else p.cli_default)
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, object]:

@@ -6,7 +6,7 @@ from pathlib import Path
 from pipeline.cli_types import EXIT_OK, UsageError, existing_file
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.cli_types import output_file, shards_dir
-from pipeline.params import declared
+from pipeline.params import add_training_options, training_values
 
 
 def cmd_probe(args) -> int:
@@ -19,9 +19,7 @@ def cmd_probe(args) -> int:
     if args.dry_run:
         from components.train.config import TrainConfig
 
-        dry_run = TrainConfig(data_dir=args.data, output_dir="", image_size=args.image_size,
-                              model_size=args.model_size, precision=args.precision, xla=args.xla,
-                              allow_poor_anchors=args.allow_poor_anchors, tile=args.tile)
+        dry_run = TrainConfig(data_dir=args.data, output_dir="", **training_values(args))
     result = probe_with_data(args.data, {"image_size": args.image_size, "model_size": args.model_size,
                                          "batch_size": args.batch_size, "tile": args.tile},
                              dry_run=dry_run, require_gpu=args.require_gpu, baseline=baseline)
@@ -46,22 +44,10 @@ def add_probe_command(sub) -> None:
                    "it and checks each shard's sha256 against its manifest.json")
     p.add_argument("--baseline", type=existing_file, help="probe.json written on another machine (e.g. your laptop) to compare with")
     p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
-    p.add_argument("--image-size", **declared("image_size", help="model input the memory check assumes, or 'auto' "
-                                                               "(default): fitted to --data's training boxes as "
-                                                               "training fits it"))
-    p.add_argument("--model-size", **declared("model_size", help="model the memory check assumes (default "
-                                                               "%(default)s)"))
-    p.add_argument("--batch-size", **declared("batch_size", help="batch the memory check assumes (default "
-                                                               "%(default)s)"))
     p.add_argument("--dry-run", action="store_true",
-                   help="also run a few steps of the real training here on --data (the fitted model, --precision, "
-                        "--xla, this machine's devices), checkpoint and export: PASS, or the first error and its fix "
-                        "(the pipeline's probe step always does this)")
-    p.add_argument("--precision", **declared("precision", help="precision the dry run trains in (default "
-                                                             "%(default)s)"))
-    p.add_argument("--xla", **declared("xla", help="XLA choice the dry run trains with (default %(default)s)"))
-    p.add_argument("--allow-poor-anchors", action="store_true",
-                   help="let the dry run train when few boxes can match an anchor, as `train --allow-poor-anchors`")
-    p.add_argument("--tile", **declared("tile", help="tiles the memory check, the input rate and the dry run assume, "
-                                                   "as `train --tile` (default %(default)s)"))
+                   help="also run a few steps of the real training here on --data (as `train` with the same "
+                        "options, on this machine's devices), checkpoint and export: PASS, or the first error and its "
+                        "fix (the pipeline's probe step always does this)")
+    # The memory check and the input rate assume the model, batch and tiles of these, the dry run all of them.
+    add_training_options(p)
     p.set_defaults(func=cmd_probe)

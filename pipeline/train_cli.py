@@ -3,7 +3,6 @@
 Thin adapters over components/train (the trainer and the tuner) and components/evaluate.
 """
 
-import argparse
 import contextlib
 import re
 import sys
@@ -11,13 +10,14 @@ import tempfile
 from pathlib import Path
 
 from components.tune.hparams_file import SEARCH_SPACE
+from components.tune.trials import TRIAL_OWN
 from pipeline.cli_types import UsageError, existing_dir, existing_file
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.cli_types import output_dir
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import review_folds, shards_dir, trained_model_dir, unit_float
 from pipeline.model_cli import export_after_train
-from pipeline.params import BY_NAME, Switch, declared, declared_help
+from pipeline.params import BY_NAME, add_declared_option, add_training_options, declared, training_values
 
 EXIT_OK = 0
 
@@ -32,13 +32,6 @@ def _hparams_over_defaults(args) -> dict:
     except ValueError as err:
         raise _fail_lines(str(err).splitlines()) from err
     return {k: v if v is not None else loaded.get(k, DEFAULTS[k]) for k, v in given.items()}
-
-
-def _common_train_config(args) -> dict:
-    return {"batch_size": args.batch_size, "image_size": args.image_size, "model_size": args.model_size,
-            "preset": args.preset or None, "cache": args.cache, "flip": args.flip,
-            "allow_poor_anchors": args.allow_poor_anchors, "tile": args.tile, "box_loss": args.box_loss, "ema": args.ema,
-            "precision": args.precision, "xla": args.xla, "deterministic": args.deterministic}
 
 
 def _init_from(args, fetched: str) -> dict:
@@ -70,16 +63,13 @@ def cmd_train(args) -> int:
     from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
     from components.train.trainer import TrainConfig, train_detector
 
-    hparams = _hparams_over_defaults(args)
-    config = {**_common_train_config(args), "augment": args.flip or hparams["augment_strength"] > 0}
-    # (with --no-flip and strength 0 there is nothing left to augment)
+    settings = {**training_values(args), **_hparams_over_defaults(args)}
+    augment = settings["flip"] or settings["augment_strength"] > 0  # with neither, nothing is left to augment
     try:
         with _fetch_folder(args) as fetched:
             result = train_detector(TrainConfig(
-                data_dir=args.data, output_dir=args.output, epochs=args.epochs, seed=args.seed,
-                max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-                fine_tune_epochs=args.fine_tune_epochs, verify_shards=args.verify_shards,
-                **_init_from(args, fetched), **config, **hparams))
+                data_dir=args.data, output_dir=args.output, verify_shards=args.verify_shards, augment=augment,
+                **_init_from(args, fetched), **settings))
     except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects
         print(f"detpipe: {stopped}", file=sys.stderr)
         return PREEMPTED_EXIT_CODE
@@ -105,8 +95,7 @@ def cmd_tune(args) -> int:
     try:
         result = tune(TuneConfig(data_dir=args.data, output_dir=args.output, trials=args.tune_trials,
                                  trial_epochs=args.tune_trial_epochs, holdout=args.tune_holdout,
-                                 parallel=args.tune_parallel_trials, seed=args.seed,
-                                 train={"epochs": args.epochs, **_common_train_config(args)},
+                                 parallel=args.tune_parallel_trials, seed=args.seed, train=training_values(args),
                                  start={name: getattr(args, name) for name in HPARAMS_OPTIONS}))
     except (Preempted, SearchStopped) as stopped:  # as `train`: the code a restarting scheduler expects
         print(f"detpipe: {stopped}", file=sys.stderr)
@@ -161,19 +150,6 @@ def cmd_review(args) -> int:
     return EXIT_OK
 
 
-def _add_train_options(p: argparse.ArgumentParser, epochs: bool = True) -> None:
-    """Options of `train` and `tune` that are also pipeline parameters (pipeline/params.py):
-    their type, default, choices and help are the declaration's."""
-    for name in ("epochs",) * epochs + ("batch_size", "image_size", "model_size", "seed", "precision", "xla",
-                                        "preset", "box_loss", "cache", "tile"):
-        p.add_argument(BY_NAME[name].option, **declared(name))
-    for name in ("flip", "ema"):  # on by default: --flip / --no-flip, as `run` takes them
-        p.add_argument(BY_NAME[name].option, dest=name, action=Switch, default=BY_NAME[name].default,
-                       help=declared_help(name))
-    for name in ("allow_poor_anchors", "deterministic"):
-        p.add_argument(BY_NAME[name].option, dest=name, action="store_true", help=declared_help(name))
-
-
 # `train` takes these from --hparams (the tune step's best_hparams.json) unless given: not given
 # is None, and the declaration's default applies when --hparams has none either.
 HPARAMS_OPTIONS = ("base_lr_per_64", "weight_decay", "augment_strength")
@@ -190,13 +166,10 @@ def add_train_commands(sub) -> None:
                     "global batch is --batch-size x machines, and only the chief writes --output.")
     p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for model.keras, history, report")
-    _add_train_options(p)
-    for name in ("max_steps", "checkpoint_every", "fine_tune_epochs"):
-        p.add_argument(BY_NAME[name].option, **declared(name))
+    add_training_options(p, leave_out=HPARAMS_OPTIONS)
     for name in HPARAMS_OPTIONS:
-        given = declared(name, help=BY_NAME[name].help.replace("%", "%%")
-                         + f" (default: --hparams's value, else {BY_NAME[name].default})")
-        p.add_argument(BY_NAME[name].option, **{**given, "default": None})
+        add_declared_option(p, name, default=None, help=BY_NAME[name].help.replace("%", "%%")
+                            + f" (default: --hparams's value, else {BY_NAME[name].default})")
     p.add_argument("--hparams", metavar="JSON", type=existing_file,
                    help="best_hparams.json of `detpipe tune`: its learning rate, weight decay and augmentation "
                         "strength, unless given on the command line")
@@ -226,10 +199,8 @@ def add_train_commands(sub) -> None:
     p.add_argument("--output", required=True, type=output_dir,
                    help="folder for best_hparams.json, trials.jsonl, tune_report.md, the study and the trials")
     for name in ("tune_trials", "tune_trial_epochs", "tune_holdout", "tune_parallel_trials"):
-        p.add_argument(BY_NAME[name].option.replace("--tune-", "--"), BY_NAME[name].option, **declared(name))
-    _add_train_options(p)
-    for name in HPARAMS_OPTIONS:  # the first candidate
-        p.add_argument(BY_NAME[name].option, **declared(name))
+        add_declared_option(p, name, BY_NAME[name].option.replace("--tune-", "--"))
+    add_training_options(p, leave_out=tuple(TRIAL_OWN))  # base_lr_per_64, ... : the first candidate
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser(

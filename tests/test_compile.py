@@ -26,11 +26,11 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the tune step takes tune_trials (auto), tune_trial_epochs, tune_holdout,
-# tune_parallel_trials, tune_backend, the trials' machine, the region and the epochs (components/tune),
-# returns a summary line, keeps its study under the pipeline root (tune-work) and retries as train
-# does; the report step reads the tune step's folder.
-GOLDEN_SHA256 = "8485e996d5ee9145db1b12f340ef8dde092466a264696751e6ef3682b29d5146"
+# Last change: the probe, tune and train steps take every training setting (pipeline/params.py's
+# TRAINING, written into their signatures by components/kfp_settings.py): the probe gains epochs, seed,
+# cache, the hyperparameters, checkpoint_every, max_steps and fine_tune_epochs, tune gains
+# checkpoint_every, max_steps and fine_tune_epochs, train the three hyperparameters.
+GOLDEN_SHA256 = "aeef92a929de52a0a65fd31749eb3216c14183cd014ac0bfacd13f1aeb9b61ff"
 
 
 def test_golden_compile(tmp_path):

@@ -1,75 +1,78 @@
-"""A setting declared once (pipeline/params.py) reaches each step the same way: a KFP step input
-named for a declared parameter has the declaration's type, the DAG passes that input the
-parameter of the same name and no other, and a command option of that name takes the
-declaration's type, default and choices. Today these are written by hand in each place; this
-test is what fails when one of them drifts from the declaration."""
+"""A setting declared once (pipeline/params.py) reaches each step the same way, checked on the
+compiled pipeline itself: a KFP step input named for a declared parameter has the declaration's
+type and is fed that pipeline parameter and no other; the probe, tune and train steps take every
+training setting; and a command option of that name takes the declaration's type, default and
+choices. The steps' settings and the DAG's calls are made from the declaration
+(components/kfp_settings.py), the other steps' inputs by hand: this test is what fails when one
+drifts from the declaration."""
 
-import ast
-import inspect
-from pathlib import Path
+import pytest
+import yaml
 
+from pipeline.params import BY_NAME, PARAMS, REQUIRED, TRAINING
 
-from components import kfp_steps
-from pipeline.params import BY_NAME, REQUIRED
-
-ROOT = Path(__file__).resolve().parents[1]
-STEP_FUNCTIONS = ("fingerprint_source", "validate_and_convert", "probe", "tune_hyperparameters", "train", "evaluate",
-                  "review", "export", "register", "report")
+KFP_TYPES = {bool: "BOOLEAN", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE", str: "STRING"}
 
 
-def _step_inputs() -> dict[str, dict[str, object]]:
-    """Each KFP step function's inputs that share a declared parameter's name, with their annotations."""
-    out = {}
-    for name in STEP_FUNCTIONS:
-        signature = inspect.signature(getattr(kfp_steps, name))
-        out[name] = {p: parameter.annotation for p, parameter in signature.parameters.items() if p in BY_NAME}
-    return out
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    from pipeline.compile import compile_pipeline
+
+    path = tmp_path_factory.mktemp("compiled") / "p.yaml"
+    compile_pipeline(path)
+    return yaml.safe_load(path.read_text())
 
 
-def type_mismatches(inputs: dict[str, dict[str, object]]) -> list[tuple]:
-    return [(step, name, annotation, BY_NAME[name].type) for step, names in inputs.items()
-            for name, annotation in names.items() if annotation not in (BY_NAME[name].type, BY_NAME[name].type.__name__)]
+def step_inputs(spec: dict) -> dict[str, dict[str, str]]:
+    """Each task's parameter inputs: {task: {input: its KFP type}}."""
+    tasks = spec["root"]["dag"]["tasks"]
+    return {task: {name: value["parameterType"] for name, value in
+                   spec["components"][body["componentRef"]["name"]]["inputDefinitions"].get("parameters", {}).items()}
+            for task, body in tasks.items()}
 
 
-def test_each_step_input_named_for_a_parameter_has_its_declared_type():
-    inputs = _step_inputs()
+def type_mismatches(inputs: dict[str, dict[str, str]]) -> list[tuple]:
+    return [(task, name, kind, KFP_TYPES[BY_NAME[name].type]) for task, names in inputs.items()
+            for name, kind in names.items() if name in BY_NAME and kind != KFP_TYPES[BY_NAME[name].type]]
+
+
+def crossed_inputs(spec: dict) -> list[tuple]:
+    """Task inputs named for a declared parameter but fed something else (another parameter, a
+    constant, an upstream output of another name). An upstream output of the same name is the
+    parameter resolved (the registry folder fingerprint-source resolves under the pipeline root)."""
+    crossed = []
+    for task, body in spec["root"]["dag"]["tasks"].items():
+        for name, source in body["inputs"].get("parameters", {}).items():
+            resolved = source.get("taskOutputParameter", {}).get("outputParameterKey")
+            if name in BY_NAME and name not in (source.get("componentInputParameter"), resolved):
+                crossed.append((task, name, source))
+    return crossed
+
+
+def test_each_step_input_named_for_a_parameter_has_its_declared_type(spec):
+    inputs = step_inputs(spec)
     assert type_mismatches(inputs) == []
-    assert sum(len(names) for names in inputs.values()) > 40  # the steps take the settings by name
+    assert sum(name in BY_NAME for names in inputs.values() for name in names) > 60  # the steps take them by name
 
 
-def _dag_keywords() -> list[tuple[int, str, str]]:
-    """(line, input, parameter) of every DAG call argument given a pipeline parameter `p.NAME`."""
-    tree = ast.parse((ROOT / "pipeline" / "dag.py").read_text())
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            for keyword in node.keywords:
-                value = keyword.value
-                if (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
-                        and value.value.id == "p" and keyword.arg):
-                    found.append((value.lineno, keyword.arg, value.attr))
-    return found
+def test_the_dag_feeds_each_input_the_parameter_of_its_name(spec):
+    assert crossed_inputs(spec) == []
+    pipeline_inputs = set(spec["root"]["inputDefinitions"]["parameters"])
+    assert pipeline_inputs == {p.name for p in PARAMS}  # one pipeline parameter per declared setting
 
 
-def crossed_keywords(keywords: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
-    """The DAG arguments given another declared parameter than the one of their name."""
-    return [(line, arg, attr) for line, arg, attr in keywords if attr in BY_NAME and arg != attr]
+def test_probe_tune_and_train_take_every_training_setting(spec):
+    inputs = step_inputs(spec)
+    for task in ("probe", "tune-hyperparameters", "train"):
+        assert set(TRAINING) <= set(inputs[task]), task
+    assert {"image_size", "box_loss", "epochs", "fine_tune_epochs"} <= set(TRAINING)
 
 
-def test_the_dag_passes_each_input_the_parameter_of_its_name():
-    keywords = _dag_keywords()
-    assert len(keywords) > 60
-    assert crossed_keywords(keywords) == [], "an input given another parameter than its own"
-    unknown = sorted({attr for _, _, attr in keywords if attr not in BY_NAME})
-    assert unknown == [], f"the DAG reads parameters nobody declared: {unknown}"
-
-
-def test_every_declared_step_setting_reaches_a_step_that_takes_it():
-    """A parameter a step input is named for is passed to that step by the DAG (no input left
-    at a default the user cannot change)."""
-    passed = {arg for _, arg, _ in _dag_keywords()}
-    taken = {name for inputs in _step_inputs().values() for name in inputs}
-    assert taken - passed == set()
+def test_every_parameter_reaches_a_step(spec):
+    """No declared parameter is left unused (a step that lost its input, a setting nobody reads)."""
+    fed = {source.get("componentInputParameter") for body in spec["root"]["dag"]["tasks"].values()
+           for source in body["inputs"].get("parameters", {}).values()}
+    assert {p.name for p in PARAMS} - fed == set()
 
 
 def _subcommand_actions():
@@ -126,9 +129,11 @@ def test_each_command_option_named_for_a_parameter_takes_its_declaration():
 def test_a_drift_from_the_declaration_would_be_found():
     import argparse
 
-    assert type_mismatches({"probe": {"image_size": int}}) == [("probe", "image_size", int, str)]
-    assert crossed_keywords([(7, "epochs", "fine_tune_epochs"), (8, "epochs", "epochs")]) == [
-        (7, "epochs", "fine_tune_epochs")]
+    assert type_mismatches({"probe": {"image_size": "NUMBER_INTEGER"}}) == [
+        ("probe", "image_size", "NUMBER_INTEGER", "STRING")]
+    wrong = {"epochs": {"componentInputParameter": "fine_tune_epochs"}, "seed": {"componentInputParameter": "seed"}}
+    assert crossed_inputs({"root": {"dag": {"tasks": {"train": {"inputs": {"parameters": wrong}}}}}}) == [
+        ("train", "epochs", {"componentInputParameter": "fine_tune_epochs"})]
     stale = argparse.Action(["--epochs"], "epochs", default=BY_NAME["epochs"].default + 1)
     narrowed = argparse.Action(["--model-size"], "model_size", default=BY_NAME["model_size"].default, choices=["tiny"])
     assert option_mismatches([("train", stale), ("train", narrowed)])[1] == [

@@ -82,6 +82,7 @@ def dry_run(config: TrainConfig, recommendations: dict | None = None, steps: int
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="detpipe-dry-run-") as scratch:
         trial = replace(config, output_dir=scratch, max_steps=steps, checkpoint_every=1,
+                        cache="",  # a file cache would be written outside the scratch folder, and half
                         batch_size=DRY_RUN_IMAGES * max(1, len(training_devices())),
                         init_from=None, init_name="", init_note="the dry run starts from scratch",
                         probe=ProbeAdvice.from_recommendations(recommendations) if recommendations else config.probe)

@@ -101,6 +101,7 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("batch_size", "image_size"):  # typed here, not halfway down
             object.__setattr__(self, name, number_or_auto(getattr(self, name), name))
+        object.__setattr__(self, "preset", self.preset or None)  # a pipeline parameter's "": none
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -81,6 +81,12 @@ def read_trials(folder: str) -> list[TrialRecord]:
         if path.is_file() else []
 
 
+# What a trial sets itself whatever the training it stands for asks: it starts from scratch, and
+# its length and checkpoints are the search's (the rungs). `detpipe tune` offers none of these.
+TRIAL_OWN = {"max_steps": 0, "checkpoint_every": 0, "stop_after_steps": 0, "fine_tune_epochs": 0, "init_from": None,
+             "init_name": "", "init_champion": False, "init_note": "a tuning trial starts from scratch"}
+
+
 def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -> TrialRegime:
     """The real training's plan on this machine, and the trials' config from it."""
     from components.train.trainer import plan_training, planned_run
@@ -90,9 +96,7 @@ def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -
     # A cache file would be shared by every trial (and hold the whole train split): memory or none.
     base = replace(facts.config, data_dir=split.folder, output_dir="", epochs=trial_epochs,
                    cache="memory" if facts.config.cache == "memory" else "",
-                   batch_size=plan.machine_batch, precision=plan.precision, max_steps=0, checkpoint_every=0,
-                   stop_after_steps=0, init_from=None, init_name="", init_champion=False, fine_tune_epochs=0,
-                   init_note="a tuning trial starts from scratch")
+                   batch_size=plan.machine_batch, precision=plan.precision, **TRIAL_OWN)
     trial = plan_training(base, replace(facts.machine, auto_batch=None), split.fit * facts.windows_per_photo)
     rung = max(1, math.ceil(trial.total_steps / REDUCTION))
     base = replace(base, checkpoint_every=rung)
