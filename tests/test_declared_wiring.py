@@ -139,3 +139,22 @@ def test_a_drift_from_the_declaration_would_be_found():
     assert option_mismatches([("train", stale), ("train", narrowed)])[1] == [
         ("train", "epochs", "default", BY_NAME["epochs"].default + 1, BY_NAME["epochs"].default),
         ("train", "model_size", "choices", ["tiny"], BY_NAME["model_size"].choices)]
+
+
+def test_settings_are_written_into_a_step_as_typed_parameters():
+    import doctest
+
+    from components import kfp_settings
+
+    assert doctest.testmod(kfp_settings).failed == 0
+
+    def no_marker(data: str) -> str:
+        return data
+
+    def clashing(epochs: int, settings: dict) -> int:
+        return epochs
+
+    with pytest.raises(TypeError, match="needs a parameter `settings: dict`"):
+        kfp_settings.with_settings(no_marker, {"epochs": int})
+    with pytest.raises(TypeError, match="already has parameters named epochs"):
+        kfp_settings.with_settings(clashing, {"epochs": int})
