@@ -158,3 +158,26 @@ def test_settings_are_written_into_a_step_as_typed_parameters():
         kfp_settings.with_settings(no_marker, {"epochs": int})
     with pytest.raises(TypeError, match="already has parameters named epochs"):
         kfp_settings.with_settings(clashing, {"epochs": int})
+
+
+def test_train_tune_and_probe_offer_every_training_setting_and_hand_it_to_train_config():
+    from components.train.config import TrainConfig
+    from components.tune.trials import TRIAL_OWN
+    from pipeline.params import training_values
+
+    offered = {}
+    for command, action in _subcommand_actions():
+        offered.setdefault(command, set()).add(action.dest)
+    assert set(TRAINING) <= offered["train"] and set(TRAINING) <= offered["probe"]
+    assert set(TRAINING) - offered["tune"] == set(TRAINING) & set(TRIAL_OWN)  # a trial sets those itself
+    import argparse
+
+    args = argparse.Namespace(**{action.dest: action.default for command, action in _subcommand_actions()
+                                 if command == "train"})  # what `train` holds when no option is given
+    from pipeline.train_cli import HPARAMS_OPTIONS  # None unless given: --hparams' values then
+
+    given = {name: value for name, value in training_values(args).items() if name not in HPARAMS_OPTIONS}
+    assert given.keys() == set(TRAINING) - set(HPARAMS_OPTIONS)
+    config = TrainConfig("d", "o", **given)
+    assert {name: getattr(config, name) for name in given} == {name: getattr(TrainConfig("d", "o"), name)
+                                                                for name in given}
