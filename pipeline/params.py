@@ -20,7 +20,7 @@ from components.detector.precision import PRECISIONS, XLA_MODES
 from components.registry.decision import RULES, PromotionRule
 from components.registry.registry import DEFAULT_MODEL_NAME
 from components.train.config import TrainConfig
-from components.train.plan import FINE_TUNE_EPOCH_SHARE
+from components.train.plan import FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
 from components.tune.search import TuneConfig
 from components.tune.vertex_job import BACKENDS
 from pipeline import cli_types
@@ -123,6 +123,8 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.unit_float),
     Param("fine_tune_epochs", int, TrainConfig.fine_tune_epochs, f"Epochs of a warm-started run; 0: "
           f"{FINE_TUNE_EPOCH_SHARE:.0%} of epochs, rounded, at least 1.", cli_type=cli_types.non_negative_int),
+    Param("fine_tune_lr_share", float, TrainConfig.fine_tune_lr_share, "Peak learning rate of a warm-started run "
+          f"as a share of a from-scratch run's; 0: {FINE_TUNE_LR_SHARE:g}.", cli_type=cli_types.unit_float),
     Param("cache", str, TrainConfig.cache, "Keep the encoded training records after the first epoch: memory, or "
           "files at a path prefix; saves re-reading slow storage such as gs://. Empty: read the shards each epoch."),
     Param("checkpoint_every", int, TrainConfig.checkpoint_every, "Training steps between checkpoints (a restarted "

@@ -26,11 +26,9 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the probe, tune and train steps take every training setting (pipeline/params.py's
-# TRAINING, written into their signatures by components/kfp_settings.py): the probe gains epochs, seed,
-# cache, the hyperparameters, checkpoint_every, max_steps and fine_tune_epochs, tune gains
-# checkpoint_every, max_steps and fine_tune_epochs, train the three hyperparameters.
-GOLDEN_SHA256 = "aeef92a929de52a0a65fd31749eb3216c14183cd014ac0bfacd13f1aeb9b61ff"
+# Last change: a new training setting, fine_tune_lr_share: a pipeline parameter and an input of the
+# probe, tune and train steps.
+GOLDEN_SHA256 = "e22501ed806e361600853de6e3e610c1288a7f576de2d2de2fe8da07cd4366ea"
 
 
 def test_golden_compile(tmp_path):

@@ -127,6 +127,11 @@ def test_fine_tuning_plan_has_its_reasons():
         "learning_rate"]
     pinned = plan_training(replace(config, fine_tune_epochs=1), MachineFacts(), num_train=320, fine_tune=True)
     assert pinned.total_steps == 20 and "--fine-tune-epochs" in pinned.decisions["epochs"]
+    gentler = replace(config, fine_tune_lr_share=0.05)
+    assert plan_training(gentler, MachineFacts(), num_train=320).peak_lr == scratch.peak_lr  # from scratch: unused
+    tuned_gently = plan_training(gentler, MachineFacts(), num_train=320, fine_tune=True)
+    assert tuned_gently.peak_lr == pytest.approx(scratch.peak_lr * 0.05)
+    assert "x 0.05 (fine-tuning given with --fine-tune-lr-share" in tuned_gently.decisions["learning_rate"]
 
 
 def test_the_fine_tune_epochs_help_says_what_the_plan_does():

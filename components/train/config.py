@@ -97,6 +97,7 @@ class TrainConfig:
     init_note: str = ""
     init_champion: bool = False
     fine_tune_epochs: int = 0
+    fine_tune_lr_share: float = 0.0
 
     def __post_init__(self):
         for name in ("batch_size", "image_size"):  # typed here, not halfway down

@@ -201,7 +201,8 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
     # the total is rounded up to whole chunks so the schedule and the checkpoints agree.
     chunk = max(1, min(config.checkpoint_every or steps_per_epoch, total))
     total = math.ceil(total / chunk) * chunk
-    lr_share = FINE_TUNE_LR_SHARE if fine_tune else 1.0
+    lr_share = (config.fine_tune_lr_share or FINE_TUNE_LR_SHARE) if fine_tune else 1.0
+    given = " given with --fine-tune-lr-share" if config.fine_tune_lr_share else ""
     peak_lr = config.base_lr_per_64 * batch / 64 * lr_share
     warmup = max(1, int(total * (FINE_TUNE_WARMUP_FRACTION if fine_tune else config.warmup_fraction)))
     momentum, ema_reason = ema_momentum(total, FINE_TUNE_EMA_SHARE if fine_tune else EMA_WINDOW_SHARE)
@@ -209,7 +210,8 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
         "batch_size": f"{batch}: {batch_reason}",
         "epochs": f"{epochs}: {epochs_reason}; {steps_per_epoch} steps each",
         "learning_rate": f"peak {peak_lr:.2e} = {config.base_lr_per_64:g} per 64 images x {batch}/64"
-                         + (f" x {lr_share:g} (fine-tuning: a trained model needs smaller steps)" if fine_tune else "")
+                         + (f" x {lr_share:g} (fine-tuning{given}: a trained model needs smaller steps)"
+                            if fine_tune else "")
                          + f"; linear warmup {warmup} steps"
                          + (" (short: the weights are trained already)" if fine_tune else "")
                          + f", cosine decay to 0 at step {total}",
