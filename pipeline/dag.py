@@ -77,6 +77,28 @@ def _on_accelerator(task, resources: StepResources):
             .set_accelerator_type(resources.accelerator_type).set_accelerator_limit(resources.accelerator_count))
 
 
+def _data_steps(steps, p, image: str, resources: StepResources):
+    """fingerprint-source and validate-and-convert, given the pipeline's parameters `p`."""
+    source = steps.fingerprint_source(images=p.images, annotations=p.annotations, split_file=p.split_file,
+                                      val_annotations=p.val_annotations, val_images=p.val_images,
+                                      registry=p.registry, model_name=p.model_name,
+                                      pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
+    source.set_caching_options(False)  # it exists to look at the files again on every run
+    data = steps.validate_and_convert(
+        images=p.images, annotations=p.annotations, source_fingerprint=source.outputs["fingerprint"],
+        registry=source.outputs["registry"], model_name=p.model_name, data_format=p.data_format,
+        val_fraction=p.val_fraction, split_file=p.split_file, val_annotations=p.val_annotations,
+        val_images=p.val_images, bad_box=p.bad_box, seed=p.seed,
+        max_reject_fraction=p.max_reject_fraction,
+        allow_anomalies=p.allow_anomalies, allow_new_classes=p.allow_new_classes,
+        drift_threshold=p.drift_threshold, exif=p.exif, tile=p.tile, data_runner=p.data_runner,
+        beam_options=p.beam_options,
+        sdk_container_image=image)
+    data.set_display_name("validate-and-convert")
+    data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)
+    return source, data
+
+
 def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepResources()):
     """The @dsl.pipeline function with every step on `image`. Its parameters are
     `pipeline.params.PARAMS` (kfp reads the signature and the docstring)."""
@@ -96,24 +118,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
     def detpipe(*values):
         p = SimpleNamespace(**dict(zip(names, values)))
         training = {name: getattr(p, name) for name in TRAINING}  # each step input by its parameter's name
-        source = steps.fingerprint_source(images=p.images, annotations=p.annotations, split_file=p.split_file,
-                                          val_annotations=p.val_annotations, val_images=p.val_images,
-                                          registry=p.registry, model_name=p.model_name,
-                                          pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
-        source.set_caching_options(False)  # it exists to look at the files again on every run
+        source, data = _data_steps(steps, p, image, resources)
         registry, champion = source.outputs["registry"], source.outputs["champion"]
-        data = steps.validate_and_convert(
-            images=p.images, annotations=p.annotations, source_fingerprint=source.outputs["fingerprint"],
-            registry=registry, model_name=p.model_name, data_format=p.data_format,
-            val_fraction=p.val_fraction, split_file=p.split_file, val_annotations=p.val_annotations,
-            val_images=p.val_images, bad_box=p.bad_box, seed=p.seed,
-            max_reject_fraction=p.max_reject_fraction,
-            allow_anomalies=p.allow_anomalies, allow_new_classes=p.allow_new_classes,
-            drift_threshold=p.drift_threshold, exif=p.exif, tile=p.tile, data_runner=p.data_runner,
-            beam_options=p.beam_options,
-            sdk_container_image=image)
-        data.set_display_name("validate-and-convert")
-        data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)
         dataset = data.outputs["dataset"]
         probe = steps.probe(data=dataset, require_gpu=p.require_gpu, **training)
         probe.set_caching_options(False)  # the machine may differ from one run to the next

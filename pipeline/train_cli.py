@@ -156,7 +156,12 @@ HPARAMS_OPTIONS = ("base_lr_per_64", "weight_decay", "augment_strength")
 
 
 def add_train_commands(sub) -> None:
-    """Add the train, tune and evaluate subcommands to the `detpipe` parser."""
+    """Add the train, tune, tune-trial, evaluate and review subcommands to the `detpipe` parser."""
+    for add in (_add_train, _add_tune, _add_evaluate):
+        add(sub)
+
+
+def _add_train(sub) -> None:
     p = sub.add_parser(
         "train", help="train a RetinaNet on the shards of `data build`",
         description="Train a RetinaNet on the shards of `data build`. Resumes from the last checkpoint in --output. "
@@ -187,6 +192,9 @@ def add_train_commands(sub) -> None:
     p.add_argument("--model-name", **declared("model_name"))
     p.set_defaults(func=cmd_train)
 
+
+def _add_tune(sub) -> None:
+    """`tune`, and `tune-trial` that a Vertex AI tuning job runs."""
     p = sub.add_parser(
         "tune", help="search learning rate, weight decay and augmentation strength on images held out of train",
         description="Trials are short versions of the training tuned (its batch, input size, precision and schedule "
@@ -215,6 +223,9 @@ def add_train_commands(sub) -> None:
         p.add_argument(f"--{name}", **{**given, "default": None})
     p.set_defaults(func=cmd_tune_trial)
 
+
+def _add_evaluate(sub) -> None:
+    """`evaluate` and `review`."""
     p = sub.add_parser("evaluate", help="COCO metrics of a trained model on the val split")
     p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
     p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
