@@ -1,11 +1,14 @@
 """Shared fixtures: a tiny demo dataset, its converted shards, the raccoon dataset and its shards."""
 
 import os
+import shutil
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 # XLA on a CPU (the tests force the GPU path's `--xla on`) spends most of a run compiling:
 # without LLVM's expensive passes a tiny detector's train step compiles in ~17 s, not ~38 s.
@@ -16,6 +19,25 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llv
 REPO = Path(__file__).resolve().parents[1]
 # The real photos, in the repository (tests/data/README.md), so a clone tests with nothing beside it.
 RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO / "tests" / "data" / "raccoon"))
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `build` fills, built once for the whole run. `make test` runs the suite in
+    one process per core (pytest-xdist), each with its own session fixtures, so a shared dataset
+    or model would otherwise be built once per process: the first to ask builds it here, under a
+    lock, and the others wait and read it (what pytest-xdist's docs advise). Tests read these
+    folders and never write into them."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # this run's folder, above each worker's own
+    out, built = root / f"shared-{name}", root / f"shared-{name}.built"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not built.exists():
+            shutil.rmtree(out, ignore_errors=True)  # a build that failed half-way
+            out.mkdir()
+            build(out)
+            built.touch()
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -31,11 +53,12 @@ def raccoon_shards(raccoon, tmp_path_factory) -> Path:
     from beam.convert_job import build_dataset
     from beam.options import ConvertOptions
 
-    out = tmp_path_factory.mktemp("raccoon_shards")
-    result = build_dataset(ConvertOptions(images=str(raccoon / "images"), annotations=str(raccoon / "annotations"),
-                                          output=str(out)))
-    assert result.ok, result.anomalies
-    return out
+    def build(out: Path) -> None:
+        result = build_dataset(ConvertOptions(images=str(raccoon / "images"),
+                                              annotations=str(raccoon / "annotations"), output=str(out)))
+        assert result.ok, result.anomalies
+
+    return built_once(tmp_path_factory, "raccoon_shards", build)
 
 
 @pytest.fixture(scope="session")
@@ -43,19 +66,15 @@ def raccoon_model(raccoon_shards, tmp_path_factory):
     """A small detector trained a few steps on real photos (one class): a model to run, not to trust."""
     from components.train.trainer import TrainConfig, train_detector
 
-    out = tmp_path_factory.mktemp("raccoon_model")
-    train_detector(TrainConfig(data_dir=str(raccoon_shards), output_dir=str(out), epochs=1, batch_size=8,
-                               image_size=64, max_steps=3))
-    return out
+    return built_once(tmp_path_factory, "raccoon_model", lambda out: train_detector(TrainConfig(
+        data_dir=str(raccoon_shards), output_dir=str(out), epochs=1, batch_size=8, image_size=64, max_steps=3)))
 
 
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
     from pipeline.demo_data import write_demo_dataset
 
-    out = tmp_path_factory.mktemp("demo")
-    write_demo_dataset(out, num_train=48, num_val=16, seed=3)
-    return out
+    return built_once(tmp_path_factory, "demo", lambda out: write_demo_dataset(out, num_train=48, num_val=16, seed=3))
 
 
 @pytest.fixture(scope="session")
@@ -63,12 +82,13 @@ def demo_shards(demo_dir, tmp_path_factory) -> Path:
     from beam.convert_job import build_dataset
     from beam.options import ConvertOptions
 
-    out = tmp_path_factory.mktemp("demo_shards")
-    result = build_dataset(ConvertOptions(images=str(demo_dir / "images"),
-                                          annotations=str(demo_dir / "annotations"), output=str(out),
-                                          val_fraction=0.25))
-    assert result.ok, result.anomalies
-    return out
+    def build(out: Path) -> None:
+        result = build_dataset(ConvertOptions(images=str(demo_dir / "images"),
+                                              annotations=str(demo_dir / "annotations"), output=str(out),
+                                              val_fraction=0.25))
+        assert result.ok, result.anomalies
+
+    return built_once(tmp_path_factory, "demo_shards", build)
 
 
 @pytest.fixture(scope="session")
@@ -94,25 +114,26 @@ def large_photo_shards(tmp_path_factory) -> Path:
     from components.detector.tile_counts import count_tiles
     from pipeline.demo_data import write_demo_dataset
 
-    raw, out = tmp_path_factory.mktemp("large_photos"), tmp_path_factory.mktemp("large_photo_shards")
-    write_demo_dataset(raw, num_train=10, num_val=4, seed=7, object_size=(10, 16), image_size=(700, 1000),
-                       objects=(6, 12))
-    result = build_dataset(ConvertOptions(images=str(raw / "images"), annotations=str(raw / "annotations"),
-                                          output=str(out), val_fraction=0.25),
-                           count_tiles=partial(count_tiles, mode="auto"))  # as `data build` counts them
-    assert result.ok, result.anomalies
-    return out
+    def build(out: Path) -> None:
+        raw = tmp_path_factory.mktemp("large_photos")
+        write_demo_dataset(raw, num_train=10, num_val=4, seed=7, object_size=(10, 16), image_size=(700, 1000),
+                           objects=(6, 12))
+        result = build_dataset(ConvertOptions(images=str(raw / "images"), annotations=str(raw / "annotations"),
+                                              output=str(out), val_fraction=0.25),
+                               count_tiles=partial(count_tiles, mode="auto"))  # as `data build` counts them
+        assert result.ok, result.anomalies
+
+    return built_once(tmp_path_factory, "large_photo_shards", build)
 
 
 @pytest.fixture(scope="session")
 def trained_model(demo_shards, tmp_path_factory) -> Path:
     from components.train.trainer import TrainConfig, train_detector
 
-    out = tmp_path_factory.mktemp("model")
     # Enough steps that some scores pass the decoder's 0.05 (the classifier starts at the
     # focal loss's prior of 0.01), so tests of detections compare something.
-    train_detector(TrainConfig(data_dir=str(demo_shards), output_dir=str(out), epochs=7, batch_size=8))
-    return out
+    return built_once(tmp_path_factory, "trained_model", lambda out: train_detector(TrainConfig(
+        data_dir=str(demo_shards), output_dir=str(out), epochs=7, batch_size=8)))
 
 
 def pytest_collection_modifyitems(session, config, items):
