@@ -130,10 +130,11 @@ KEY_FIGURES["validate-and-convert"] = lambda out: (f"{out.get('written', '?')} w
                                                    f"{out.get('rejected', '?')} rejected")
 
 
-def probe(data: Input[Dataset], require_gpu: bool, settings: dict, report: Output[Markdown],
+def probe(data: Input[Dataset], require_gpu: bool, probe_dry_run: bool, settings: dict, report: Output[Markdown],
           probe_json: Output[Artifact]) -> str:
     """Check the training machine (and read speed of the shards), and run a few steps of the
-    real training there (the dry run, with the training settings); fails the run on FAIL.
+    real training there (the dry run, with the training settings; not with `probe_dry_run`
+    false); fails the run on FAIL.
     `probe_json` tells tune and train a starting batch, the precision and the parallelism.
     Returns the verdict."""
     import logging
@@ -146,7 +147,8 @@ def probe(data: Input[Dataset], require_gpu: bool, settings: dict, report: Outpu
     dry_run = TrainConfig(data_dir=data.path, output_dir="", **settings)
     result = probe_with_data(data.path, {name: settings[name] for name in ("image_size", "model_size",
                                                                             "batch_size", "tile")},
-                             dry_run=dry_run, require_gpu=require_gpu, output_dir=str(Path(report.path).parent))
+                             dry_run=dry_run, dry_run_off="" if probe_dry_run else "probe_dry_run false",
+                             require_gpu=require_gpu, output_dir=str(Path(report.path).parent))
     write_probe(result, Path(probe_json.path), Path(report.path))
     if result.verdict == "FAIL":
         raise RuntimeError("probe FAIL: " + "; ".join(f"{c.reason} -> {c.fix}" for c in result.checks

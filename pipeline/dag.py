@@ -121,7 +121,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         source, data = _data_steps(steps, p, image, resources)
         registry, champion = source.outputs["registry"], source.outputs["champion"]
         dataset = data.outputs["dataset"]
-        probe = steps.probe(data=dataset, require_gpu=p.require_gpu, **training)
+        probe = steps.probe(data=dataset, require_gpu=p.require_gpu, probe_dry_run=p.probe_dry_run, **training)
         probe.set_caching_options(False)  # the machine may differ from one run to the next
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]

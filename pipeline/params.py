@@ -135,6 +135,9 @@ PARAMS: tuple[Param, ...] = (
     Param("deterministic", bool, TrainConfig.deterministic, "Deterministic ops and input order: the same run "
           "twice gives the same weights (slower; XLA off)."),
     Param("require_gpu", bool, False, "Fail the probe when no GPU is visible.", local=False),
+    Param("probe_dry_run", bool, True, "Run a few steps of the real training in the probe step, checkpoint and "
+          "export (an out-of-memory, driver or precision fault shows there, not hours in); false: the machine's "
+          "checks only, and the probe warns."),
     Param("tune_trials", str, TuneConfig.trials, "Hyperparameter search: auto (where it pays: a GPU and enough train "
           "images), 0 (off: base_lr_per_64, weight_decay, augment_strength as given) or N trials, the given values "
           "first; scored on train images held out.",

@@ -46,8 +46,8 @@ def add_probe_command(sub) -> None:
     p.add_argument("--json", type=output_file, help="write the full probe result (facts, checks, recommendations) to this file")
     p.add_argument("--dry-run", action="store_true",
                    help="also run a few steps of the real training here on --data (as `train` with the same "
-                        "options, on this machine's devices), checkpoint and export: PASS, or the first error and its "
-                        "fix (the pipeline's probe step always does this)")
+                        "options), checkpoint and export: PASS, or the first error and its fix (as the pipeline's "
+                        "probe step does)")
     # The memory check and the input rate assume the model, batch and tiles of these, the dry run all of them.
     add_training_options(p)
     p.set_defaults(func=cmd_probe)

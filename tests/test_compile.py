@@ -26,9 +26,9 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: a new training setting, fine_tune_lr_share: a pipeline parameter and an input of the
-# probe, tune and train steps.
-GOLDEN_SHA256 = "e22501ed806e361600853de6e3e610c1288a7f576de2d2de2fe8da07cd4366ea"
+# Last change: probe_dry_run, a pipeline parameter and the probe step's input (false: no dry run,
+# and the probe warns).
+GOLDEN_SHA256 = "b7163b49a2c74cdd58e7fd333d13b53cf7d06965a42f53340a63df88499e0d0e"
 
 
 def test_golden_compile(tmp_path):

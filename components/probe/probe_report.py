@@ -10,7 +10,7 @@ from pathlib import Path
 
 from components.detector.precision import precision_for
 from components.probe.baseline_diff import compare_facts, difference_lines
-from components.probe.checks import FAIL, PASS, CheckResult, Expectations, check_gpu_memory, run_checks, verdict
+from components.probe.checks import FAIL, PASS, WARN, CheckResult, Expectations, check_gpu_memory, run_checks, verdict
 from components.probe.machine_facts import collect
 from components.train.config import TrainConfig
 
@@ -77,10 +77,17 @@ def shards_check(data_dir: str) -> CheckResult:
 
 
 def probe_with_data(data_dir: str | None, train_options: dict, dry_run: TrainConfig | None = None,
-                    **probe_args) -> ProbeResult:
+                    dry_run_off: str = "", **probe_args) -> ProbeResult:
     """`run_probe` with the shards checked first (`shards_check`): the expectations fitted to the
     data (`Expectations.from_train_options(**train_options)`), its read speed and the dry run
-    only on shards that passed; on shards that did not, the machine's checks and the failed one."""
+    only on shards that passed; on shards that did not, the machine's checks and the failed one.
+    `dry_run_off`: why a run that would have a dry run has none (a WARN says so)."""
+    if dry_run_off:
+        result = probe_with_data(data_dir, train_options, None, **probe_args)
+        checks = [*result.checks, CheckResult("dry_run", WARN, f"not run ({dry_run_off}): the train step's first "
+                                                               "steps are the training's first run on this machine",
+                                              "leave the dry run on (the default)")]
+        return replace(result, checks=checks, verdict=verdict(checks))
     shards = shards_check(data_dir) if data_dir else None
     if shards is not None and shards.status == FAIL:
         logger.warning("probe: %s; the checks that read the shards are skipped", shards.reason)
