@@ -209,6 +209,7 @@ def test_a_misplaced_box_is_shown_with_the_confident_prediction_that_disagrees()
     assert issue.evidence == Evidence((25.0, 25.0, 55.0, 55.0), "a", 0.9)
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 def test_review_folds_predict_every_train_image_once_with_a_model_that_did_not_see_it(raccoon_model, raccoon_shards,
                                                                                        tmp_path):
     import tensorflow as tf

@@ -52,6 +52,7 @@ def test_fresh_heads_start_small_with_the_class_prior():
     assert 0.005 < float(np.std(np.asarray(box.kernel))) < 0.02
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 def test_box_regression_learns_with_the_giou_loss():
     """The regression: with KerasHub's initialisation the GIoU loss sat at 1.4 for a whole run."""
     import keras

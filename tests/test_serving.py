@@ -635,6 +635,7 @@ def test_the_f1_threshold_keeps_the_right_detections():
     assert best_f1_threshold(truth, wrong_class).score == FALLBACK_THRESHOLD
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 def test_train_exports_and_export_takes_the_evaluations_threshold(demo_shards, tmp_path):
     from pipeline.cli import main
 

@@ -116,6 +116,7 @@ def test_tiled_batches_hold_several_photos_windows_at_the_model_size(large_photo
         np.testing.assert_allclose(ip.finish_batch(batch, targets)[0].numpy(), host_images.numpy(), atol=1e-5)
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 def test_a_tiled_model_is_evaluated_on_whole_photos_in_their_own_pixels(large_photo_shards):
     from components.detector.model import ModelConfig, build_detector
     from components.detector.records import eval_examples
@@ -140,6 +141,7 @@ def test_a_tiled_model_is_evaluated_on_whole_photos_in_their_own_pixels(large_ph
         assert found.labels == [int(c) + 1 for c in want["labels"]]
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 def test_the_exported_model_answers_a_whole_photo_from_its_tiles_as_evaluation_does(large_photo_shards, tmp_path):
     from components.detector.model import ModelConfig, build_detector
     from components.evaluate.evaluator import predict_split, val_images
