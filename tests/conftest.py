@@ -136,8 +136,19 @@ def trained_model(demo_shards, tmp_path_factory) -> Path:
         data_dir=str(demo_shards), output_dir=str(out), epochs=7, batch_size=8)))
 
 
+# The longest modules, measured on a clean run (2 cores): a run of the whole DAG, a search
+# stopped and resumed, a killed worker, the faults. They start first, whatever their count of slow tests.
+LONGEST = ("test_pipeline_local", "test_tuning", "test_pipeline_dirty", "test_multi_worker", "test_checkpoints")
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Modules with the most slow tests first: `make test` gives each module to one of the
-    cores (pytest-xdist, --dist loadfile), and a long module that starts last finishes alone."""
+    """The longest modules first, then those with the most slow tests: `make test` gives each
+    module to one of the cores (pytest-xdist, --dist loadfile), and a long module that starts
+    last finishes alone."""
     slow = Counter(item.module.__name__ for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.module.__name__])  # stable: the order within a module is kept
+
+    def order(item) -> tuple[int, int]:
+        name = item.module.__name__.rsplit(".", 1)[-1]
+        return (LONGEST.index(name) if name in LONGEST else len(LONGEST), -slow[item.module.__name__])
+
+    items.sort(key=order)  # stable: the order within a module is kept

@@ -99,7 +99,7 @@ def test_a_killed_worker_stops_the_chief_and_both_resume_from_the_checkpoint(dem
     the resumed run continues its own checkpoint, not the model it started from."""
     out, logs = tmp_path / "out", tmp_path
     warm = ("--init-from", str(two_worker_run[0]))
-    chief, worker = _start_cluster(demo_shards, out, logs, max_steps=40, extra=warm)
+    chief, worker = _start_cluster(demo_shards, out, logs, max_steps=24, extra=warm)
     state = out / "checkpoints" / "checkpoint"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and chief.poll() is None:
@@ -119,13 +119,13 @@ def test_a_killed_worker_stops_the_chief_and_both_resume_from_the_checkpoint(dem
 
     rerun = tmp_path / "rerun"
     rerun.mkdir()
-    codes = _wait(_start_cluster(demo_shards, out, rerun, max_steps=40, extra=warm))
+    codes = _wait(_start_cluster(demo_shards, out, rerun, max_steps=24, extra=warm))
     assert codes == [0, 0], (rerun / "chief.log").read_text()[-3000:]
     for name in ("chief.log", "worker.log"):
         resumed = re.search(r"resuming from checkpoint \S+: (\d+) step\(s\) already done", (rerun / name).read_text())
         assert resumed and int(resumed.group(1)) >= 4, name
     assert _digest(rerun / "chief.log") == _digest(rerun / "worker.log")
     config = json.loads((out / "train_config.json").read_text())
-    assert "resumed after step" in config["result"]["decisions"]["checkpoints"] and config["result"]["steps"] == 40
+    assert "resumed after step" in config["result"]["decisions"]["checkpoints"] and config["result"]["steps"] == 24
     assert config["result"]["warm_start"]["used"]
     assert "resumed from this run's own checkpoint" in config["result"]["decisions"]["warm_start"]
