@@ -27,6 +27,7 @@ def test_search_reports_zero_when_nothing_fits_and_halves_when_verification_fail
     assert result.batch == 12 and (24, False) in result.trials
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 def test_trial_steps_run_the_real_model_and_compare_peak_memory(monkeypatch):
     import keras
 
@@ -100,6 +101,7 @@ def test_the_cpu_bound_counts_the_anchor_matching_of_the_densest_image(monkeypat
     assert batch == dense and "anchor matching of 1000 box(es) an image" in reason
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
 def test_the_gpu_batch_search_trains_trial_steps_under_each_mixed_policy_and_keeps_what_fits(precision, monkeypatch):
     """The search a GPU machine runs, on this CPU: the trial model built as training builds it

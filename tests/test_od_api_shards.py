@@ -66,6 +66,7 @@ def write_od_api_dataset(folder, num_train=24, num_val=8, num_shards=2):
         "".join(f"item {{\n  id: {k}\n  name: '{v}'\n}}\n" for k, v in CLASSES.items()))
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 def test_od_api_shards_train_and_evaluate_without_change(tmp_path):
     from components.detector.records import count_records
     from components.evaluate.evaluator import evaluate_detector

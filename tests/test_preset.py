@@ -29,6 +29,7 @@ def test_unknown_preset_is_named_with_the_known_ones():
         backbone_from_preset("retinanet_nope")
 
 
+@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
 def test_training_starts_from_a_local_preset_folder(demo_shards, tmp_path):
     """A preset saved to a folder (as one copied from Kaggle would be) trains with new heads
     for the dataset's classes, starting from the preset's backbone weights."""
