@@ -9,6 +9,7 @@ import io
 import json
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from PIL import Image, ImageDraw
 
