@@ -12,13 +12,28 @@ import sys
 from pathlib import Path
 
 from components.export.export_files import LABEL_MAP_FILE
+from components.export.rescore import FLOAT_TOLERANCE
+from components.export.tflite_file import TFLITE_KINDS
 from components.serve.batch_workers import IMAGES_PER_WORKER
 from pipeline.cli_types import UsageError, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.cli_types import saved_model_dir, trained_model_dir
+from pipeline.cli_types import saved_model_dir, shards_dir, trained_model_dir
 from pipeline.cli_types import unit_float as _unit_float
 
 EXIT_OK, EXIT_FAILED = 0, 1
+SAVED_MODEL = "saved_model"
+FORMATS = (SAVED_MODEL, *TFLITE_KINDS)
+
+
+def _formats(value: str) -> list[str]:
+    """`saved_model,tflite` → the formats, each known."""
+    import argparse
+
+    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
+    unknown = [kind for kind in kinds if kind not in FORMATS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"formats are {', '.join(FORMATS)} (comma-separated), got {value!r}")
+    return kinds
 PREDICT_CHUNK = 16  # images per call of the model in `detpipe predict`
 
 
@@ -26,11 +41,38 @@ def cmd_export(args) -> int:
     from components.evaluate.metrics_file import METRICS_FILE
     from components.export.saved_model import export_trained
 
-    metrics_file = str(Path(args.evaluation) / METRICS_FILE) if args.evaluation else None
-    config = export_trained(args.model, args.output, metrics_file=metrics_file, score_threshold=args.score_threshold)
-    print(f"exported -> {args.output}: signature serving_default({config.input_name}), default score threshold "
-          f"{config.score_threshold:g} ({config.threshold_source}); try it: detpipe predict --model {args.output} IMAGE")
+    converted = [kind for kind in args.format if kind != SAVED_MODEL]
+    if converted and not args.data:
+        raise UsageError(f"--format {','.join(converted)}: each file is re-scored on the val split: give --data")
+    if SAVED_MODEL in args.format:
+        metrics_file = str(Path(args.evaluation) / METRICS_FILE) if args.evaluation else None
+        config = export_trained(args.model, args.output, metrics_file=metrics_file,
+                                score_threshold=args.score_threshold)
+        print(f"exported -> {args.output}: signature serving_default({config.input_name}), default score threshold "
+              f"{config.score_threshold:g} ({config.threshold_source}); try it: detpipe predict --model "
+              f"{args.output} IMAGE")
+    if converted:
+        _export_converted(args, converted)
     return EXIT_OK
+
+
+def _export_converted(args, kinds: list[str]) -> None:
+    """The TFLite files, each re-scored on --data's val split; a file under the tolerance is
+    reported FAILED with its numbers (the others stand)."""
+    from components.export.rescore import REPORT_FILE, rescore
+    from components.export.tflite_file import FILE_NAMES, convert_tflite
+
+    os.makedirs(args.output, exist_ok=True)
+    files = {}
+    for kind in kinds:
+        path = os.path.join(args.output, FILE_NAMES[kind])
+        print(f"{kind}: converted -> {path} ({convert_tflite(args.model, path, kind) / 1e6:.1f} MB); re-scoring",
+              flush=True)
+        files[kind] = path
+    _, scores = rescore(args.model, args.data, files, tolerance=args.max_map_loss, output_dir=args.output)
+    for score in scores:
+        print(score.line)
+    print(f"-> {os.path.join(args.output, REPORT_FILE)}")
 
 
 def export_after_train(train_output: str) -> None:
@@ -149,11 +191,19 @@ def add_model_commands(sub) -> None:
     from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES, MAX_BODY_BYTES, MAX_IMAGE_PIXELS
 
 
-    p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving)")
+    p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving), and TFLite files re-scored")
     p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for the SavedModel, label_map.json, serving_config.json")
     p.add_argument("--evaluation", help="output folder of `detpipe evaluate`: its F1-best threshold becomes the default")
     p.add_argument("--score-threshold", type=_unit_float, help="default score threshold (overrides --evaluation)")
+    p.add_argument("--format", type=_formats, default=SAVED_MODEL, metavar="F[,F...]",
+                   help=f"what to write: {', '.join(FORMATS)} (default %(default)s); a TFLite file is re-scored on "
+                        "--data's val split against the trained model and marked FAILED beyond --max-map-loss")
+    p.add_argument("--data", type=shards_dir, help="output folder of `detpipe data build`: its val split re-scores "
+                                                   "each converted file")
+    p.add_argument("--max-map-loss", type=non_negative_float, default=FLOAT_TOLERANCE,
+                   help="how far below the trained model's mAP@[.5:.95] a converted file may score (default "
+                        "%(default)s)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(

@@ -11,6 +11,7 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,23 +56,26 @@ class GateFailed(RuntimeError):
     """mAP below the configured minimum."""
 
 
-def predict_split(model: keras.Model, data_dir: str, image_size: int, batch_size: int = 32,
-                  split: str = "val", tiling: Tiling | None = None) -> tuple[list[ImageTruth], list[ImageDetections]]:
+def predict_split(model: keras.Model | None, data_dir: str, image_size: int, batch_size: int = 32,
+                  split: str = "val", tiling: Tiling | None = None,
+                  detector: Callable[[np.ndarray], dict] | None = None) -> tuple[list[ImageTruth], list[ImageDetections]]:
     """Ground truth and detections (normalised yxyx, 1-based labels) for every image of the
     split, whatever its size: the detector always sees full batches (detect.py); with a
-    `tiling`, every whole photo from its tiles at full resolution (tiles.py). A record that
-    cannot be read stops it with `UnreadableShards` naming the image and its shard."""
+    `tiling`, every whole photo from its tiles at full resolution (tiles.py). `detector`: what
+    answers instead of `model` (a converted file, components/export/tflite_file.py), called as
+    BatchDetector is, on whole photos. A record that cannot be read stops it with
+    `UnreadableShards` naming the image and its shard."""
     with naming_bad_records(data_dir, (split,)):
         if tiling is not None:
             return _predict_tiled(model, data_dir, tiling, batch_size, split)
-        return _predict_whole(model, data_dir, image_size, batch_size, split)
+        return _predict_whole(detector or BatchDetector(model, image_size, batch_size), data_dir, image_size,
+                              batch_size, split)
 
 
-def _predict_whole(model: keras.Model, data_dir: str, image_size: int, batch_size: int,
+def _predict_whole(detector: Callable[[np.ndarray], dict], data_dir: str, image_size: int, batch_size: int,
                    split: str) -> tuple[list[ImageTruth], list[ImageDetections]]:
     truths: list[ImageTruth] = []
     detections: list[ImageDetections] = []
-    detector = BatchDetector(model, image_size, batch_size)
     examples = eval_examples(data_dir, split, shorter_side=image_size).map(
         lambda ex: (to_model_image(ex["image"], image_size),
                     {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width", "source_id")}),
