@@ -15,7 +15,7 @@ from components.export.export_files import LABEL_MAP_FILE
 from components.export.rescore import FLOAT_TOLERANCE
 from components.export.tflite_file import TFLITE_KINDS
 from components.serve.batch_workers import IMAGES_PER_WORKER
-from pipeline.cli_types import UsageError, fail_lines, non_negative_float, output_dir, positive_float
+from pipeline.cli_types import UsageError, existing_file, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, shards_dir, trained_model_dir
 from pipeline.cli_types import unit_float as _unit_float
@@ -23,6 +23,16 @@ from pipeline.cli_types import unit_float as _unit_float
 EXIT_OK, EXIT_FAILED = 0, 1
 SAVED_MODEL = "saved_model"
 FORMATS = (SAVED_MODEL, *TFLITE_KINDS)
+
+
+TFLITE_SUFFIX = ".tflite"
+
+
+def _saved_model_or_tflite(value: str) -> str:
+    """A SavedModel folder of `detpipe export`, or a .tflite file."""
+    if value.endswith(TFLITE_SUFFIX):
+        return existing_file(value)
+    return saved_model_dir(value)
 
 
 def _formats(value: str) -> list[str]:
@@ -56,6 +66,17 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
+def _label_map_beside(model_dir: str, output: str) -> None:
+    """label_map.json in the export folder (the SavedModel's export writes it too): the class
+    names `predict --model FILE.tflite` reads beside the file."""
+    from components.detector.artifacts import TrainConfigFile
+
+    path = os.path.join(output, LABEL_MAP_FILE)
+    if not os.path.isfile(path):
+        with open(path, "w") as handle:
+            json.dump(TrainConfigFile.read(Path(model_dir)).label_map, handle, indent=2, sort_keys=True)
+
+
 def _export_converted(args, kinds: list[str]) -> None:
     """The TFLite files, each re-scored on --data's val split; a file under the tolerance is
     reported FAILED with its numbers (the others stand)."""
@@ -63,6 +84,7 @@ def _export_converted(args, kinds: list[str]) -> None:
     from components.export.tflite_file import FILE_NAMES, convert_tflite
 
     os.makedirs(args.output, exist_ok=True)
+    _label_map_beside(args.model, args.output)
     files = {}
     for kind in kinds:
         path = os.path.join(args.output, FILE_NAMES[kind])
@@ -100,7 +122,12 @@ def cmd_predict(args, beam_args: list[str]) -> int:
     from components.serve.drawing import draw_detections
     from components.export.predictor import BadImage, Predictor, model_image_bytes
 
-    predictor = Predictor.load(args.model)
+    if args.model.endswith(TFLITE_SUFFIX):
+        from components.export.tflite_predictor import TflitePredictor
+
+        predictor = TflitePredictor.load(args.model)
+    else:
+        predictor = Predictor.load(args.model)
     problems, ready = [], []
     for name in args.images:
         try:
@@ -120,8 +147,9 @@ def cmd_predict(args, beam_args: list[str]) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
         num_classes = max([0] + [c for r, _ in results for c in r["detection_classes"]])
-        if os.path.isfile(os.path.join(args.model, LABEL_MAP_FILE)):  # export writes it beside the SavedModel
-            num_classes = len(json.loads(Path(args.model, LABEL_MAP_FILE).read_text()))
+        folder = os.path.dirname(args.model) if args.model.endswith(TFLITE_SUFFIX) else args.model
+        if os.path.isfile(os.path.join(folder, LABEL_MAP_FILE)):  # export writes it beside the model
+            num_classes = len(json.loads(Path(folder, LABEL_MAP_FILE).read_text()))
     for result, data in results:
         print(json.dumps(result))
         if out:
@@ -216,7 +244,8 @@ def add_model_commands(sub) -> None:
                     "files that are not usable images in OUTPUT/rejects-*.jsonl with the reason; "
                     "OUTPUT/summary.json with counts that reconcile. Every image is checked, turned upright by its "
                     "EXIF orientation and preprocessed as `detpipe serve` does.")
-    p.add_argument("--model", required=True, type=saved_model_dir, help="output folder of `detpipe export`")
+    p.add_argument("--model", required=True, type=_saved_model_or_tflite,
+                   help="output folder of `detpipe export`, or a .tflite file it wrote")
     p.add_argument("images", nargs="*", metavar="IMAGE", help="JPEG or PNG files")
     p.add_argument("--images", dest="images_source", metavar="DIR|gs://PREFIX|GLOB",
                    help="every file in this folder or under this prefix, not its subfolders' (DIR/** takes "

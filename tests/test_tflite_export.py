@@ -72,3 +72,26 @@ def test_export_refuses_a_converted_format_without_data_and_an_unknown_one(train
 def test_an_unknown_kind_is_refused_before_any_work(trained_model, tmp_path):
     with pytest.raises(ValueError, match="kind must be one of"):
         convert_tflite(str(trained_model), str(tmp_path / "m.tflite"), "tflite-int4")
+
+
+@pytest.mark.slow
+def test_predict_on_the_tflite_file_answers_as_the_saved_model(exported, demo_dir, capsys):
+    """`detpipe predict --model FILE.tflite`: the same JSON lines as the SavedModel beside it,
+    on 4 photos (boxes and scores within 1e-5, classes and names the same)."""
+    import numpy as np
+
+    photos = [str(p) for p in sorted((demo_dir / "images").glob("*.jpg"))[:4]]
+    answers = {}
+    for model in (str(exported), str(exported / FILE_NAMES["tflite"])):
+        capsys.readouterr()
+        assert main(["predict", "--model", model, "--score-threshold", "0.05", *photos]) == 0
+        answers[model] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    saved, tflite = answers.values()
+    assert len(saved) == len(tflite) == 4 and sum(a["num_detections"] for a in saved) > 0
+    for a, b in zip(saved, tflite):
+        assert a["image"] == b["image"] and a["num_detections"] == b["num_detections"]
+        assert a["detection_classes"] == b["detection_classes"]
+        assert a["detection_class_names"] == b["detection_class_names"]
+        if a["num_detections"]:
+            assert np.abs(np.subtract(a["detection_boxes"], b["detection_boxes"])).max() <= 1e-5
+            assert np.abs(np.subtract(a["detection_scores"], b["detection_scores"])).max() <= 1e-5
