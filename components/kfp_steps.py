@@ -145,10 +145,9 @@ def probe(data: Input[Dataset], require_gpu: bool, probe_dry_run: bool, settings
 
     logging.basicConfig(level=logging.INFO)
     dry_run = TrainConfig(data_dir=data.path, output_dir="", **settings)
-    result = probe_with_data(data.path, {name: settings[name] for name in ("image_size", "model_size",
-                                                                            "batch_size", "tile")},
-                             dry_run=dry_run, dry_run_off="" if probe_dry_run else "probe_dry_run false",
-                             require_gpu=require_gpu, output_dir=str(Path(report.path).parent))
+    result = probe_with_data(data.path, settings, dry_run=dry_run,
+                             dry_run_off="" if probe_dry_run else "probe_dry_run false", require_gpu=require_gpu,
+                             output_dir=str(Path(report.path).parent))
     write_probe(result, Path(probe_json.path), Path(report.path))
     if result.verdict == "FAIL":
         raise RuntimeError("probe FAIL: " + "; ".join(f"{c.reason} -> {c.fix}" for c in result.checks

@@ -20,9 +20,7 @@ def cmd_probe(args) -> int:
         from components.train.config import TrainConfig
 
         dry_run = TrainConfig(data_dir=args.data, output_dir="", **training_values(args))
-    result = probe_with_data(args.data, {"image_size": args.image_size, "model_size": args.model_size,
-                                         "batch_size": args.batch_size, "tile": args.tile},
-                             dry_run=dry_run, require_gpu=args.require_gpu, baseline=baseline)
+    result = probe_with_data(args.data, training_values(args), dry_run=dry_run, require_gpu=args.require_gpu, baseline=baseline)
     write_probe(result, Path(args.json) if args.json else None, None)
     print(probe_markdown(result))
     if baseline is not None:

@@ -76,14 +76,18 @@ def shards_check(data_dir: str) -> CheckResult:
     return CheckResult("shards", PASS, f"{what}; {how}")
 
 
-def probe_with_data(data_dir: str | None, train_options: dict, dry_run: TrainConfig | None = None,
+# The training settings the memory check, the training rate and the input rate assume.
+EXPECTED_SETTINGS = ("image_size", "model_size", "batch_size", "tile")
+
+
+def probe_with_data(data_dir: str | None, settings: dict, dry_run: TrainConfig | None = None,
                     dry_run_off: str = "", **probe_args) -> ProbeResult:
     """`run_probe` with the shards checked first (`shards_check`): the expectations fitted to the
-    data (`Expectations.from_train_options(**train_options)`), its read speed and the dry run
-    only on shards that passed; on shards that did not, the machine's checks and the failed one.
-    `dry_run_off`: why a run that would have a dry run has none (a WARN says so)."""
+    data (`Expectations.from_train_options` of the training `settings`' EXPECTED_SETTINGS), its read
+    speed and the dry run only on shards that passed; on shards that did not, the machine's checks
+    and the failed one. `dry_run_off`: why a run that would have a dry run has none (a WARN says so)."""
     if dry_run_off:
-        result = probe_with_data(data_dir, train_options, None, **probe_args)
+        result = probe_with_data(data_dir, settings, None, **probe_args)
         checks = [*result.checks, CheckResult("dry_run", WARN, f"not run ({dry_run_off}): the train step's first "
                                                                "steps are the training's first run on this machine",
                                               "leave the dry run on (the default)")]
@@ -92,7 +96,8 @@ def probe_with_data(data_dir: str | None, train_options: dict, dry_run: TrainCon
     if shards is not None and shards.status == FAIL:
         logger.warning("probe: %s; the checks that read the shards are skipped", shards.reason)
         data_dir, dry_run = None, None
-    expect = Expectations.from_train_options(**train_options, data_dir=data_dir)
+    expect = Expectations.from_train_options(**{name: settings[name] for name in EXPECTED_SETTINGS},
+                                             data_dir=data_dir)
     result = run_probe(data_dir=data_dir, expect=expect, dry_run=dry_run, **probe_args)
     if shards is None:
         return result
