@@ -85,12 +85,10 @@ def _export_converted(args, kinds: list[str]) -> None:
 
     os.makedirs(args.output, exist_ok=True)
     _label_map_beside(args.model, args.output)
-    files = {}
-    for kind in kinds:
-        path = os.path.join(args.output, FILE_NAMES[kind])
-        print(f"{kind}: converted -> {path} ({convert_tflite(args.model, path, kind) / 1e6:.1f} MB); re-scoring",
-              flush=True)
-        files[kind] = path
+    files = {kind: os.path.join(args.output, FILE_NAMES[kind]) for kind in kinds}
+    for kind, size in convert_tflite(args.model, files).items():
+        print(f"{kind}: converted -> {files[kind]} ({size / 1e6:.1f} MB)")
+    print("re-scoring each file on the val split", flush=True)
     _, scores = rescore(args.model, args.data, files, tolerance=args.max_map_loss, output_dir=args.output)
     for score in scores:
         print(score.line)

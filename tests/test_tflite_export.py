@@ -71,7 +71,7 @@ def test_export_refuses_a_converted_format_without_data_and_an_unknown_one(train
 
 def test_an_unknown_kind_is_refused_before_any_work(trained_model, tmp_path):
     with pytest.raises(ValueError, match="kind must be one of"):
-        convert_tflite(str(trained_model), str(tmp_path / "m.tflite"), "tflite-int4")
+        convert_tflite(str(trained_model), {"tflite-int4": str(tmp_path / "m.tflite")})
 
 
 @pytest.mark.slow

@@ -71,7 +71,7 @@ class ServingConfig:
         return cls(**{k: v for k, v in written.items() if k not in later})
 
 
-def _class_names(label_map: dict[str, int]) -> list[str]:
+def class_names(label_map: dict[str, int]) -> list[str]:
     """Index = 1-based id; "" at 0 (padding) and at gaps in the ids."""
     names = [""] * (max(label_map.values()) + 1)
     for name, index in label_map.items():
@@ -130,7 +130,7 @@ def export_saved_model(model: keras.Model, label_map: dict[str, int], image_size
     `tiling`, the SavedModel answers each photo from its tiles at full resolution."""
     if not 0.0 <= score_threshold <= 1.0:
         raise ValueError(f"the score threshold must be in [0, 1], got {score_threshold}")
-    names = tf.constant(_class_names(label_map))
+    names = tf.constant(class_names(label_map))
     archive = keras.export.ExportArchive()
     archive.track(model)
     bytes_spec = tf.TensorSpec([None], tf.string, name=INPUT_NAME)

@@ -20,6 +20,7 @@ tiles outside the model, which a single-image file cannot do by itself.
 from __future__ import annotations
 
 import tempfile
+import time
 
 import numpy as np
 
@@ -28,15 +29,17 @@ FILE_NAMES = {"tflite": "model.tflite", "tflite-fp16": "model-fp16.tflite"}
 INPUT_NAME = "image"
 
 
-def convert_tflite(model_dir: str, path: str, kind: str) -> int:
-    """Write the `kind` TFLite file of the trained model in `model_dir` to `path`; its size in bytes."""
+def convert_tflite(model_dir: str, files: dict[str, str]) -> dict[str, int]:
+    """Write the TFLite files of the trained model in `model_dir` (`files`: kind → path), all
+    from one load of the model and one SavedModel of it; each file's size in bytes."""
     import keras
     import tensorflow as tf
 
     from components.detector.artifacts import load_trained
 
-    if kind not in TFLITE_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(TFLITE_KINDS)}, got {kind!r}")
+    unknown = sorted(set(files) - set(TFLITE_KINDS))
+    if unknown:
+        raise ValueError(f"kind must be one of {', '.join(TFLITE_KINDS)}, got {', '.join(map(repr, unknown))}")
     model, config = load_trained(model_dir)
     if config.tiling is not None:
         raise NotImplementedError(f"{model_dir} is a tiled model: a TFLite file answers one image at the model "
@@ -49,6 +52,7 @@ def convert_tflite(model_dir: str, path: str, kind: str) -> int:
         return {"boxes": out["boxes"], "scores": out["confidence"], "classes": out["labels"],
                 "num_detections": out["num_detections"]}
 
+    sizes = {}
     with tempfile.TemporaryDirectory(prefix="detpipe-tflite-") as folder:
         # The converter reads a SavedModel: from a concrete function of a Keras model its MLIR
         # import fails on the variables (TF 2.16), from Keras' own export it does not.
@@ -56,15 +60,17 @@ def convert_tflite(model_dir: str, path: str, kind: str) -> int:
         archive.track(model)
         archive.add_endpoint("serving_default", detections, input_signature=[spec])
         archive.write_out(folder, verbose=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(folder)
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        if kind == "tflite-fp16":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-            converter.target_spec.supported_types = [tf.float16]
-        blob = converter.convert()
-    with open(path, "wb") as handle:
-        handle.write(blob)
-    return len(blob)
+        for kind, path in files.items():
+            converter = tf.lite.TFLiteConverter.from_saved_model(folder)
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            if kind == "tflite-fp16":
+                converter.optimizations = [tf.lite.Optimize.DEFAULT]
+                converter.target_spec.supported_types = [tf.float16]
+            blob = converter.convert()
+            with open(path, "wb") as handle:
+                handle.write(blob)
+            sizes[kind] = len(blob)
+    return sizes
 
 
 class TfliteDetector:
@@ -78,9 +84,16 @@ class TfliteDetector:
         self.interpreter = tf.lite.Interpreter(model_path=path)
         self.run = self.interpreter.get_signature_runner()
         self.image_size = int(self.run.get_input_details()[INPUT_NAME]["shape"][1])
+        self.calls, self.seconds = 0, 0.0  # the interpreter's calls so far, and their time
+
+    def _call(self, image: np.ndarray) -> dict[str, np.ndarray]:
+        started = time.perf_counter()
+        out = self.run(**{INPUT_NAME: np.asarray(image, np.float32)[np.newaxis]})
+        self.calls, self.seconds = self.calls + 1, self.seconds + time.perf_counter() - started
+        return out
 
     def __call__(self, images) -> dict[str, np.ndarray]:
-        rows = [self.run(**{INPUT_NAME: np.asarray(image, np.float32)[np.newaxis]}) for image in np.asarray(images)]
+        rows = [self._call(image) for image in np.asarray(images)]
         if not rows:
             return {"boxes": np.zeros((0, 0, 4), np.float32), "confidence": np.zeros((0, 0), np.float32),
                     "labels": np.zeros((0, 0), np.int32), "num_detections": np.zeros((0,), np.int32)}

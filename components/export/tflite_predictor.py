@@ -16,7 +16,7 @@ import numpy as np
 
 from components.export.export_files import LABEL_MAP_FILE, SERVING_CONFIG_FILE
 from components.export.predictor import BadImage
-from components.export.saved_model import DEFAULT_SCORE_THRESHOLD, _class_names
+from components.export.saved_model import DEFAULT_SCORE_THRESHOLD, class_names
 from components.export.tflite_file import TfliteDetector
 
 
@@ -36,7 +36,7 @@ class TflitePredictor:
         if not os.path.isfile(labels):
             raise FileNotFoundError(f"{labels} is missing: `detpipe export` writes it beside the TFLite file")
         with open(labels) as handle:
-            names = _class_names(json.load(handle))
+            names = class_names(json.load(handle))
         threshold, limit = DEFAULT_SCORE_THRESHOLD, None  # a TFLite-only export: the SavedModel's default
         config = os.path.join(folder, SERVING_CONFIG_FILE)
         if os.path.isfile(config):
