@@ -309,24 +309,36 @@ def review(model: Input[Model], data: Input[Dataset], evaluation: Input[Artifact
 KEY_FIGURES["review"] = lambda out: str(out.get("Output", "")).split(":")[0]
 
 
-def export(model: Input[Model], metrics_json: Input[Artifact], saved_model: Output[Model]) -> float:
+def export(model: Input[Model], metrics_json: Input[Artifact], data: Input[Dataset], export_formats: str,
+           saved_model: Output[Model]) -> NamedTuple("ExportOutputs", [("threshold", float), ("formats", str)]):
     """A SavedModel with an image-bytes signature, the evaluation's F1-best score threshold
-    as its default. Returns that threshold."""
+    as its default; beside it, each file `export_formats` asks for, re-scored on the val split
+    and kept (so registered) only within its tolerance (export_report.md). Returns that
+    threshold and one line on the files."""
     import logging
+    from collections import namedtuple
 
+    from components.export.converted import export_files
+    from components.export.file_formats import SAVED_MODEL, parse_formats
+    from components.export.rescore import files_line
     from components.export.saved_model import export_trained
 
     logging.basicConfig(level=logging.INFO)
     config = export_trained(model.path, saved_model.path, metrics_file=metrics_json.path)
+    converted = [kind for kind in parse_formats(export_formats) if kind != SAVED_MODEL]
+    scores, errors = export_files(model.path, converted, saved_model.path, data.path) if converted else ([], {})
     saved_model.metadata.update({
         "framework": "tensorflow", "format": "SavedModel", "signature": config.signature,
         "input_name": config.input_name, "score_threshold": config.score_threshold,
         "threshold_source": config.threshold_source, "max_detections": config.max_detections,
-        "serving_command": "detpipe serve (AIP_STORAGE_URI names this folder)"})
-    return config.score_threshold
+        "serving_command": "detpipe serve (AIP_STORAGE_URI names this folder)",
+        "converted_files": {score.kind: score.passed for score in scores}})
+    outputs = namedtuple("ExportOutputs", ["threshold", "formats"])
+    return outputs(config.score_threshold, files_line(scores, errors))
 
 
-KEY_FIGURES["export"] = lambda out: f"threshold {out.get('Output', 0):.2f}"
+KEY_FIGURES["export"] = lambda out: f"threshold {out.get('threshold', 0):.2f}" + (
+    f"; {out['formats']}" if out.get("formats") else "")
 
 
 def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input[Artifact], decision: Input[Artifact],

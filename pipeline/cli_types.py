@@ -90,6 +90,16 @@ def image_size_arg(value: str) -> str:
     return _auto_or_int(value, 32, "--image-size")
 
 
+def export_formats_arg(value: str) -> str:
+    """saved_model,tflite,... (file_formats.parse_formats), kept as a string (the pipeline parameter's type)."""
+    from components.export.file_formats import parse_formats
+
+    try:
+        return ",".join(parse_formats(value))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def tile_arg(value: str) -> str:
     """auto, none or SIZE[:OVERLAP] (tile_choice.parse_tile), kept as a string (the pipeline parameter's type)."""
     from components.detector.tile_choice import parse_tile

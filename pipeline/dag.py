@@ -144,7 +144,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         if resources.evaluate_on_gpu:
             _on_accelerator(evaluated, resources)
         reviewed = steps.review(model=trained.outputs["model"], data=dataset, evaluation=evaluated.outputs["evaluation"])
-        exported = steps.export(model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"])
+        exported = steps.export(model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
+                                data=dataset, export_formats=p.export_formats)
         registered = steps.register(
             saved_model=exported.outputs["saved_model"], model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
             decision=evaluated.outputs["decision"], data=dataset, source=source.outputs["source"],

@@ -44,6 +44,7 @@ class RunSummary:
     unchanged: str = ""  # fingerprint_source's line when the files are the champion's ("" when not)
     review: str | None = None  # the label review's summary line ("3 likely label problems: ...")
     review_page: Path | None = None  # label_review.html at the top of the run folder
+    files: str = ""  # the export step's line on converted files ("" when none were asked for)
 
     def lines(self) -> list[str]:
         return [
@@ -62,6 +63,7 @@ class RunSummary:
             *([f"label review: {self.review}" + (f", see {self.review_page}" if self.review_page else "")]
               if self.review else []),
             f"model to serve: detpipe serve --model {self.saved_model}",
+            *([f"converted files: {self.files} (export_report.md beside the model)"] if self.files else []),
             f"artifacts: {self.run_dir}",
             f"report: {self.report or 'not written'}",
             f"registry: {self.version}: {self.comparison}",
@@ -99,6 +101,7 @@ def summarise(run_dir: Path) -> RunSummary:
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
         report=_top_level_report(run_dir), unchanged=_source_output(run_dir, "unchanged"), review=_review_summary(run_dir), review_page=_top_level_review(run_dir),
+        files=read_outputs(run_dir, "export").get("parameterValues", {}).get("formats", ""),
     )
 
 

@@ -12,38 +12,26 @@ import sys
 from pathlib import Path
 
 from components.export.export_files import LABEL_MAP_FILE
-from components.export.rescore import FLOAT_TOLERANCE
-from components.export.tflite_file import TFLITE_KINDS
+from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, FLOAT_TOLERANCE, INT8_TOLERANCE,
+                                            SAVED_MODEL, SUFFIXES, is_model_file)
 from components.serve.batch_workers import IMAGES_PER_WORKER
-from pipeline.cli_types import UsageError, existing_file, fail_lines, non_negative_float, output_dir, positive_float
+from pipeline.cli_types import UsageError, existing_file, export_formats_arg, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, shards_dir, trained_model_dir
 from pipeline.cli_types import unit_float as _unit_float
 
 EXIT_OK, EXIT_FAILED = 0, 1
-SAVED_MODEL = "saved_model"
-FORMATS = (SAVED_MODEL, *TFLITE_KINDS)
-
-
-TFLITE_SUFFIX = ".tflite"
-
-
-def _saved_model_or_tflite(value: str) -> str:
-    """A SavedModel folder of `detpipe export`, or a .tflite file."""
-    if value.endswith(TFLITE_SUFFIX):
+def _saved_model_or_file(value: str) -> str:
+    """A SavedModel folder of `detpipe export`, or a file it converted."""
+    if is_model_file(value):
         return existing_file(value)
     return saved_model_dir(value)
 
 
 def _formats(value: str) -> list[str]:
-    """`saved_model,tflite` → the formats, each known."""
-    import argparse
+    return export_formats_arg(value).split(",")
 
-    kinds = [kind.strip() for kind in value.split(",") if kind.strip()]
-    unknown = [kind for kind in kinds if kind not in FORMATS]
-    if unknown or not kinds:
-        raise argparse.ArgumentTypeError(f"formats are {', '.join(FORMATS)} (comma-separated), got {value!r}")
-    return kinds
+
 PREDICT_CHUNK = 16  # images per call of the model in `detpipe predict`
 
 
@@ -62,37 +50,25 @@ def cmd_export(args) -> int:
               f"{config.score_threshold:g} ({config.threshold_source}); try it: detpipe predict --model "
               f"{args.output} IMAGE")
     if converted:
-        _export_converted(args, converted)
+        return _export_converted(args, converted)
     return EXIT_OK
 
 
-def _label_map_beside(model_dir: str, output: str) -> None:
-    """label_map.json in the export folder (the SavedModel's export writes it too): the class
-    names `predict --model FILE.tflite` reads beside the file."""
-    from components.detector.artifacts import TrainConfigFile
+def _export_converted(args, kinds: list[str]) -> int:
+    """The converted files, each re-scored on --data's val split; a file under its tolerance, or
+    whose conversion failed, is reported FAILED (the others stand, and the exit code says so)."""
+    from components.export.converted import export_files
+    from components.export.rescore import REPORT_FILE
 
-    path = os.path.join(output, LABEL_MAP_FILE)
-    if not os.path.isfile(path):
-        with open(path, "w") as handle:
-            json.dump(TrainConfigFile.read(Path(model_dir)).label_map, handle, indent=2, sort_keys=True)
-
-
-def _export_converted(args, kinds: list[str]) -> None:
-    """The TFLite files, each re-scored on --data's val split; a file under the tolerance is
-    reported FAILED with its numbers (the others stand)."""
-    from components.export.rescore import REPORT_FILE, rescore
-    from components.export.tflite_file import FILE_NAMES, convert_tflite
-
-    os.makedirs(args.output, exist_ok=True)
-    _label_map_beside(args.model, args.output)
-    files = {kind: os.path.join(args.output, FILE_NAMES[kind]) for kind in kinds}
-    for kind, size in convert_tflite(args.model, files).items():
-        print(f"{kind}: converted -> {files[kind]} ({size / 1e6:.1f} MB)")
-    print("re-scoring each file on the val split", flush=True)
-    _, scores = rescore(args.model, args.data, files, tolerance=args.max_map_loss, output_dir=args.output)
+    print(f"converting to {', '.join(kinds)}, then re-scoring each file on the val split", flush=True)
+    scores, errors = export_files(args.model, kinds, args.output, args.data, args.calibration_images,
+                                  args.max_map_loss, args.max_int8_map_loss)
     for score in scores:
-        print(score.line)
+        print(score.line + ("" if score.passed else " (file removed)"))
+    for kind, why in errors.items():
+        print(f"{kind}: FAILED: conversion: {why}")
     print(f"-> {os.path.join(args.output, REPORT_FILE)}")
+    return EXIT_FAILED if errors or not all(score.passed for score in scores) else EXIT_OK
 
 
 def export_after_train(train_output: str) -> None:
@@ -120,10 +96,10 @@ def cmd_predict(args, beam_args: list[str]) -> int:
     from components.serve.drawing import draw_detections
     from components.export.predictor import BadImage, Predictor, model_image_bytes
 
-    if args.model.endswith(TFLITE_SUFFIX):
-        from components.export.tflite_predictor import TflitePredictor
+    if is_model_file(args.model):
+        from components.export.file_predictor import FilePredictor
 
-        predictor = TflitePredictor.load(args.model)
+        predictor = FilePredictor.load(args.model)
     else:
         predictor = Predictor.load(args.model)
     problems, ready = [], []
@@ -145,7 +121,7 @@ def cmd_predict(args, beam_args: list[str]) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
         num_classes = max([0] + [c for r, _ in results for c in r["detection_classes"]])
-        folder = os.path.dirname(args.model) if args.model.endswith(TFLITE_SUFFIX) else args.model
+        folder = os.path.dirname(args.model) if is_model_file(args.model) else args.model
         if os.path.isfile(os.path.join(folder, LABEL_MAP_FILE)):  # export writes it beside the model
             num_classes = len(json.loads(Path(folder, LABEL_MAP_FILE).read_text()))
     for result, data in results:
@@ -217,19 +193,23 @@ def add_model_commands(sub) -> None:
     from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES, MAX_BODY_BYTES, MAX_IMAGE_PIXELS
 
 
-    p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving), and TFLite files re-scored")
+    p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving), and TFLite / ONNX files "
+                                      "re-scored")
     p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
     p.add_argument("--output", required=True, type=output_dir, help="folder for the SavedModel, label_map.json, serving_config.json")
     p.add_argument("--evaluation", help="output folder of `detpipe evaluate`: its F1-best threshold becomes the default")
     p.add_argument("--score-threshold", type=_unit_float, help="default score threshold (overrides --evaluation)")
     p.add_argument("--format", type=_formats, default=SAVED_MODEL, metavar="F[,F...]",
-                   help=f"what to write: {', '.join(FORMATS)} (default %(default)s); a TFLite file is re-scored on "
-                        "--data's val split against the trained model and marked FAILED beyond --max-map-loss")
+                   help=f"what to write: {', '.join(EXPORT_FORMATS)} (default %(default)s); each file is re-scored on "
+                        "--data's val split against the trained model, FAILED beyond its --max-*map-loss")
     p.add_argument("--data", type=shards_dir, help="output folder of `detpipe data build`: its val split re-scores "
                                                    "each converted file")
     p.add_argument("--max-map-loss", type=non_negative_float, default=FLOAT_TOLERANCE,
-                   help="how far below the trained model's mAP@[.5:.95] a converted file may score (default "
-                        "%(default)s)")
+                   help="how far below the trained model's mAP@[.5:.95] a float file may score (default %(default)s)")
+    p.add_argument("--max-int8-map-loss", type=non_negative_float, default=INT8_TOLERANCE,
+                   help="the same for the INT8 file (default %(default)s)")
+    p.add_argument("--calibration-images", type=_positive_int, default=CALIBRATION_IMAGES,
+                   help="train images the INT8 file's value ranges are calibrated on (default %(default)s)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
@@ -242,8 +222,8 @@ def add_model_commands(sub) -> None:
                     "files that are not usable images in OUTPUT/rejects-*.jsonl with the reason; "
                     "OUTPUT/summary.json with counts that reconcile. Every image is checked, turned upright by its "
                     "EXIF orientation and preprocessed as `detpipe serve` does.")
-    p.add_argument("--model", required=True, type=_saved_model_or_tflite,
-                   help="output folder of `detpipe export`, or a .tflite file it wrote")
+    p.add_argument("--model", required=True, type=_saved_model_or_file,
+                   help=f"output folder of `detpipe export`, or a file it converted ({', '.join(SUFFIXES)})")
     p.add_argument("images", nargs="*", metavar="IMAGE", help="JPEG or PNG files")
     p.add_argument("--images", dest="images_source", metavar="DIR|gs://PREFIX|GLOB",
                    help="every file in this folder or under this prefix, not its subfolders' (DIR/** takes "

@@ -17,6 +17,7 @@ from beam.options import FORMATS, ConvertOptions, GateOptions
 from beam.record_checks import BAD_BOX_MODES, CheckOptions
 from components.detector.box_losses import BOX_LOSSES
 from components.detector.precision import PRECISIONS, XLA_MODES
+from components.export.file_formats import EXPORT_FORMATS, SAVED_MODEL
 from components.registry.decision import RULES, PromotionRule
 from components.registry.registry import DEFAULT_MODEL_NAME
 from components.train.config import TrainConfig
@@ -165,6 +166,10 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.non_negative_float),
     Param("min_map", float, PromotionRule.min_map, "A challenger below this mAP@[.5:.95] is never promoted, and the run fails "
           "(after recording the version)."),
+    Param("export_formats", str, SAVED_MODEL, f"Files to export, comma-separated: {', '.join(EXPORT_FORMATS)}. "
+          "The SavedModel is always written; each other file is re-scored on val and kept only within its mAP "
+          "tolerance.",
+          cli_type=cli_types.export_formats_arg),
     Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
           "(alias champion when blessed); empty: no upload.", local=False),
     Param("vertex_region", str, "us-central1", "Region of the Vertex AI Model Registry.", local=False),

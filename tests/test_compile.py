@@ -26,9 +26,9 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the probe step's body hands probe_with_data its training settings whole (it picks
-# the ones its checks assume); no input, output or parameter changed.
-GOLDEN_SHA256 = "f957ffa4cc6db4b650f1de645d5d4695c5bd96a46dbbcc6d92a6991884c2b779"
+# Last change: the export step takes the dataset and the new `export_formats` parameter and
+# returns its threshold and a line on the converted files (issue 71).
+GOLDEN_SHA256 = "d51a63a68301d5dee59ddce646c0d543e1cacaa9e71f524d49ebc58cc54f4858"
 
 
 def test_golden_compile(tmp_path):
@@ -76,7 +76,8 @@ def test_yaml_is_a_linear_dag_with_the_image_and_no_probe_cache(tmp_path):
     tasks = spec["root"]["dag"]["tasks"]
     assert set(tasks) == {"fingerprint-source", "validate-and-convert", "probe", "tune-hyperparameters", "train",
                           "evaluate", "review", "export", "register", "report"}
-    assert tasks["export"]["dependentTasks"] == ["evaluate", "train"]  # the label review decides nothing
+    # The label review decides nothing; the val split re-scores converted files (export_formats).
+    assert tasks["export"]["dependentTasks"] == ["evaluate", "train", "validate-and-convert"]
     assert tasks["review"]["dependentTasks"] == ["evaluate", "train", "validate-and-convert"]
     assert "review" in tasks["report"]["dependentTasks"]
     assert tasks["register"]["dependentTasks"] == ["evaluate", "export", "fingerprint-source", "train",

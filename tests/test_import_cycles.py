@@ -116,6 +116,7 @@ INTERFACES = {
     "components.registry.vertex_endpoint": "deploy_to_endpoint: register puts a new champion behind its endpoint",
     "components.export.saved_model": "the SavedModel's serving signature and export (serve, the probe's dry run)",
     "components.export.export_files": "the names of an export's files (serve looks for them before TensorFlow)",
+    "components.export.rescore": "passed_files: register records the converted files that passed with the version",
     "components.export.model_files": "check_model_dir: a folder is an export, said before TensorFlow loads",
     "components.export.predictor": "a SavedModel run as `detpipe serve` runs it (serve; the champion's score)",
     "components.train.config": "TrainConfig, what a training run is asked to do (the probe's dry run runs one)",

@@ -113,8 +113,8 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
         assert (registry / "versions" / "v1" / name).read_bytes() == (run_dir / "train" / "model" / name).read_bytes()
     code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
                  str(demo_dir / "annotations"), "--epochs", "1", "--batch-size", "8", "--image-size", "96",
-                 "--promote-if", "better", "--pipeline-root", str(tmp_path / "root"),
-                 "--summary-json", str(summary_file), "--no-probe-dry-run"])  # the first run proved it
+                 "--promote-if", "better", "--pipeline-root", str(tmp_path / "root"), "--export-formats",
+                 "saved_model,tflite", "--summary-json", str(summary_file), "--no-probe-dry-run"])  # the first run proved it
     assert code == 0
     second = json.loads(summary_file.read_text())
     assert second["version"] == "v2" and second["started"].startswith("from v1 (the champion): the same tiny")
@@ -138,6 +138,11 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     assert json.loads((registry / "champion.json").read_text())["version"] == ("v2" if decision["blessed"] else "v1")
     # Same source files: same fingerprint.
     assert v2["fingerprint"]["sha256"] == v1["fingerprint"]["sha256"]
+    # export_formats: the TFLite file re-scored beside the SavedModel, and kept with v2 when it passed.
+    assert "✓ export" in out and "tflite passed" in out.split("✓ export", 1)[1].splitlines()[0]
+    assert "converted files: tflite passed (export_report.md beside the model)" in out
+    assert v2["files"] == {"tflite": "model.tflite"} and v1["files"] == {}
+    assert (registry / "versions" / "v2" / "saved_model" / "model.tflite").stat().st_size > 0
     # The dry run turned off: the probe warns, and says how to turn it on.
     second_dir = tmp_path / "root" / second["run_dir"].rsplit("/", 1)[-1]
     assert "| dry_run | WARN | not run (probe_dry_run false)" in (second_dir / "probe" / "report").read_text()

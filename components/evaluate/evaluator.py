@@ -62,7 +62,7 @@ def predict_split(model: keras.Model | None, data_dir: str, image_size: int, bat
     """Ground truth and detections (normalised yxyx, 1-based labels) for every image of the
     split, whatever its size: the detector always sees full batches (detect.py); with a
     `tiling`, every whole photo from its tiles at full resolution (tiles.py). `detector`: what
-    answers instead of `model` (a converted file, components/export/tflite_file.py), called as
+    answers instead of `model` (a converted file, components/export/file_detector.py), called as
     BatchDetector is, on whole photos. A record that cannot be read stops it with
     `UnreadableShards` naming the image and its shard."""
     with naming_bad_records(data_dir, (split,)):

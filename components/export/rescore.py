@@ -15,9 +15,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-# How far below the trained model's mAP@[.5:.95] a float file may score on the same val images
-# and still pass (a setting of `detpipe export`: --max-map-loss).
-FLOAT_TOLERANCE = 0.02
+from components.export.file_formats import DECODER_FILE, FLOAT_TOLERANCE, FORMATS, INT8_TOLERANCE, tolerance
+
 REPORT_FILE = "export_report.md"
 FORMATS_FILE = "export_formats.json"
 
@@ -34,12 +33,26 @@ class FormatScore:
     seconds_per_image: float  # at batch 1 on this machine
     tolerance: float
     passed: bool
+    class_differences: dict  # class name → the file's AP@[.5:.95] minus the trained model's
+
+    @property
+    def worst_class(self) -> str:
+        """The class that lost most, as `name -0.0123`, or ""."""
+        if not self.class_differences:
+            return ""
+        name = min(self.class_differences, key=lambda n: (self.class_differences[n], n))
+        return f"{name} {signed(self.class_differences[name])}"
 
     @property
     def line(self) -> str:
         return (f"{self.kind}: {'passed' if self.passed else 'FAILED'}: mAP {self.metrics['mAP']:.4f} "
-                f"({self.map_difference:+.4f} vs the trained model, tolerance {self.tolerance:g}), "
+                f"({signed(self.map_difference)} vs the trained model, tolerance {self.tolerance:g}), "
                 f"{self.size_bytes / 1e6:.1f} MB, {self.seconds_per_image * 1000:.1f} ms/image")
+
+
+def signed(value: float) -> str:
+    """+0.0123; a difference that rounds to nothing is +0.0000, not -0.0000."""
+    return f"{round(value, 4) + 0.0:+.4f}"
 
 
 def _top(detections) -> dict[int, tuple[float, tuple]]:
@@ -49,14 +62,21 @@ def _top(detections) -> dict[int, tuple[float, tuple]]:
             if d.image_id in best}
 
 
-def rescore(model_dir: str, data_dir: str, files: dict[str, str], tolerance: float = FLOAT_TOLERANCE,
-            output_dir: str | None = None) -> tuple[dict, list[FormatScore]]:
-    """The trained model's val metrics and each file's (`files`: kind → path), compared; with
-    `output_dir`, export_report.md and export_formats.json written there."""
+def _class_differences(metrics: dict, base: dict) -> dict[str, float]:
+    return {key.split("/", 1)[1]: round(metrics[key] - base[key], 6) for key in base
+            if key.startswith("AP/") and base[key] >= 0 and metrics.get(key, -1) >= 0}
+
+
+def rescore(model_dir: str, data_dir: str, files: dict[str, str], float_tolerance: float = FLOAT_TOLERANCE,
+            int8_tolerance: float = INT8_TOLERANCE, output_dir: str | None = None,
+            conversion_errors: dict[str, str] | None = None) -> tuple[dict, list[FormatScore]]:
+    """The trained model's val metrics and each file's (`files`: kind → path), compared, each
+    format held to its tolerance (INT8 or float); with `output_dir`, export_report.md and
+    export_formats.json written there, with the formats whose conversion failed."""
     from components.detector.artifacts import load_trained
     from components.evaluate.coco_metrics import coco_box_metrics
     from components.evaluate.evaluator import predict_split
-    from components.export.tflite_file import TfliteDetector
+    from components.export.file_detector import open_detector
 
     model, config = load_trained(model_dir)
     names = {v: k for k, v in config.label_map.items()}
@@ -66,7 +86,7 @@ def rescore(model_dir: str, data_dir: str, files: dict[str, str], tolerance: flo
     base = coco_box_metrics(truths, reference, names)
     base_top, scores = _top(reference), []
     for kind, path in files.items():
-        detector = TfliteDetector(path)
+        detector = open_detector(path)
         _, found = predict_split(None, data_dir, config.image_size, batch_size=1, detector=detector)
         seconds = detector.seconds / detector.calls  # the file's own calls, not the photos' decoding
         metrics = coco_box_metrics(truths, found, names)
@@ -74,28 +94,62 @@ def rescore(model_dir: str, data_dir: str, files: dict[str, str], tolerance: flo
         shared = sorted(set(top) & set(base_top))
         score_diff = max((abs(top[i][0] - base_top[i][0]) for i in shared), default=0.0)
         box_diff = max((float(np.max(np.abs(np.subtract(top[i][1], base_top[i][1])))) for i in shared), default=0.0)
-        difference = metrics["mAP"] - base["mAP"]
-        scores.append(FormatScore(kind, path, os.path.getsize(path), metrics, round(difference, 6),
-                                  round(score_diff, 6), round(box_diff, 6), round(seconds, 6), tolerance,
-                                  difference >= -tolerance))
+        difference, allowed = metrics["mAP"] - base["mAP"], tolerance(kind, float_tolerance, int8_tolerance)
+        scores.append(FormatScore(kind, path, _size(path, kind), metrics, round(difference, 6), round(score_diff, 6),
+                                  round(box_diff, 6), round(seconds, 6), allowed, difference >= -allowed,
+                                  _class_differences(metrics, base)))
     if output_dir:
-        write_report(base, scores, output_dir)
+        write_report(base, scores, output_dir, conversion_errors or {})
     return base, scores
 
 
-def write_report(base: dict, scores: list[FormatScore], output_dir: str) -> None:
+def _size(path: str, kind: str) -> int:
+    """The bytes a runtime loads: the INT8 file and its decoder together."""
+    size = os.path.getsize(path)
+    if FORMATS[kind].int8:
+        size += os.path.getsize(os.path.join(os.path.dirname(path), DECODER_FILE))
+    return size
+
+
+def files_line(scores: list[FormatScore], conversion_errors: dict[str, str]) -> str:
+    """One line on the converted files: `tflite passed, tflite-int8 FAILED (mAP -0.0612)`; "" for none."""
+    parts = [s.kind + (" passed" if s.passed else f" FAILED (mAP {signed(s.map_difference)})") for s in scores]
+    parts += [f"{kind} FAILED (conversion)" for kind in sorted(conversion_errors)]
+    return ", ".join(parts)
+
+
+def passed_files(export_dir: str) -> dict[str, str]:
+    """The converted files that passed (kind → file name), from export_formats.json in
+    `export_dir`; {} where none were converted."""
+    path = os.path.join(export_dir, FORMATS_FILE)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as handle:
+        written = json.load(handle)
+    return {s["kind"]: os.path.basename(s["file"]) for s in written["formats"] if s["passed"]}
+
+
+def write_report(base: dict, scores: list[FormatScore], output_dir: str, conversion_errors: dict[str, str]) -> None:
     with open(os.path.join(output_dir, FORMATS_FILE), "w") as handle:
-        json.dump({"trained_model": base, "formats": [asdict(s) for s in scores]}, handle, indent=2, sort_keys=True)
+        json.dump({"trained_model": base, "formats": [asdict(s) for s in scores],
+                   "conversion_errors": conversion_errors}, handle, indent=2, sort_keys=True)
     lines = ["# Export: every file re-scored on the val split", "",
              f"The trained model (what the SavedModel serves): mAP@[.5:.95] {base['mAP']:.4f}, AP50 "
              f"{base['AP50']:.4f}, AP75 {base['AP75']:.4f}.", "",
-             "| format | verdict | mAP | ΔmAP | AP50 | AP75 | top score Δ | top box Δ | size | ms/image |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| format | verdict | mAP | ΔmAP | AP50 | AP75 | worst class ΔAP | top score Δ | top box Δ | size | ms/image |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {s.kind} | {'pass' if s.passed else 'FAILED'} (tolerance {s.tolerance:g}) | {s.metrics['mAP']:.4f} | "
-              f"{s.map_difference:+.4f} | {s.metrics['AP50']:.4f} | {s.metrics['AP75']:.4f} | "
+              f"{signed(s.map_difference)} | {s.metrics['AP50']:.4f} | {s.metrics['AP75']:.4f} | {s.worst_class or '-'} | "
               f"{s.top_score_difference:.2g} | {s.top_box_difference:.2g} | {s.size_bytes / 1e6:.2f} MB | "
               f"{s.seconds_per_image * 1000:.1f} |" for s in scores]
-    lines += ["", "Latency: one image a call through the TFLite interpreter on this machine's CPU. "
-              "A top Δ compares each image's highest-scoring detection with the trained model's."]
+    lines += [f"| {kind} | FAILED: conversion: {why} |" + " |" * 9 for kind, why in sorted(conversion_errors.items())]
+    lines += ["", "Latency: one image a call through the file's runtime (the TFLite interpreter, ONNX Runtime) on "
+              "this machine's CPU. A top Δ compares each image's highest-scoring detection with the trained model's."]
+    classes = sorted({name for s in scores for name in s.class_differences})
+    if classes:
+        lines += ["", "## AP@[.5:.95] per class: the file's minus the trained model's", "",
+                  "| format | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
+        lines += [f"| {s.kind} | " + " | ".join(signed(s.class_differences[n]) if n in s.class_differences
+                                               else "-" for n in classes) + " |" for s in scores]
     with open(os.path.join(output_dir, REPORT_FILE), "w") as handle:
         handle.write("\n".join(lines) + "\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from components.detector.artifacts import WARM_START_EXTRAS, WARM_START_FILES
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
+from components.export.rescore import passed_files
 from components.registry.decision import DECISION_FILE, DecisionRecord
 from components.registry.registry import DATA_FILES, Registry
 from components.registry.store import Conflict
@@ -69,6 +70,7 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
         "compared_with": compared_with, "fingerprint": fingerprint,
         "val_fingerprint": decision.val["fingerprint"],
         "metrics": {k: metrics.metrics[k] for k in ("mAP", "AP50", "AP75")},
+        "files": passed_files(saved_model_dir),  # converted files that passed their re-scoring, beside the SavedModel
     }
     with tempfile.TemporaryDirectory() as tmp:
         decision_file = os.path.join(tmp, DECISION_FILE)

@@ -1,8 +1,8 @@
-"""Predictions from a TFLite file of `detpipe export`, answering as the SavedModel's Predictor
+"""Predictions from a converted file of `detpipe export` (TFLite or ONNX), answering as the SavedModel's Predictor
 does (predictor.py): the same checks of each image, the same preprocessing (the whole photo
 decoded and resized to the file's input size, as `saved_model._whole_photos` does), and the same
 prediction dict (boxes normalised on the photo, 1-based classes, their names, the threshold of the
-request or the export's). What `detpipe predict --model FILE.tflite` uses, so a person can check a
+request or the export's). What `detpipe predict --model FILE` uses, so a person can check a
 file on their own photos.
 """
 
@@ -17,33 +17,33 @@ import numpy as np
 from components.export.export_files import LABEL_MAP_FILE, SERVING_CONFIG_FILE
 from components.export.predictor import BadImage
 from components.export.saved_model import DEFAULT_SCORE_THRESHOLD, class_names
-from components.export.tflite_file import TfliteDetector
+from components.export.file_detector import FileDetector, open_detector
 
 
 @dataclass
-class TflitePredictor:
-    detector: TfliteDetector
+class FilePredictor:
+    detector: FileDetector
     class_names: list[str]  # index: 1-based class id ("" at 0)
     score_threshold: float
     max_detections: int | None = None
 
     @classmethod
-    def load(cls, path: str) -> "TflitePredictor":
+    def load(cls, path: str) -> "FilePredictor":
         """The file and, beside it, label_map.json (class names) and serving_config.json (the
         default threshold, when the SavedModel was exported there too)."""
         folder = os.path.dirname(os.path.abspath(path))
         labels = os.path.join(folder, LABEL_MAP_FILE)
         if not os.path.isfile(labels):
-            raise FileNotFoundError(f"{labels} is missing: `detpipe export` writes it beside the TFLite file")
+            raise FileNotFoundError(f"{labels} is missing: `detpipe export` writes it beside the file")
         with open(labels) as handle:
             names = class_names(json.load(handle))
-        threshold, limit = DEFAULT_SCORE_THRESHOLD, None  # a TFLite-only export: the SavedModel's default
+        threshold, limit = DEFAULT_SCORE_THRESHOLD, None  # a files-only export: the SavedModel's default
         config = os.path.join(folder, SERVING_CONFIG_FILE)
         if os.path.isfile(config):
             with open(config) as handle:
                 written = json.load(handle)
             threshold, limit = written.get("score_threshold", threshold), written.get("max_detections")
-        return cls(TfliteDetector(path), names, float(threshold), limit)
+        return cls(open_detector(path), names, float(threshold), limit)
 
     def predict_each(self, images: list[bytes], score_threshold: float | None = None) -> list[dict | BadImage]:
         """One prediction dict per image (bytes already passed through `model_image_bytes`),

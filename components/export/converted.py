@@ -1,0 +1,78 @@
+"""`detpipe export --format`'s converted files, written together from one load of the model, with
+label_map.json beside them (the class names `predict --model FILE` reads)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from components.export.export_files import LABEL_MAP_FILE
+from components.export.file_formats import (CALIBRATION_IMAGES, DECODER_FILE, FLOAT_TOLERANCE, FORMATS,
+                                            INT8_TOLERANCE)
+
+
+def convert_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: str | None = None,
+                  calibration_images: int = CALIBRATION_IMAGES) -> tuple[dict[str, str], dict[str, str]]:
+    """Each kind's file in `output_dir`: (kind → path, kind → why its conversion failed): one
+    format's converter failing leaves the others standing. `data_dir`: the shards whose train
+    images calibrate an INT8 file."""
+    from components.export.calibration import calibration_images as calibration
+    from components.export.file_graph import load_graph
+    from components.export.onnx_file import convert_onnx
+    from components.export.tflite_file import convert_tflite
+
+    unknown = [kind for kind in kinds if kind not in FORMATS]
+    if unknown:
+        raise ValueError(f"kind must be one of {', '.join(FORMATS)}, got {', '.join(map(repr, unknown))}")
+    graph = load_graph(model_dir)
+    sample = None
+    if any(FORMATS[kind].int8 for kind in kinds):
+        if not data_dir:
+            raise ValueError("an INT8 file is calibrated on train images: give the shards")
+        sample = calibration(data_dir, graph.image_size, calibration_images)
+    os.makedirs(output_dir, exist_ok=True)
+    _label_map_beside(graph.label_map, output_dir)
+    files, errors = {}, {}
+    with tempfile.TemporaryDirectory(prefix="detpipe-convert-") as saved_model:
+        if any(FORMATS[kind].suffix == FORMATS["tflite"].suffix for kind in kinds):
+            graph.write_saved_model(saved_model)
+        for kind in kinds:
+            path = os.path.join(output_dir, FORMATS[kind].file_name)
+            try:
+                convert_onnx(graph, path) if kind == "onnx" else convert_tflite(saved_model, kind, path, sample)
+            except Exception as err:  # noqa: BLE001 - a converter's own error, reported for its format only
+                first = (str(err).strip().splitlines() or [""])[0][:300]
+                errors[kind] = f"{type(err).__name__}: {first}"
+                continue
+            files[kind] = path
+    return files, errors
+
+
+def _label_map_beside(label_map: dict[str, int], output_dir: str) -> None:
+    path = os.path.join(output_dir, LABEL_MAP_FILE)
+    if not os.path.isfile(path):  # the SavedModel's export writes the same
+        with open(path, "w") as handle:
+            json.dump(label_map, handle, indent=2, sort_keys=True)
+
+
+def export_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: str,
+                 calibration_images: int = CALIBRATION_IMAGES, float_tolerance: float = FLOAT_TOLERANCE,
+                 int8_tolerance: float = INT8_TOLERANCE) -> tuple[list, dict[str, str]]:
+    """Convert, re-score each file on `data_dir`'s val split (rescore.py: export_report.md and
+    export_formats.json in `output_dir`), and remove each file that failed, so what stays in
+    `output_dir` (and goes to the registry with it) is what passed. (scores, conversion errors)."""
+    from components.export.rescore import rescore
+
+    files, errors = convert_files(model_dir, kinds, output_dir, data_dir, calibration_images)
+    _, scores = rescore(model_dir, data_dir, files, float_tolerance, int8_tolerance, output_dir, errors)
+    for score in scores:
+        if not score.passed:
+            for name in _written(score.kind):
+                if os.path.exists(os.path.join(output_dir, name)):
+                    os.remove(os.path.join(output_dir, name))
+    return scores, errors
+
+
+def _written(kind: str) -> list[str]:
+    return [FORMATS[kind].file_name] + ([DECODER_FILE] if FORMATS[kind].int8 else [])
