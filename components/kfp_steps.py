@@ -310,6 +310,7 @@ KEY_FIGURES["review"] = lambda out: str(out.get("Output", "")).split(":")[0]
 
 
 def export(model: Input[Model], metrics_json: Input[Artifact], data: Input[Dataset], export_formats: str,
+           export_max_map_loss: float, export_max_int8_map_loss: float, export_calibration_images: int,
            saved_model: Output[Model]) -> NamedTuple("ExportOutputs", [("threshold", float), ("formats", str)]):
     """A SavedModel with an image-bytes signature, the evaluation's F1-best score threshold
     as its default; beside it, each file `export_formats` asks for, re-scored on the val split
@@ -326,7 +327,9 @@ def export(model: Input[Model], metrics_json: Input[Artifact], data: Input[Datas
     logging.basicConfig(level=logging.INFO)
     config = export_trained(model.path, saved_model.path, metrics_file=metrics_json.path)
     converted = [kind for kind in parse_formats(export_formats) if kind != SAVED_MODEL]
-    scores, errors = export_files(model.path, converted, saved_model.path, data.path) if converted else ([], {})
+    scores, errors = ([], {}) if not converted else export_files(
+        model.path, converted, saved_model.path, data.path, export_calibration_images, export_max_map_loss,
+        export_max_int8_map_loss)
     saved_model.metadata.update({
         "framework": "tensorflow", "format": "SavedModel", "signature": config.signature,
         "input_name": config.input_name, "score_threshold": config.score_threshold,

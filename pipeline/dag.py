@@ -145,7 +145,10 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             _on_accelerator(evaluated, resources)
         reviewed = steps.review(model=trained.outputs["model"], data=dataset, evaluation=evaluated.outputs["evaluation"])
         exported = steps.export(model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
-                                data=dataset, export_formats=p.export_formats)
+                                data=dataset, export_formats=p.export_formats,
+                                export_max_map_loss=p.export_max_map_loss,
+                                export_max_int8_map_loss=p.export_max_int8_map_loss,
+                                export_calibration_images=p.export_calibration_images)
         registered = steps.register(
             saved_model=exported.outputs["saved_model"], model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
             decision=evaluated.outputs["decision"], data=dataset, source=source.outputs["source"],

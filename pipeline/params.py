@@ -17,7 +17,8 @@ from beam.options import FORMATS, ConvertOptions, GateOptions
 from beam.record_checks import BAD_BOX_MODES, CheckOptions
 from components.detector.box_losses import BOX_LOSSES
 from components.detector.precision import PRECISIONS, XLA_MODES
-from components.export.file_formats import EXPORT_FORMATS, SAVED_MODEL
+from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, FLOAT_TOLERANCE, INT8_TOLERANCE,
+                                            SAVED_MODEL)
 from components.registry.decision import RULES, PromotionRule
 from components.registry.registry import DEFAULT_MODEL_NAME
 from components.train.config import TrainConfig
@@ -170,6 +171,12 @@ PARAMS: tuple[Param, ...] = (
           "The SavedModel is always written; each other file is re-scored on val and kept only within its mAP "
           "tolerance.",
           cli_type=cli_types.export_formats_arg),
+    Param("export_max_map_loss", float, FLOAT_TOLERANCE, "How far below the trained model's mAP@[.5:.95] a float file "
+          "may score on val and still be kept.", cli_type=cli_types.non_negative_float),
+    Param("export_max_int8_map_loss", float, INT8_TOLERANCE, "The same for the INT8 file.",
+          cli_type=cli_types.non_negative_float),
+    Param("export_calibration_images", int, CALIBRATION_IMAGES, "Train images the INT8 file's value ranges are "
+          "calibrated on.", cli_type=cli_types.positive_int),
     Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
           "(alias champion when blessed); empty: no upload.", local=False),
     Param("vertex_region", str, "us-central1", "Region of the Vertex AI Model Registry.", local=False),

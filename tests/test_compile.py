@@ -26,9 +26,9 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the export step takes the dataset and the new `export_formats` parameter and
+# Last change: the export step takes the dataset and the new `export_*` parameters and
 # returns its threshold and a line on the converted files (issue 71).
-GOLDEN_SHA256 = "d51a63a68301d5dee59ddce646c0d543e1cacaa9e71f524d49ebc58cc54f4858"
+GOLDEN_SHA256 = "5635ed61553ef1c88fcca91cdfc1a8905019d70d1bc6ba50c31142b9f0eda982"
 
 
 def test_golden_compile(tmp_path):
