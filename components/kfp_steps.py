@@ -379,14 +379,15 @@ KEY_FIGURES["register"] = lambda out: f"{out.get('version', '?')} {out.get('stat
 
 
 def report(data: Input[Dataset], probe_json: Input[Artifact], hparams: Input[Artifact], model: Input[Model], evaluation: Input[Artifact],
-           label_review: Input[Artifact], decision: Input[Artifact], version: str, status: str, champion: str,
-           run_id: str, run_report: Output[HTML]):
+           label_review: Input[Artifact], decision: Input[Artifact], saved_model: Input[Model], version: str, status: str,
+           champion: str, run_id: str, run_report: Output[HTML]):
     """One self-contained HTML page about the run (what the Vertex AI console shows)."""
     from components.report.run_report import RunInputs, write_run_report
 
     write_run_report(RunInputs(
         dataset_dir=data.path, probe_json=probe_json.path, tune_dir=hparams.path, train_dir=model.path,
-        evaluation_dir=evaluation.path, review_dir=label_review.path, decision_json=decision.path, registered={"version": version, "status": status, "champion": champion},
+        evaluation_dir=evaluation.path, review_dir=label_review.path, decision_json=decision.path,
+        export_dir=saved_model.path, registered={"version": version, "status": status, "champion": champion},
         title=f"detpipe run {run_id}"), run_report.path)
 
 

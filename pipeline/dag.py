@@ -161,7 +161,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         reported = steps.report(
             data=dataset, probe_json=advice, hparams=tuned.outputs["hparams"], model=trained.outputs["model"],
             evaluation=evaluated.outputs["evaluation"], label_review=reviewed.outputs["label_review"],
-            decision=evaluated.outputs["decision"],
+            decision=evaluated.outputs["decision"], saved_model=exported.outputs["saved_model"],
             version=registered.outputs["version"], status=registered.outputs["status"],
             champion=registered.outputs["champion"], run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
         reported.set_caching_options(False)  # it names this run

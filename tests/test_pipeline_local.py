@@ -143,6 +143,8 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     assert "converted files: tflite passed (export_report.md beside the model)" in out
     assert v2["files"] == {"tflite": "model.tflite"} and v1["files"] == {}
     assert (registry / "versions" / "v2" / "saved_model" / "model.tflite").stat().st_size > 0
+    second_report = (tmp_path / "root" / second["run_dir"].rsplit("/", 1)[-1] / "run_report.html").read_text()
+    assert '<h2 id="files">Converted files</h2>' in second_report and "<td>tflite</td>" in second_report
     # The dry run turned off: the probe warns, and says how to turn it on.
     second_dir = tmp_path / "root" / second["run_dir"].rsplit("/", 1)[-1]
     assert "| dry_run | WARN | not run (probe_dry_run false)" in (second_dir / "probe" / "report").read_text()

@@ -118,15 +118,22 @@ def files_line(scores: list[FormatScore], conversion_errors: dict[str, str]) -> 
     return ", ".join(parts)
 
 
-def passed_files(export_dir: str) -> dict[str, str]:
-    """The converted files that passed (kind → file name), from export_formats.json in
-    `export_dir`; {} where none were converted."""
+def read_formats(export_dir: str) -> tuple[dict, list[FormatScore], dict[str, str]] | None:
+    """export_formats.json in `export_dir`: (the trained model's metrics, each file's score, the
+    conversion errors); None where no file was converted."""
     path = os.path.join(export_dir, FORMATS_FILE)
     if not os.path.isfile(path):
-        return {}
+        return None
     with open(path) as handle:
         written = json.load(handle)
-    return {s["kind"]: os.path.basename(s["file"]) for s in written["formats"] if s["passed"]}
+    return (written["trained_model"], [FormatScore(**s) for s in written["formats"]],
+            written.get("conversion_errors", {}))
+
+
+def passed_files(export_dir: str) -> dict[str, str]:
+    """The converted files that passed (kind → file name); {} where none were converted."""
+    written = read_formats(export_dir)
+    return {s.kind: os.path.basename(s.file) for s in written[1] if s.passed} if written else {}
 
 
 def write_report(base: dict, scores: list[FormatScore], output_dir: str, conversion_errors: dict[str, str]) -> None:

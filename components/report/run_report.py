@@ -28,6 +28,7 @@ class RunInputs:
     train_dir: str | None = None
     evaluation_dir: str | None = None
     review_dir: str | None = None  # the label review's folder (label_review.jsonl, label_review.html)
+    export_dir: str | None = None  # the export step's folder (the SavedModel, converted files, export_formats.json)
     decision_json: str | None = None
     registered: dict | None = None  # the register step's version, status and champion
     title: str = "detpipe run"
@@ -61,6 +62,7 @@ def render_run_report(inputs: RunInputs) -> str:
         training=maybe(sections.training_section, inputs.train_dir),
         evaluation=maybe(sections.evaluation_section, inputs.evaluation_dir),
         review=maybe(sections.review_section, inputs.review_dir),
+        files=maybe(sections.files_section, inputs.export_dir),
         comparison=maybe(sections.comparison_section, inputs.decision_json),
         registered=inputs.registered,
     )

@@ -203,6 +203,17 @@ def review_section(review_dir: str | Path) -> dict | None:
             "kinds": {kind: sum(i.kind == kind for i in issues) for kind in KINDS}}
 
 
+def files_section(export_dir: str | Path) -> dict | None:
+    """The export step's converted files, each re-scored (export_formats.json); None when none."""
+    from components.export.rescore import read_formats
+
+    written = read_formats(str(export_dir))
+    if written is None:
+        return None
+    base, scores, errors = written
+    return {"base": base, "scores": scores, "errors": errors}
+
+
 def comparison_section(decision_json: str | Path) -> dict | None:
     if not Path(decision_json).is_file():
         return None
