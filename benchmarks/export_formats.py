@@ -45,6 +45,7 @@ def _baseline_ms(model_dir: str) -> float:
 def main() -> int:
     from components.export.converted import export_files
     from components.export.file_formats import CALIBRATION_IMAGES, FORMATS, parse_formats
+    from components.export.rescore import signed
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="output folder of `detpipe train`")
@@ -66,7 +67,7 @@ def main() -> int:
     print(f"{'format':<12} {'mAP':>7} {'ΔmAP':>8} {'AP50':>7} {'size MB':>8} {'ms/image':>9} {'vs model':>9}")
     for s in scores:
         ms = s.seconds_per_image * 1000
-        print(f"{s.kind:<12} {s.metrics['mAP']:7.4f} {s.map_difference:+8.4f} {s.metrics['AP50']:7.4f} "
+        print(f"{s.kind:<12} {s.metrics['mAP']:7.4f} {signed(s.map_difference):>8} {s.metrics['AP50']:7.4f} "
               f"{s.size_bytes / 1e6:8.2f} {ms:9.1f} {baseline / ms:8.2f}x")
     for kind, why in errors.items():
         print(f"{kind:<12} conversion failed: {why}")
