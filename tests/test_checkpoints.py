@@ -95,11 +95,11 @@ def test_a_finished_run_resumes_to_nothing_left(trained_model, demo_shards, tmp_
     assert result.final_loss is None and json.loads((copy / "history.json").read_text()) == {}
 
 
-def _nan_config(demo_shards, out, **kwargs):
+def _nan_config(demo_shards, out, batch_size=4, **kwargs):
     from components.train.trainer import TrainConfig
 
-    return TrainConfig(data_dir=str(demo_shards), output_dir=str(out), epochs=100, batch_size=4, image_size=64,
-                       max_steps=10, checkpoint_every=2, **kwargs)
+    return TrainConfig(data_dir=str(demo_shards), output_dir=str(out), epochs=100, batch_size=batch_size,
+                       image_size=64, max_steps=10, checkpoint_every=2, **kwargs)
 
 
 def test_nan_at_step_k_recovers_from_the_checkpoint_with_a_lower_lr(demo_shards, tmp_path, monkeypatch):
@@ -177,7 +177,7 @@ def test_oom_every_time_fails_clearly_at_a_micro_batch_of_one(demo_shards, tmp_p
 
     monkeypatch.setenv("DETPIPE_INJECT_FAULT", "oom@3:always")
     with pytest.raises(OutOfMemory, match="out of memory at step 3 even with a micro-batch of 1 image"):
-        train_detector(_nan_config(demo_shards, tmp_path))
+        train_detector(_nan_config(demo_shards, tmp_path, batch_size=2))  # one halving: 2 -> 1, then the error
 
 
 def test_micro_batches_halve_through_divisors_of_the_batch():
