@@ -203,7 +203,7 @@ def add_model_commands(sub) -> None:
                    help=f"what to write: {', '.join(EXPORT_FORMATS)} (default %(default)s); each file is re-scored on "
                         "--data's val split against the trained model, FAILED beyond its --max-*map-loss")
     p.add_argument("--data", type=shards_dir, help="output folder of `detpipe data build`: its val split re-scores "
-                                                   "each converted file")
+                                                   "each converted file, its train split calibrates the INT8 one")
     p.add_argument("--max-map-loss", type=non_negative_float, default=FLOAT_TOLERANCE,
                    help="how far below the trained model's mAP@[.5:.95] a float file may score (default %(default)s)")
     p.add_argument("--max-int8-map-loss", type=non_negative_float, default=INT8_TOLERANCE,

@@ -199,6 +199,16 @@ def test_training_on_large_photos_with_small_objects_tiles_them_and_evaluates_wh
     assert cost.tiled and cost.photos == evaluated.num_images and cost.seconds > 0
     assert cost.inputs == sum(tiles_per_photo(written.tiling, t.height, t.width) for t in evaluated.truths)
     assert cost.line() in (tmp_path / "eval" / "eval_report.md").read_text()
+    # A converted file answers one image at the model size, not a photo from its tiles: every
+    # format is FAILED with why (a NotImplementedError), none written, and the report says so.
+    from components.export.converted import export_files
+    from components.export.file_formats import FORMATS
+
+    scores, errors = export_files(str(out), list(FORMATS), str(tmp_path / "files"), str(large_photo_shards))
+    assert scores == [] and set(errors) == set(FORMATS)
+    assert all(why.startswith("not built: ") and "is a tiled model" in why for why in errors.values())
+    assert sorted(p.name for p in (tmp_path / "files").iterdir()) == ["export_formats.json", "export_report.md"]
+    assert "| onnx | FAILED: conversion: not built:" in (tmp_path / "files" / "export_report.md").read_text()
 
 
 def test_the_shuffle_buffer_holds_fewer_records_when_they_are_large(large_photo_shards, monkeypatch):

@@ -180,6 +180,8 @@ def _sample(param) -> str:
         return "64"
     if param.name == "tile":  # auto, none or SIZE[:OVERLAP]
         return "640:64"
+    if param.name == "export_formats":  # comma-separated formats
+        return "saved_model,onnx"
     return {int: "3", float: "0.5"}.get(param.type, "gs://bucket/x")
 
 

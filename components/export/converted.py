@@ -25,7 +25,10 @@ def convert_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: s
     unknown = [kind for kind in kinds if kind not in FORMATS]
     if unknown:
         raise ValueError(f"kind must be one of {', '.join(FORMATS)}, got {', '.join(map(repr, unknown))}")
-    graph = load_graph(model_dir)
+    try:
+        graph = load_graph(model_dir)
+    except NotImplementedError as err:  # a tiled model: no file can answer as it does
+        return {}, {kind: f"not built: {err}" for kind in kinds}
     sample = None
     if any(FORMATS[kind].int8 for kind in kinds):
         if not data_dir:
@@ -62,9 +65,13 @@ def export_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: st
     """Convert, re-score each file on `data_dir`'s val split (rescore.py: export_report.md and
     export_formats.json in `output_dir`), and remove each file that failed, so what stays in
     `output_dir` (and goes to the registry with it) is what passed. (scores, conversion errors)."""
-    from components.export.rescore import rescore
+    from components.export.rescore import rescore, write_report
 
     files, errors = convert_files(model_dir, kinds, output_dir, data_dir, calibration_images)
+    if not files:  # nothing to re-score (every conversion failed): the report says why
+        os.makedirs(output_dir, exist_ok=True)
+        write_report({}, [], output_dir, errors)
+        return [], errors
     _, scores = rescore(model_dir, data_dir, files, float_tolerance, int8_tolerance, output_dir, errors)
     for score in scores:
         if not score.passed:

@@ -140,9 +140,9 @@ def write_report(base: dict, scores: list[FormatScore], output_dir: str, convers
     with open(os.path.join(output_dir, FORMATS_FILE), "w") as handle:
         json.dump({"trained_model": base, "formats": [asdict(s) for s in scores],
                    "conversion_errors": conversion_errors}, handle, indent=2, sort_keys=True)
-    lines = ["# Export: every file re-scored on the val split", "",
-             f"The trained model (what the SavedModel serves): mAP@[.5:.95] {base['mAP']:.4f}, AP50 "
-             f"{base['AP50']:.4f}, AP75 {base['AP75']:.4f}.", "",
+    scored = (f"The trained model (what the SavedModel serves): mAP@[.5:.95] {base['mAP']:.4f}, AP50 "
+              f"{base['AP50']:.4f}, AP75 {base['AP75']:.4f}." if base else "No file was converted: nothing re-scored.")
+    lines = ["# Export: every file re-scored on the val split", "", scored, "",
              "| format | verdict | mAP | ΔmAP | AP50 | AP75 | worst class ΔAP | top score Δ | top box Δ | size | ms/image |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {s.kind} | {'pass' if s.passed else 'FAILED'} (tolerance {s.tolerance:g}) | {s.metrics['mAP']:.4f} | "
