@@ -45,7 +45,10 @@ def test_each_file_converts_and_scores_as_the_trained_model(exported):
     assert int8["tolerance"] == 1 and int8["size_bytes"] < 0.4 * scores["tflite"]["size_bytes"] and code == 0
     page = (out / REPORT_FILE).read_text()
     assert "| tflite | pass (tolerance 0.02)" in page and "| onnx | pass" in page and "| tflite-int8 |" in page
-    assert "## AP@[.5:.95] per class" in page
+    assert "## AP@[.5:.95] per class" in page and "## Operators each file needs" in page
+    assert scores["tflite"]["ops"]["NON_MAX_SUPPRESSION_V4"] == 1 and scores["onnx"]["ops"]["NonMaxSuppression"] == 1
+    assert "NON_MAX_SUPPRESSION_V4" not in int8["ops"] and int8["decoder_ops"]["NON_MAX_SUPPRESSION_V4"] == 1
+    assert int8["ops"]["QUANTIZE"] == 1 and int8["ops"]["CONV_2D"] == scores["tflite"]["ops"]["CONV_2D"]
 
 
 @pytest.mark.slow

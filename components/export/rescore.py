@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,8 @@ class FormatScore:
     tolerance: float
     passed: bool
     class_differences: dict  # class name → the file's AP@[.5:.95] minus the trained model's
+    ops: dict = field(default_factory=dict)  # operator → count, in the file (file_ops.py)
+    decoder_ops: dict = field(default_factory=dict)  # the same for DECODER_FILE beside an INT8 file
 
     @property
     def worst_class(self) -> str:
@@ -77,6 +79,7 @@ def rescore(model_dir: str, data_dir: str, files: dict[str, str], float_toleranc
     from components.evaluate.coco_metrics import coco_box_metrics
     from components.evaluate.evaluator import predict_split
     from components.export.file_detector import open_detector
+    from components.export.file_ops import file_ops
 
     model, config = load_trained(model_dir)
     names = {v: k for k, v in config.label_map.items()}
@@ -97,18 +100,20 @@ def rescore(model_dir: str, data_dir: str, files: dict[str, str], float_toleranc
         difference, allowed = metrics["mAP"] - base["mAP"], tolerance(kind, float_tolerance, int8_tolerance)
         scores.append(FormatScore(kind, path, _size(path, kind), metrics, round(difference, 6), round(score_diff, 6),
                                   round(box_diff, 6), round(seconds, 6), allowed, difference >= -allowed,
-                                  _class_differences(metrics, base)))
+                                  _class_differences(metrics, base), file_ops(path),
+                                  file_ops(_decoder(path)) if FORMATS[kind].int8 else {}))
     if output_dir:
         write_report(base, scores, output_dir, conversion_errors or {})
     return base, scores
 
 
+def _decoder(path: str) -> str:
+    return os.path.join(os.path.dirname(path), DECODER_FILE)
+
+
 def _size(path: str, kind: str) -> int:
     """The bytes a runtime loads: the INT8 file and its decoder together."""
-    size = os.path.getsize(path)
-    if FORMATS[kind].int8:
-        size += os.path.getsize(os.path.join(os.path.dirname(path), DECODER_FILE))
-    return size
+    return os.path.getsize(path) + (os.path.getsize(_decoder(path)) if FORMATS[kind].int8 else 0)
 
 
 def files_line(scores: list[FormatScore], conversion_errors: dict[str, str]) -> str:
@@ -158,5 +163,12 @@ def write_report(base: dict, scores: list[FormatScore], output_dir: str, convers
                   "| format | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
         lines += [f"| {s.kind} | " + " | ".join(signed(s.class_differences[n]) if n in s.class_differences
                                                else "-" for n in classes) + " |" for s in scores]
+    if scores:
+        lines += ["", "## Operators each file needs", "",
+                  "Counted in the file (every subgraph). The TFLite files use builtin ops only: no Flex delegate.", ""]
+        for s in scores:
+            lines.append(f"- `{os.path.basename(s.file)}`: " + ", ".join(f"{op} {n}" for op, n in s.ops.items()))
+            if s.decoder_ops:
+                lines.append(f"- `{DECODER_FILE}`: " + ", ".join(f"{op} {n}" for op, n in s.decoder_ops.items()))
     with open(os.path.join(output_dir, REPORT_FILE), "w") as handle:
         handle.write("\n".join(lines) + "\n")
