@@ -6,7 +6,7 @@ The run: under mixed_float16 a SIGTERM at step 3 (a checkpoint there, then `Pree
 a rerun that resumes from it (the LossScaleOptimizer's loss scale restored into a new
 process's optimizer); under both a NaN at step 5 that restores the step-4 checkpoint and
 halves the learning rate, the weight average swapped in, model.keras; then export,
-evaluation and `serve`'s predictor on the val photos. Small on purpose: a CPU emulates
+evaluation, `serve`'s predictor on the val photos, and the TFLite and ONNX files re-scored. Small on purpose: a CPU emulates
 float16 and bfloat16 (64 px, 2 images a step), and each run compiles its step with XLA
 (~20-40 s here), so bfloat16 trains once, without the resume."""
 
@@ -32,6 +32,8 @@ class PolicyRun:
     serve_predictions: list  # serve's answers for the first val images, threshold 0
     evaluator_detections: list  # the evaluator's detections of the same images
     output_dtypes: dict  # the SavedModel's output dtypes
+    files: dict  # converted file kind → passed its re-scoring (export_files)
+    file_errors: dict  # kind → why its conversion failed
 
 
 def train_config(shards, out, precision: str):
@@ -76,8 +78,13 @@ def run_policy(shards, out: Path, precision: str, monkeypatch) -> PolicyRun:
     _, detections = predict_split(model, str(shards), saved.image_size)
     loaded = tf.saved_model.load(str(out / "saved_model"))
     dtypes = {k: v.dtype.name for k, v in loaded.signatures["serving_default"].structured_outputs.items()}
+    # The files for phones and other runtimes: converted from a float32 graph of the mixed model
+    # (TFLite has no float16 kernels for it), re-scored against the model as trained.
+    from components.export.converted import export_files
+
+    scores, errors = export_files(str(out), ["tflite", "onnx"], str(out / "files"), str(shards))
     return PolicyRun(out, precision, preempted_at, result, _optimizer_class(out), evaluation.metrics, served,
-                     detections[:8], dtypes)
+                     detections[:8], dtypes, {score.kind: score.passed for score in scores}, errors)
 
 
 def _optimizer_class(out: Path) -> str:
@@ -162,6 +169,7 @@ def assert_the_policy_ran_every_path(run: PolicyRun, precision: str) -> None:
     assert run.output_dtypes["detection_scores"] == run.output_dtypes["detection_boxes"] == "float32"
     assert all(math.isfinite(v) for v in run.eval_metrics.values())
     assert_serve_equals_the_evaluator(run)
+    assert run.file_errors == {} and run.files == {"tflite": True, "onnx": True}
 
 
 def policy_module(precision: str):

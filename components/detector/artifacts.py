@@ -91,8 +91,39 @@ class TrainConfigFile:
         return cls.from_dict(json.loads((Path(folder) / CONFIG_FILE).read_text()))
 
 
-def load_trained(model_dir: str):
-    """The trained model (for inference: no optimizer or losses) and its `TrainConfigFile`.
+def _float32_config(node):
+    """A model.keras config with every mixed precision policy (a layer's `dtype`) made float32.
+    The variables of a mixed policy are float32 already; only what the layers compute in changes."""
+    from components.detector.precision import is_mixed
+
+    if isinstance(node, list):
+        return [_float32_config(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("class_name") == "DTypePolicy" and is_mixed(node.get("config", {}).get("name", "")):
+        return {**node, "config": {**node["config"], "name": "float32"}}
+    return {key: ("float32" if key == "dtype" and isinstance(value, str) and is_mixed(value) else
+                  _float32_config(value)) for key, value in node.items()}
+
+
+def _float32_copy(path: Path, folder: str) -> Path:
+    """model.keras rewritten by `_float32_config` into `folder` (the archive's other entries as they are)."""
+    import zipfile
+
+    copy = Path(folder) / MODEL_FILE
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(copy, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "config.json":
+                data = json.dumps(_float32_config(json.loads(data))).encode()
+            target.writestr(item, data)
+    return copy
+
+
+def load_trained(model_dir: str, float32: bool = False):
+    """The trained model (for inference: no optimizer or losses) and its `TrainConfigFile`;
+    with `float32`, computing in float32 whatever precision policy it trained under (a file
+    converted for a runtime without float16 kernels, e.g. TFLite's builtin ops).
     Keras is imported here, not at the top: the run report reads this module's names only."""
     import keras
 
@@ -107,4 +138,9 @@ def load_trained(model_dir: str):
         raise FileNotFoundError(f"{model_dir} has {MODEL_FILE} but no {CONFIG_FILE} (the label map and input size "
                                 "training used): pass the whole output folder of `detpipe train`")
     config = TrainConfigFile.read(model_dir_path)
+    if float32:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="detpipe-float32-") as folder:
+            return keras.saving.load_model(_float32_copy(path, folder), compile=False), config
     return keras.saving.load_model(path, compile=False), config

@@ -68,7 +68,10 @@ def load_graph(model_dir: str) -> DetectorGraph:
     for a photo is assembled from tiles outside the model, which a single-image file cannot do."""
     from components.detector.artifacts import load_trained
 
-    model, config = load_trained(model_dir)
+    # float32 whatever the training's policy: TFLite's builtin ops have no float16 kernels for
+    # this graph (a mixed_float16 model's conversion fails op by op), and the weights are float32
+    # anyway; the re-scoring measures what that changes against the model as trained.
+    model, config = load_trained(model_dir, float32=True)
     if config.tiling is not None:
         raise NotImplementedError(f"{model_dir} is a tiled model: a converted file answers one image at the model "
                                   "size, not a photo assembled from tiles; export a SavedModel for it")
