@@ -49,6 +49,8 @@ def test_each_file_converts_and_scores_as_the_trained_model(exported):
     assert scores["tflite"]["ops"]["NON_MAX_SUPPRESSION_V4"] == 1 and scores["onnx"]["ops"]["NonMaxSuppression"] == 1
     assert "NON_MAX_SUPPRESSION_V4" not in int8["ops"] and int8["decoder_ops"]["NON_MAX_SUPPRESSION_V4"] == 1
     assert int8["ops"]["QUANTIZE"] == 1 and int8["ops"]["CONV_2D"] == scores["tflite"]["ops"]["CONV_2D"]
+    # The pyramid's upsampling as a nearest resize, not Keras' repeat (TILE, which an Edge TPU lacks).
+    assert "TILE" not in int8["ops"] and int8["ops"]["RESIZE_NEAREST_NEIGHBOR"] >= 1
 
 
 @pytest.mark.slow

@@ -75,4 +75,26 @@ def load_graph(model_dir: str) -> DetectorGraph:
     if config.tiling is not None:
         raise NotImplementedError(f"{model_dir} is a tiled model: a converted file answers one image at the model "
                                   "size, not a photo assembled from tiles; export a SavedModel for it")
+    _nearest_as_resize(model)
     return DetectorGraph(model, config.image_size, config.label_map)
+
+
+def _nearest_as_resize(model) -> None:
+    """Keras' `UpSampling2D` (the feature pyramid's 2x top-down step) builds nearest upsampling
+    from `repeat`, for XLA, which the converters write as TILE: an op an Edge TPU does not have,
+    so its compiler would leave everything after it on the CPU. A nearest resize by the same
+    whole factors computes the same values (RESIZE_NEAREST_NEIGHBOR, which it has); Keras offers
+    no switch for it, so each such layer of this loaded copy computes it that way."""
+    import types
+
+    import keras
+    import tensorflow as tf
+
+    def call(self, inputs):
+        height, width = inputs.shape[1], inputs.shape[2]  # static: a file takes one fixed size
+        return tf.image.resize(inputs, [height * self.size[0], width * self.size[1]], method="nearest")
+
+    for layer in model._flatten_layers():
+        if isinstance(layer, keras.layers.UpSampling2D) and layer.interpolation == "nearest" \
+                and layer.data_format == "channels_last":
+            layer.call = types.MethodType(call, layer)
