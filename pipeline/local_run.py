@@ -100,8 +100,8 @@ def summarise(run_dir: Path) -> RunSummary:
         prediction=metrics.prediction.line() if metrics.prediction else None,
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
-        report=_top_level_report(run_dir), unchanged=_source_output(run_dir, "unchanged"), review=_review_summary(run_dir), review_page=_top_level_review(run_dir),
-        files=read_outputs(run_dir, "export").get("parameterValues", {}).get("formats", ""),
+        report=_top_level_report(run_dir), unchanged=_step_output(run_dir, "fingerprint-source", "unchanged"), review=_review_summary(run_dir), review_page=_top_level_review(run_dir),
+        files=_step_output(run_dir, "export", "formats"),
     )
 
 
@@ -115,16 +115,16 @@ def _top_level_report(run_dir: Path) -> Path | None:
     return Path(shutil.copyfile(source, run_dir / REPORT_FILE))
 
 
-def _source_output(run_dir: Path, name: str) -> str:
-    """An output parameter of the fingerprint-source step ("" when it wrote none)."""
-    return read_outputs(run_dir, "fingerprint-source").get("parameterValues", {}).get(name, "")
+def _step_output(run_dir: Path, task: str, name: str, default=""):
+    """An output parameter of a step (`default` when it wrote none)."""
+    return read_outputs(run_dir, task).get("parameterValues", {}).get(name, default)
 
 
 def _review_summary(run_dir: Path) -> str | None:
     """The review step's summary line (None when it did not run)."""
     if not (run_dir / "review").is_dir():
         return None
-    return read_outputs(run_dir, "review").get("parameterValues", {}).get("Output")
+    return _step_output(run_dir, "review", "Output", None)
 
 
 def _top_level_review(run_dir: Path) -> Path | None:
@@ -140,7 +140,7 @@ def _top_level_review(run_dir: Path) -> Path | None:
 def _register_output(run_dir: Path, name: str) -> str:
     """An output parameter of the register step ("?" when it wrote none)."""
     _task_dir(run_dir, "register")  # the step ran
-    return read_outputs(run_dir, "register").get("parameterValues", {}).get(name, "?")
+    return _step_output(run_dir, "register", name, "?")
 
 
 class StepFailed(RuntimeError):

@@ -21,6 +21,8 @@ from pipeline.cli_types import saved_model_dir, shards_dir, trained_model_dir
 from pipeline.cli_types import unit_float as _unit_float
 
 EXIT_OK, EXIT_FAILED = 0, 1
+
+
 def _saved_model_or_file(value: str) -> str:
     """A SavedModel folder of `detpipe export`, or a file it converted."""
     if is_model_file(value):

@@ -3,13 +3,14 @@ label_map.json beside them (the class names `predict --model FILE` reads)."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
+from pathlib import Path
 
+from beam.contract.label_map import write_label_map
 from components.export.export_files import LABEL_MAP_FILE
-from components.export.file_formats import (CALIBRATION_IMAGES, DECODER_FILE, FLOAT_TOLERANCE, FORMATS,
-                                            INT8_TOLERANCE)
+from components.export.file_formats import (CALIBRATION_IMAGES, FLOAT_TOLERANCE, FORMATS, INT8_TOLERANCE,
+                                            decoder_path)
 
 
 def convert_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: str | None = None,
@@ -53,10 +54,9 @@ def convert_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: s
 
 
 def _label_map_beside(label_map: dict[str, int], output_dir: str) -> None:
-    path = os.path.join(output_dir, LABEL_MAP_FILE)
-    if not os.path.isfile(path):  # the SavedModel's export writes the same
-        with open(path, "w") as handle:
-            json.dump(label_map, handle, indent=2, sort_keys=True)
+    path = Path(output_dir) / LABEL_MAP_FILE
+    if not path.is_file():  # the SavedModel's export writes the same
+        write_label_map(label_map, path)
 
 
 def export_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: str,
@@ -75,11 +75,7 @@ def export_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: st
     _, scores = rescore(model_dir, data_dir, files, float_tolerance, int8_tolerance, output_dir, errors)
     for score in scores:
         if not score.passed:
-            for name in _written(score.kind):
-                if os.path.exists(os.path.join(output_dir, name)):
-                    os.remove(os.path.join(output_dir, name))
+            for path in [score.file] + ([decoder_path(score.file)] if FORMATS[score.kind].int8 else []):
+                if os.path.exists(path):
+                    os.remove(path)
     return scores, errors
-
-
-def _written(kind: str) -> list[str]:
-    return [FORMATS[kind].file_name] + ([DECODER_FILE] if FORMATS[kind].int8 else [])

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from components.export.file_formats import DECODER_FILE, FORMATS, INPUT_NAME, OUTPUT_NAMES, RAW_OUTPUT_NAMES
+from components.export.file_formats import FORMATS, INPUT_NAME, OUTPUT_NAMES, RAW_OUTPUT_NAMES, decoder_path
 
 RENAMED = dict(zip(OUTPUT_NAMES, ("boxes", "confidence", "labels", "num_detections")))
 
@@ -48,7 +48,7 @@ class TfliteDetector(FileDetector):
         self.image_size = int(self.runner.get_input_details()[INPUT_NAME]["shape"][1])
         self.decoder = None
         if set(self.runner.get_output_details()) == set(RAW_OUTPUT_NAMES):
-            decoder = os.path.join(os.path.dirname(os.path.abspath(path)), DECODER_FILE)
+            decoder = decoder_path(path)
             if not os.path.isfile(decoder):
                 raise FileNotFoundError(f"{decoder} is missing: {path} answers with raw outputs, and `detpipe "
                                         "export` writes the decoder beside it")

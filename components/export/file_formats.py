@@ -12,6 +12,7 @@ them into those four (see int8_file.py for why).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 SAVED_MODEL = "saved_model"
@@ -63,6 +64,11 @@ def parse_formats(value: str) -> list[str]:
 
 def tolerance(kind: str, float_tolerance: float = FLOAT_TOLERANCE, int8_tolerance: float = INT8_TOLERANCE) -> float:
     return int8_tolerance if FORMATS[kind].int8 else float_tolerance
+
+
+def decoder_path(int8_file: str) -> str:
+    """Where DECODER_FILE lies for an INT8 file: beside it."""
+    return os.path.join(os.path.dirname(os.path.abspath(int8_file)), DECODER_FILE)
 
 
 def is_model_file(path: str) -> bool:

@@ -8,16 +8,16 @@ file on their own photos.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from beam.contract.label_map import read_label_map
 from components.export.export_files import LABEL_MAP_FILE, SERVING_CONFIG_FILE
-from components.export.predictor import BadImage
-from components.export.saved_model import DEFAULT_SCORE_THRESHOLD, class_names
 from components.export.file_detector import FileDetector, open_detector
+from components.export.predictor import BadImage
+from components.export.saved_model import DEFAULT_SCORE_THRESHOLD, ServingConfig, class_names
 
 
 @dataclass
@@ -35,14 +35,11 @@ class FilePredictor:
         labels = os.path.join(folder, LABEL_MAP_FILE)
         if not os.path.isfile(labels):
             raise FileNotFoundError(f"{labels} is missing: `detpipe export` writes it beside the file")
-        with open(labels) as handle:
-            names = class_names(json.load(handle))
+        names = class_names(read_label_map(labels))
         threshold, limit = DEFAULT_SCORE_THRESHOLD, None  # a files-only export: the SavedModel's default
-        config = os.path.join(folder, SERVING_CONFIG_FILE)
-        if os.path.isfile(config):
-            with open(config) as handle:
-                written = json.load(handle)
-            threshold, limit = written.get("score_threshold", threshold), written.get("max_detections")
+        if os.path.isfile(os.path.join(folder, SERVING_CONFIG_FILE)):
+            served = ServingConfig.read(folder)
+            threshold, limit = served.score_threshold, served.max_detections
         return cls(open_detector(path), names, float(threshold), limit)
 
     def predict_each(self, images: list[bytes], score_threshold: float | None = None) -> list[dict | BadImage]:

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from components.export.file_formats import DECODER_FILE, FLOAT_TOLERANCE, FORMATS, INT8_TOLERANCE, tolerance
+from components.export.file_formats import (DECODER_FILE, FLOAT_TOLERANCE, FORMATS, INT8_TOLERANCE, decoder_path,
+                                            tolerance)
 
 REPORT_FILE = "export_report.md"
 FORMATS_FILE = "export_formats.json"
@@ -101,19 +102,15 @@ def rescore(model_dir: str, data_dir: str, files: dict[str, str], float_toleranc
         scores.append(FormatScore(kind, path, _size(path, kind), metrics, round(difference, 6), round(score_diff, 6),
                                   round(box_diff, 6), round(seconds, 6), allowed, difference >= -allowed,
                                   _class_differences(metrics, base), file_ops(path),
-                                  file_ops(_decoder(path)) if FORMATS[kind].int8 else {}))
+                                  file_ops(decoder_path(path)) if FORMATS[kind].int8 else {}))
     if output_dir:
         write_report(base, scores, output_dir, conversion_errors or {})
     return base, scores
 
 
-def _decoder(path: str) -> str:
-    return os.path.join(os.path.dirname(path), DECODER_FILE)
-
-
 def _size(path: str, kind: str) -> int:
     """The bytes a runtime loads: the INT8 file and its decoder together."""
-    return os.path.getsize(path) + (os.path.getsize(_decoder(path)) if FORMATS[kind].int8 else 0)
+    return os.path.getsize(path) + (os.path.getsize(decoder_path(path)) if FORMATS[kind].int8 else 0)
 
 
 def files_line(scores: list[FormatScore], conversion_errors: dict[str, str]) -> str:

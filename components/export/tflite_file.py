@@ -13,10 +13,9 @@ its raw outputs into detections.
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Iterator
 
-from components.export.file_formats import DECODER_FILE, FORMATS
+from components.export.file_formats import FORMATS, decoder_path
 
 
 def _converter(saved_model: str, signature: str):
@@ -47,7 +46,7 @@ def convert_tflite(saved_model: str, kind: str, path: str,
         converter.representative_dataset = calibration
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.inference_input_type = converter.inference_output_type = tf.float32
-        _write(_converter(saved_model, "decode"), os.path.join(os.path.dirname(path), DECODER_FILE))
+        _write(_converter(saved_model, "decode"), decoder_path(path))
         _write(converter, path)
         return
     converter = _converter(saved_model, "serving_default")
