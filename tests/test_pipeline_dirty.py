@@ -13,6 +13,7 @@ from dirty_data import make_dirty_copy, split_of
 from beam.contract import feature_keys as K
 from beam.contract.codec import decode_example
 from beam.contract.files import read_manifest, read_rejects
+from components.tune.hparams_file import DEFAULTS, SEARCH_SPACE
 from pipeline.cli import main
 
 
@@ -30,13 +31,14 @@ def dirty_raccoon(raccoon, tmp_path_factory):
 def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_raccoon, tmp_path, capsys):
     """The real-data path: 200 raccoon photos (non-square, 178-2000 px, 3 greyscale, one
     class) made dirty, the user's own split (val not a multiple of any batch), a short
-    schedule and a 2-trial search, through the real DAG with the KFP local runner: the run
-    is green, the report shows every reject, and counts reconcile."""
+    schedule and a 2-trial search (its trials at once, in two worker processes sharing the
+    study's journal), through the real DAG with the KFP local runner: the run is green, the
+    report shows every reject, and counts reconcile."""
     dirty = dirty_raccoon
     summary_file = tmp_path / "summary.json"
     code = main(["run", "--local", "--images", str(dirty.images), "--annotations", str(dirty.annotations),
                  "--split-file", str(dirty.split_file), "--epochs", "2", "--batch-size", "8", "--tune-trials", "2",
-                 "--tune-trial-epochs", "1", "--pipeline-root", str(tmp_path / "root"),
+                 "--tune-trial-epochs", "1", "--tune-parallel-trials", "2", "--pipeline-root", str(tmp_path / "root"),
                  "--no-probe-dry-run",  # the demo's run (test_pipeline_local.py) proves the dry run
                  "--summary-json", str(summary_file)])
     out = capsys.readouterr().out
@@ -86,6 +88,10 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
               (run_dir / "tune-hyperparameters" / "hparams" / "trials.jsonl").read_text().splitlines()]
     assert len(trials) == 2 and all(t["error"] is None and math.isfinite(t["score"]) for t in trials)
     assert {t["state"] for t in trials} <= {"COMPLETE", "PRUNED"} and trials[0]["state"] == "COMPLETE"
+    # In parallel: each trial ran once, the defaults first, the other with values of the search space.
+    assert "2 trials at once, one process each" in (run_dir / "logs" / "tune-hyperparameters.log").read_text()
+    assert sorted(t["number"] for t in trials) == [0, 1] and trials[0]["hparams"] == DEFAULTS
+    assert trials[1]["hparams"] != DEFAULTS and set(trials[1]["hparams"]) == set(SEARCH_SPACE)
     chosen = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
     held = chosen["search"]["tuning_split"]  # scored on train images held out, never on val
     assert held["fit"] + held["held_out"] == written["train"] and held["held_out"] > 0
@@ -99,6 +105,30 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
 
     metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
     assert metrics["num_images"] == written["val"]
+
+    # The first run on an empty registry: from scratch; v1 is blessed only when it beats the
+    # box-prior baseline on the same val images, and recorded either way, with the weights a
+    # later run continues. (A run with a champion: test_pipeline_local.py.)
+    assert summary["started"].startswith("from scratch: no champion in ") and summary["unchanged"] == ""
+    registry = tmp_path / "root" / "registry" / "detpipe"
+    first = json.loads((registry / "versions" / "v1" / "decision.json").read_text())
+    assert summary["version"] == "v1" and first["champion"] is None
+    assert first["baseline"]["mAP"] >= 0 and "train box" in first["baseline"]["description"]
+    assert first["blessed"] == (metrics["metrics"]["mAP"] > first["baseline"]["mAP"])
+    if first["blessed"]:
+        assert "no champion yet" in summary["comparison"]
+        assert json.loads((registry / "champion.json").read_text())["version"] == "v1"
+    else:
+        assert "does not beat the box-prior baseline" in summary["comparison"]
+        assert not (registry / "champion.json").exists()
+    v1 = json.loads((registry / "versions" / "v1" / "version.json").read_text())
+    assert v1["run_id"] == run_dir.name and len(v1["fingerprint"]["sha256"]) == 64 and v1["files"] == {}
+    assert (registry / "versions" / "v1" / "saved_model" / "saved_model.pb").exists()
+    for name in ("model.keras", "train_config.json"):
+        assert (registry / "versions" / "v1" / name).read_bytes() == (model / name).read_bytes()
+    # The dry run turned off: the probe warns, and says how to turn it on.
+    assert "| dry_run | WARN | not run (probe_dry_run false)" in (run_dir / "probe" / "report").read_text()
+    assert json.loads((run_dir / "probe" / "probe_json").read_text())["dry_run"] is None
     assert set(k for k in metrics["metrics"] if k.startswith("AP/")) == {"AP/raccoon"}
     assert all(math.isfinite(v) for v in metrics["metrics"].values())
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]

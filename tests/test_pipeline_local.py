@@ -13,9 +13,54 @@ from beam.contract.codec import decode_example
 from pipeline.cli import main
 
 
+def _seed_champion(demo_dir, demo_shards, work, registry) -> dict:
+    """v1 in an empty registry, made by the commands and functions the pipeline's steps call
+    (train, the evaluate step's evaluate_against_champion, export, register_run with the
+    fingerprint step's fingerprint): what a first run of the DAG leaves, at a fraction of its
+    cost (the first run of a DAG on an empty registry is proved on raccoon in
+    test_pipeline_dirty.py). Trained at the run's 96 px, so the run can continue its weights.
+    Returns v1's decision."""
+    from components.evaluate.champion import evaluate_against_champion
+    from components.register.register import register_run
+    from components.registry.decision import PromotionRule
+    from components.registry.fingerprint import fingerprint_source
+    from components.registry.registry import Registry
+
+    model, evaluation, exported = work / "model", work / "eval", work / "exported"
+    assert main(["train", "--data", str(demo_shards), "--output", str(model), "--max-steps", "2",
+                 "--batch-size", "8", "--image-size", "96"]) == 0
+    # `train` exports with the default threshold; `export` takes the evaluation's F1-best one.
+    served = json.loads((model / "saved_model" / "serving_config.json").read_text())
+    assert served["threshold_source"] == "default" and (model / "saved_model" / "saved_model.pb").exists()
+    _, decision = evaluate_against_champion(str(model), str(demo_shards), str(evaluation), PromotionRule())
+    chosen = json.loads((evaluation / "metrics.json").read_text())["threshold"]
+    assert main(["export", "--model", str(model), "--evaluation", str(evaluation), "--output", str(exported)]) == 0
+    served = json.loads((exported / "serving_config.json").read_text())
+    assert served["score_threshold"] == chosen["score"] and served["threshold_source"].startswith("evaluation")
+    assert json.loads((exported / "label_map.json").read_text()) == {"circle": 1, "square": 2, "triangle": 3}
+
+    found = fingerprint_source(str(demo_dir / "images"), str(demo_dir / "annotations"))
+    done = register_run(Registry.open(str(registry.parent), "detpipe"), str(exported), str(demo_shards),
+                        str(evaluation / "metrics.json"), decision, found.to_dict(), "seed", train_dir=str(model))
+    assert done.version == "v1" and done.status == ("blessed" if decision.blessed else "rejected")
+    if not decision.blessed:  # two steps rarely beat the box-prior baseline: a person promotes it
+        assert main(["registry", "promote", "v1", "--reason", "a smoke test", "--registry",
+                     str(registry.parent)]) == 0
+    return decision.to_dict()
+
+
 @pytest.mark.slow
-def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
+def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypatch):
+    """One run of the whole DAG on the demo images, with a champion (v1) in the registry: the
+    probe's dry run, a warm start from v1, v1 re-scored on the same val images, unchanged data
+    said, a TFLite file re-scored and registered with v2, the report."""
     import tempfile
+
+    registry = tmp_path / "root" / "registry" / "detpipe"
+    _seed_champion(demo_dir, demo_shards, tmp_path / "seed", registry)
+    capsys.readouterr()
+    v1 = json.loads((registry / "versions" / "v1" / "version.json").read_text())
+    assert json.loads((registry / "champion.json").read_text())["version"] == "v1"
 
     temporary = tmp_path / "tmp"  # the run's TMPDIR: the steps' temporary folders are removed with the run
     temporary.mkdir()
@@ -24,14 +69,15 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     summary_file = tmp_path / "summary.json"
     code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
                  str(demo_dir / "annotations"), "--epochs", "1", "--batch-size", "8", "--image-size", "96",
-                 "--pipeline-root", str(tmp_path / "root"), "--summary-json", str(summary_file)])
+                 "--promote-if", "better", "--pipeline-root", str(tmp_path / "root"), "--export-formats",
+                 "saved_model,tflite", "--summary-json", str(summary_file)])
     assert code == 0
     assert list(temporary.iterdir()) == []
     out = capsys.readouterr().out
     assert "detpipe run summary" in out and "mAP@[.5:.95]" in out
     assert "per class (AP@[.5:.95] / AP50): " in out and "circle" in out.split("per class", 1)[1]
     # Quiet: one line per step and the summary; no ANSI codes when stdout is not a terminal.
-    assert len(out.strip().splitlines()) <= 25 and "\x1b[" not in out
+    assert len(out.strip().splitlines()) <= 27 and "\x1b[" not in out
     assert "✓ validate-and-convert" in out and "64 written" in out and "✓ register" in out and "✓ review" in out
     assert "defaults (auto: no GPU)" in out  # the tune step says why, in its line
     summary = json.loads(summary_file.read_text())
@@ -87,46 +133,17 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     dataset_page = (run_dir / "validate-and-convert" / "stats_html").read_text()
     assert 'id="dataset"' in dataset_page and "https://" not in dataset_page
 
-    # The registry under the pipeline root: with no champion, the first version is blessed
-    # when it beats the box-prior baseline on the same val images, and recorded either way.
-    registry = tmp_path / "root" / "registry" / "detpipe"
-    assert summary["version"] == "v1"
-    first = json.loads((registry / "versions" / "v1" / "decision.json").read_text())
-    assert first["baseline"]["mAP"] >= 0 and "train box" in first["baseline"]["description"]
-    assert first["blessed"] == (metrics["metrics"]["mAP"] > first["baseline"]["mAP"])
-    if first["blessed"]:
-        assert "no champion yet" in summary["comparison"]
-    else:  # one epoch on 64 images learned less than the baseline: a person can still promote it
-        assert "does not beat the box-prior baseline" in summary["comparison"]
-        assert not (registry / "champion.json").exists()
-        assert main(["registry", "promote", "v1", "--reason", "a smoke test", "--registry",
-                     str(tmp_path / "root" / "registry")]) == 0
-    assert json.loads((registry / "champion.json").read_text())["version"] == "v1"
-    v1 = json.loads((registry / "versions" / "v1" / "version.json").read_text())
-    assert v1["run_id"] == run_dir.name and len(v1["fingerprint"]["sha256"]) == 64
-    assert (registry / "versions" / "v1" / "saved_model" / "saved_model.pb").exists()
-
-    # A second run warm-starts from v1 (its weights are kept with the version) and re-scores
-    # v1 on the same val images; under `better` a tie is not enough.
-    assert summary["started"].startswith("from scratch: no champion in ")
-    for name in ("model.keras", "train_config.json"):
-        assert (registry / "versions" / "v1" / name).read_bytes() == (run_dir / "train" / "model" / name).read_bytes()
-    code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
-                 str(demo_dir / "annotations"), "--epochs", "1", "--batch-size", "8", "--image-size", "96",
-                 "--promote-if", "better", "--pipeline-root", str(tmp_path / "root"), "--export-formats",
-                 "saved_model,tflite", "--summary-json", str(summary_file), "--no-probe-dry-run"])  # the first run proved it
-    assert code == 0
-    second = json.loads(summary_file.read_text())
-    assert second["version"] == "v2" and second["started"].startswith("from v1 (the champion): the same tiny")
+    # The run warm-starts from v1 (its weights are kept with the version) and re-scores v1 on
+    # the same val images; under `better` a tie is not enough.
+    assert summary["version"] == "v2" and summary["started"].startswith("from v1 (the champion): the same tiny")
     # The same files as v1's: the run says so first (the local runner has no cache), and in its summary.
-    assert summary["unchanged"] == "" and second["unchanged"].startswith("unchanged data: the same files as v1 ")
-    assert "(better)" in second["comparison"]
-    assert second["comparison"].startswith("champion v1 mAP") and f"same {metrics['num_images']} val images" \
-        in second["comparison"]
-    out = capsys.readouterr().out
-    first = next(line for line in out.splitlines() if "✓" in line or "✗" in line)  # the second run's first line
+    assert summary["unchanged"].startswith("unchanged data: the same files as v1 ")
+    assert "(better)" in summary["comparison"]
+    assert summary["comparison"].startswith("champion v1 mAP") and f"same {metrics['num_images']} val images" \
+        in summary["comparison"]
+    first = next(line for line in out.splitlines() if "✓" in line or "✗" in line)
     assert "fingerprint-source" in first and "champion v1; unchanged data (v1's files)" in first
-    assert "  " + second["unchanged"] in out
+    assert "  " + summary["unchanged"] in out
     train_line = next((line for line in out.splitlines() if "✓ train" in line), out)
     assert train_line.endswith("images/s, warm start from v1") and "registry: v2: champion v1" in out
     decision = json.loads((registry / "versions" / "v2" / "decision.json").read_text())
@@ -134,21 +151,18 @@ def test_run_local_end_to_end(demo_dir, tmp_path, capsys, monkeypatch):
     assert decision["rule"]["resamples"] >= 1000 and len(decision["val"]["fingerprint"]) == 64
     assert decision["warm_start"]["used"] and decision["warm_start"]["name"] == "v1 (the champion)"
     v2 = json.loads((registry / "versions" / "v2" / "version.json").read_text())
-    assert v2["status"] == ("blessed" if decision["blessed"] else "rejected")
+    assert v2["status"] == ("blessed" if decision["blessed"] else "rejected") and v2["run_id"] == run_dir.name
     assert json.loads((registry / "champion.json").read_text())["version"] == ("v2" if decision["blessed"] else "v1")
+    for name in ("model.keras", "train_config.json"):  # the weights a later run continues, kept with v2
+        assert (registry / "versions" / "v2" / name).read_bytes() == (run_dir / "train" / "model" / name).read_bytes()
     # Same source files: same fingerprint.
-    assert v2["fingerprint"]["sha256"] == v1["fingerprint"]["sha256"]
+    assert v2["fingerprint"]["sha256"] == v1["fingerprint"]["sha256"] and len(v1["fingerprint"]["sha256"]) == 64
     # export_formats: the TFLite file re-scored beside the SavedModel, and kept with v2 when it passed.
     assert "✓ export" in out and "tflite passed" in out.split("✓ export", 1)[1].splitlines()[0]
     assert "converted files: tflite passed (export_report.md beside the model)" in out
     assert v2["files"] == {"tflite": "model.tflite"} and v1["files"] == {}
     assert (registry / "versions" / "v2" / "saved_model" / "model.tflite").stat().st_size > 0
-    second_report = (tmp_path / "root" / second["run_dir"].rsplit("/", 1)[-1] / "run_report.html").read_text()
-    assert '<h2 id="files">Converted files</h2>' in second_report and "<td>tflite</td>" in second_report
-    # The dry run turned off: the probe warns, and says how to turn it on.
-    second_dir = tmp_path / "root" / second["run_dir"].rsplit("/", 1)[-1]
-    assert "| dry_run | WARN | not run (probe_dry_run false)" in (second_dir / "probe" / "report").read_text()
-    assert json.loads((second_dir / "probe" / "probe_json").read_text())["dry_run"] is None
+    assert '<h2 id="files">Converted files</h2>' in report and "<td>tflite</td>" in report
 
 
 @pytest.mark.slow

@@ -635,25 +635,6 @@ def test_the_f1_threshold_keeps_the_right_detections():
     assert best_f1_threshold(truth, wrong_class).score == FALLBACK_THRESHOLD
 
 
-@pytest.mark.slow  # trains a model: `make test` runs it, `make test-fast` not
-def test_train_exports_and_export_takes_the_evaluations_threshold(demo_shards, tmp_path):
-    from pipeline.cli import main
-
-    model, evaluation = tmp_path / "model", tmp_path / "eval"
-    assert main(["train", "--data", str(demo_shards), "--output", str(model), "--max-steps", "2",
-                 "--batch-size", "8", "--image-size", "64"]) == 0
-    served = json.loads((model / "saved_model" / "serving_config.json").read_text())
-    assert served["threshold_source"] == "default" and (model / "saved_model" / "saved_model.pb").exists()
-    assert main(["evaluate", "--model", str(model), "--data", str(demo_shards), "--output", str(evaluation)]) == 0
-    chosen = json.loads((evaluation / "metrics.json").read_text())["threshold"]
-    assert main(["export", "--model", str(model), "--evaluation", str(evaluation), "--output",
-                 str(tmp_path / "exported")]) == 0
-    served = json.loads((tmp_path / "exported" / "serving_config.json").read_text())
-    assert served["score_threshold"] == chosen["score"] and served["threshold_source"].startswith("evaluation")
-    assert json.loads((tmp_path / "exported" / "label_map.json").read_text()) == {
-        "circle": 1, "square": 2, "triangle": 3}
-
-
 def test_drawn_detections_colour_each_class_and_tag_it_readably(tmp_path):
     import io
 

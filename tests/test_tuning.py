@@ -152,19 +152,6 @@ def test_a_preempted_search_resumes_without_val_and_chooses_as_an_uninterrupted_
     assert train["weight_decay"] == 0.0005
 
 
-@pytest.mark.slow
-def test_trials_run_in_parallel_worker_processes(demo_shards, tmp_path):
-    """--parallel-trials 2 on a CPU: two worker processes share the study's journal; each trial
-    runs once, the defaults first, and the search ends with both finished."""
-    done = _tune(demo_shards, tmp_path / "tune", "--parallel-trials", "2")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 trials at once, one process each" in done.stderr
-    trials = [json.loads(line) for line in (tmp_path / "tune" / "trials.jsonl").read_text().splitlines()]
-    assert sorted(t["number"] for t in trials) == [0, 1]
-    assert trials[0]["hparams"] == DEFAULTS and trials[0]["state"] == "COMPLETE"
-    assert trials[1]["hparams"] != DEFAULTS and set(trials[1]["hparams"]) == set(SEARCH_SPACE)
-
-
 def test_train_with_a_bad_hparams_file_fails_with_one_line_per_problem(tmp_path, capsys):
     from pipeline.cli import main
 
