@@ -95,6 +95,38 @@ def test_the_weight_average_replaces_the_weights_only_when_asked():
         assert not np.allclose(got, before)
 
 
+def test_a_model_scored_between_chunks_trains_on_as_if_it_had_never_been_scored():
+    """`weight_average_in_place` (a tuning trial scoring a rung mid-training, trials.py): the
+    average is in place inside the block, the trained weights are back after it, and training
+    goes on to the weights and averages of a run that was never scored."""
+    import keras
+    import tensorflow as tf
+
+    from components.detector.losses import weight_average_in_place
+
+    data = tf.data.Dataset.from_tensors((np.ones((4, 2), "float32"), np.full((4, 1), 3.0, "float32"))).repeat()
+
+    def train(score_between: bool) -> list[np.ndarray]:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(optimizer=AveragedAdamW(0.1, use_ema=True, ema_momentum=0.9), loss="mse")
+        model.fit(data, steps_per_epoch=5, epochs=1, verbose=0)
+        if score_between:
+            trained = [w.copy() for w in model.get_weights()]
+            with weight_average_in_place(model):
+                inside = model.get_weights()
+            for got, want, raw in zip(inside, model.optimizer._model_variables_moving_average, trained):
+                np.testing.assert_allclose(got, np.asarray(want))
+                assert not np.allclose(got, raw)
+            for got, raw in zip(model.get_weights(), trained):
+                np.testing.assert_array_equal(got, raw)
+        model.fit(data, steps_per_epoch=5, epochs=1, verbose=0)
+        return model.get_weights() + [np.asarray(v) for v in model.optimizer._model_variables_moving_average]
+
+    for scored, never in zip(train(True), train(False)):
+        np.testing.assert_array_equal(scored, never)
+
+
 @pytest.mark.parametrize("box_loss", ["giou", "huber"])
 def test_both_box_losses_compile(box_loss):
     import keras

@@ -152,6 +152,26 @@ def test_a_preempted_search_resumes_without_val_and_chooses_as_an_uninterrupted_
     assert train["weight_decay"] == 0.0005
 
 
+@pytest.mark.slow
+def test_a_trial_is_trained_in_one_go_scored_at_its_rungs_and_stops_where_it_is_pruned(demo_shards, tmp_path):
+    """`train_rungs` scores each rung as training passes it; pruned at the first rung, the
+    trial stops there: a checkpoint at that step and no finished model."""
+    from components.train.config import TrainConfig
+    from components.tune.holdout import carve_tuning_split
+    from components.tune.trials import train_rungs, trial_regime
+
+    split = carve_tuning_split(str(demo_shards), str(tmp_path / "split"), 0.25, seed=0)
+    regime = trial_regime(TrainConfig(str(demo_shards), "", epochs=3, batch_size=4, image_size=64), split, 3)
+    assert len(regime.stops) == 2
+    asked = []
+    score = train_rungs(regime, str(tmp_path / "model"), DEFAULTS, {},
+                        lambda step, value: asked.append((step, value)) or True)
+    assert [step for step, _ in asked] == [regime.stops[0]] and score == asked[0][1] and math.isfinite(score)
+    state = (tmp_path / "model" / "checkpoints" / "checkpoint").read_text()
+    assert f'model_checkpoint_path: "ckpt-{regime.stops[0]}"' in state
+    assert not (tmp_path / "model" / "model.keras").exists()
+
+
 def test_train_with_a_bad_hparams_file_fails_with_one_line_per_problem(tmp_path, capsys):
     from pipeline.cli import main
 

@@ -26,6 +26,9 @@ Example (a prediction equal to the target costs nothing; a shifted one costs mor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -99,6 +102,19 @@ def use_weight_average(model: keras.Model) -> None:
     AveragedAdamW as its `inner_optimizer` (the wrapper has no `use_averages`)."""
     optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
     optimizer.use_averages(model.trainable_variables)
+
+
+@contextmanager
+def weight_average_in_place(model: keras.Model) -> Iterator[None]:
+    """The moving average of the weights in place for the block (`use_weight_average`), and
+    the trained weights back after it: a model scored in the middle of its training."""
+    trained = [v.numpy() for v in model.trainable_variables]
+    use_weight_average(model)
+    try:
+        yield
+    finally:
+        for variable, value in zip(model.trainable_variables, trained):
+            variable.assign(value)
 
 
 def finite_on_every_replica(model: keras.Model) -> None:

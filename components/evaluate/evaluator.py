@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from beam.contract import feature_keys as K
 from beam.contract.label_map import read_dataset_label_map
-from components.detector.artifacts import load_trained
+from components.detector.artifacts import TrainConfigFile, load_trained
 from components.detector.detect import BatchDetector
 from components.detector.geometry import COCO_MAX_DETECTIONS
 from components.detector.records import eval_examples, read_records, shard_files, to_model_image
@@ -137,11 +137,16 @@ def val_images(data_dir: str, split: str = "val") -> tuple[list[bytes], str]:
 def split_metrics(model_dir: str, data_dir: str, split: str = "val") -> dict[str, float]:
     """COCO metrics of a trained model on one split, as `evaluate_detector` computes them,
     with no files written: what a tuning trial is scored by (on its own held-out part of train)."""
-    model, config = load_trained(model_dir)
-    truths, detections = predict_split(model, data_dir, config.image_size, split=split, tiling=config.tiling)
+    return model_metrics(*load_trained(model_dir), data_dir, split)
+
+
+def model_metrics(model: keras.Model, record: TrainConfigFile, data_dir: str, split: str = "val") -> dict[str, float]:
+    """`split_metrics` of a model in memory (a tuning trial's, scored between chunks) that
+    `record` (its train_config.json) describes."""
+    truths, detections = predict_split(model, data_dir, record.image_size, split=split, tiling=record.tiling)
     if not truths:
         raise ValueError(f"the {split} split in {data_dir} has no records")
-    return coco_box_metrics(truths, detections, {v: k for k, v in config.label_map.items()})
+    return coco_box_metrics(truths, detections, {v: k for k, v in record.label_map.items()})
 
 
 def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: float = 0.0,

@@ -111,6 +111,31 @@ class StopAtRequest(GlobalStep):
             raise Preempted(self.step, path)
 
 
+class StoppedAtChunk(RuntimeError):
+    """The caller's chunk-end hook asked training to stop at `step` (a pruned tuning trial)."""
+
+    def __init__(self, step: int):
+        super().__init__(f"stopped at step {step}: the chunk-end hook asked to")
+        self.step = step
+
+
+# Called after each chunk's checkpoint with the global step and the live model; True stops there.
+ChunkHook = Callable[[int, keras.Model], bool]
+
+
+class AtChunkEnd(GlobalStep):
+    """Runs a `ChunkHook` after each chunk (after SaveEveryChunk's checkpoint); raises
+    `StoppedAtChunk` when it returns True."""
+
+    def __init__(self, hook: ChunkHook):
+        super().__init__()
+        self._hook = hook
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._hook(self.step, self.model):
+            raise StoppedAtChunk(self.step)
+
+
 @dataclass
 class LoopParts:
     """The live objects the loop drives and a recovery changes."""
@@ -155,17 +180,17 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
 
 
 def fit_with_recovery(parts: LoopParts, config: TrainConfig, input_config: InputConfig, steps_done: int, chunk: int,
-                      total_steps: int) -> tuple[dict[str, list[float]], list[str]]:
+                      total_steps: int, at_chunk_end: ChunkHook | None = None) -> tuple[dict[str, list[float]], list[str]]:
     """Train from `steps_done` to `total_steps`, recovering from faults from the last
     checkpoint; returns the per-chunk logs of the last uninterrupted stretch and what was
-    recovered from."""
+    recovered from. `at_chunk_end`: called after each chunk's checkpoint (`AtChunkEnd`)."""
     recoveries, nan_recoveries = [], 0
     batch = input_config.batch_size
     per_replica = batch // parts.model.distribute_strategy.num_replicas_in_sync
     recovery_state = (parts.schedule.scale, parts.micro_batches)  # what a recovery changes; a restore keeps it
     step = RaiseOnNonFinite(parts.guard)
     callbacks = [parts.monitor, SaveEveryChunk(parts.checkpoints), step, InjectFault(parts.faults),
-                 StopAtRequest(parts.stop, parts.checkpoints)]
+                 StopAtRequest(parts.stop, parts.checkpoints)] + ([AtChunkEnd(at_chunk_end)] if at_chunk_end else [])
     parts.stop.install()
     try:
         while True:

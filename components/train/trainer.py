@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -116,8 +117,15 @@ class BuiltRun:
     write_dir: Path  # the chief's output folder, or this worker's scratch
 
 
-def train_detector(config: TrainConfig) -> TrainResult:
+# `train_detector`'s chunk-end hook: the global step, the live model, its train_config.json record.
+RunHook = Callable[[int, keras.Model, TrainConfigFile], bool]
+
+
+def train_detector(config: TrainConfig, at_chunk_end: RunHook | None = None) -> TrainResult:
     """Train and save `model.keras`, `history.json`, `train_config.json`, `train_report.md`.
+    `at_chunk_end(step, model, record)`: called after each chunk's checkpoint with the live
+    model and what `train_config.json` will say of it; True stops training there
+    (`StoppedAtChunk`, nothing saved but the checkpoints): a tuning trial scores its rungs so.
 
     Phases: facts (data, fitted shape, machine, measured batch), plan (plan.plan_training:
     pure, every number with its reason), build, fit (loop.fit_with_recovery), report. The
@@ -134,8 +142,11 @@ def train_detector(config: TrainConfig) -> TrainResult:
             for key, value in decisions.items():
                 (logger.warning if "WARNING" in value else logger.info)("train: %s = %s", key, value)
             end = min(plan.total_steps, config.stop_after_steps or plan.total_steps)
+            record = TrainConfigFile(model=facts.shape.model.to_dict(), train=asdict(facts.config), result={},
+                                     label_map=facts.label_map)
+            hook = (lambda step, model: at_chunk_end(step, model, record)) if at_chunk_end else None
             losses, recoveries = fit_with_recovery(built.parts, facts.config, built.input_config,
-                                                   built.steps_done, plan.chunk, end)
+                                                   built.steps_done, plan.chunk, end, hook)
             return finish_run(facts, plan, built, role, decisions, losses, recoveries, started)
     finally:
         role.clean_up(config.output_dir)

@@ -1,6 +1,6 @@
 """The local search's Optuna side: the study in a journal file (so a stopped search goes on
 where it stopped), the sampler seeded so that a continued search never proposes a finished
-trial's values, the trials run rung by rung with the pruner, in this process or in worker
+trial's values, the trials scored at each rung for the pruner, in this process or in worker
 processes (worker.py), one per GPU."""
 
 from __future__ import annotations

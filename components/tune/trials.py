@@ -1,6 +1,6 @@
 """How a tuning trial trains: the regime every trial shares (the training's own batch, input
 size, precision and schedule shape, fewer epochs, on the fit part of train) and the training of
-one trial rung by rung, each rung scored on the held-out images. Used by the local search
+one trial in one go, each rung scored on the held-out images as training passes it. Used by the local search
 (study.py), its worker processes and a Vertex AI trial (vertex_job.py)."""
 
 from __future__ import annotations
@@ -111,22 +111,34 @@ def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -
 
 def train_rungs(regime: TrialRegime, model_dir: str, hparams: dict[str, float], done: dict[int, float],
                 on_score: Callable[[int, float], bool]) -> float:
-    """Train one trial rung by rung (each continuing from the checkpoint before it) and score
-    every rung on the held-out images; a rung in `done` (scored before a stop) is not trained
-    again. `on_score(step, score)` returns True to stop there (pruned). Returns the last score."""
-    from components.evaluate.evaluator import split_metrics
+    """Train one trial in one go and score each rung on the held-out images as training
+    passes it (the weight average in place, as a finished run has it; the trained weights back
+    after): one model build and one trace per trial, not one per rung. A rung in `done`
+    (scored before a stop) is not scored again, and training continues from the trial's
+    last checkpoint. `on_score(step, score)` returns True to stop there (pruned). Returns the
+    last score."""
+    from components.detector.losses import weight_average_in_place
+    from components.evaluate.evaluator import model_metrics
+    from components.train.loop import StoppedAtChunk
     from components.train.trainer import train_detector
 
-    score = math.nan
-    for stop in regime.stops:
-        if stop in done:
-            score = done[stop]
-            continue
-        train_detector(replace(regime.base, output_dir=model_dir, stop_after_steps=stop, **hparams))
-        score = split_metrics(model_dir, regime.base.data_dir)["mAP"]
-        if on_score(stop, score):
-            break
-    return score
+    scores = dict(done)
+    if all(stop in scores for stop in regime.stops):
+        return scores[regime.stops[-1]]
+
+    def at_chunk_end(step: int, model, record) -> bool:
+        if step not in regime.stops or step in scores:  # a chunk between rungs, or one scored before a recovery
+            return False
+        with weight_average_in_place(model):
+            scores[step] = model_metrics(model, record, regime.base.data_dir)["mAP"]
+        return on_score(step, scores[step])
+
+    try:
+        train_detector(replace(regime.base, output_dir=model_dir, stop_after_steps=regime.stops[-1], **hparams),
+                       at_chunk_end=at_chunk_end)
+    except StoppedAtChunk:
+        pass  # pruned at the rung just scored
+    return scores[max(scores)] if scores else math.nan
 
 
 def search_record(split: TuningSplit, trial_epochs: int, regime: TrialRegime, steps_trained: int, seconds: float,
