@@ -95,7 +95,7 @@ def test_a_cycle_would_be_found():
 STEPS = ("train", "tune", "evaluate", "export", "serve", "probe", "registry", "register", "report")
 CORE = "components.detector"
 INTERFACES = {
-    "components.evaluate.evaluator": "split_metrics: tuning scores its trials as the evaluate step does; "
+    "components.evaluate.evaluator": "model_metrics: tuning scores its trials as the evaluate step does; "
                                      "predict_split: export re-scores a converted file on the same val images",
     "components.evaluate.coco_metrics": "coco_box_metrics: export scores a converted file as evaluation scores the "
                                         "model",

@@ -38,7 +38,8 @@ from components.train.distribution import (ClusterRole, cluster_role, fit_across
                                            synchronise_batch_norm, vector_logs, weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
 from components.train.input_pipeline import InputConfig, finishing, on_accelerator, shuffle_buffer_for
-from components.train.loop import PREEMPTED_EXIT_CODE, LoopParts, Preempted, StopRequest, fit_with_recovery
+from components.train.loop import (PREEMPTED_EXIT_CODE, LoopParts, Preempted, StopRequest, StoppedAtChunk,
+                                   fit_with_recovery)
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import MachineFacts, TrainPlan, auto_batch_ceiling, plan_training
 from components.train.process_state import training_state
@@ -48,9 +49,10 @@ from components.train.warm_start import WarmStart, apply_warm_weights, choose_wa
 from components.train.xla import xla_step
 
 # What callers outside the train step use (the tuner, the label review's folds): the
-# function, its config and result, the plan it makes, and how a SIGTERM ends it.
-__all__ = ["PREEMPTED_EXIT_CODE", "Preempted", "ProbeAdvice", "TrainConfig", "TrainResult", "plan_training",
-           "planned_run", "train_detector"]
+# function, its config and result, the plan it makes, how a SIGTERM ends it and how its
+# chunk-end hook stops it.
+__all__ = ["PREEMPTED_EXIT_CODE", "Preempted", "StoppedAtChunk", "ProbeAdvice", "TrainConfig", "TrainResult",
+           "plan_training", "planned_run", "train_detector"]
 
 logger = logging.getLogger(__name__)
 

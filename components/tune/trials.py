@@ -119,8 +119,7 @@ def train_rungs(regime: TrialRegime, model_dir: str, hparams: dict[str, float], 
     last score."""
     from components.detector.losses import weight_average_in_place
     from components.evaluate.evaluator import model_metrics
-    from components.train.loop import StoppedAtChunk
-    from components.train.trainer import train_detector
+    from components.train.trainer import StoppedAtChunk, train_detector
 
     scores = dict(done)
     if all(stop in scores for stop in regime.stops):
