@@ -2,7 +2,8 @@
 it resumes from the checkpoint's step and, with --deterministic, ends with the weights of
 an uninterrupted run."""
 
-import pytest
+import contextlib
+import io
 import json
 import os
 import re
@@ -10,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 import numpy as np
 
@@ -34,12 +37,31 @@ def _weights(out):
     return load_trained(str(out))[0].get_weights()
 
 
+def _train_here(command: list[str]) -> tuple[int, str]:
+    """`_command` run in this process, as the CLI's `main` runs it (--deterministic is set and
+    restored around the training, process_state.py): its exit code and what it said."""
+    import logging
+
+    from pipeline.cli import main
+
+    handler = logging.StreamHandler(io.StringIO())
+    logging.getLogger().addHandler(handler)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            code = main(command[command.index("train"):])
+    finally:
+        logging.getLogger().removeHandler(handler)
+    return code, err.getvalue() + handler.stream.getvalue()
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(demo_shards, tmp_path_factory):
     """The weights of `_command` run once without interruption: what every interrupted and
-    resumed run of the same command must end with (a training process costs ~35 s here)."""
+    resumed run of the same command, in this process or another, must end with."""
     full = tmp_path_factory.mktemp("uninterrupted")
-    subprocess.run(_command(demo_shards, full), cwd=REPO, env=ENV, check=True, capture_output=True)
+    code, said = _train_here(_command(demo_shards, full))
+    assert code == 0, said[-2000:]
     return _weights(full)
 
 
@@ -317,19 +339,21 @@ def test_sigterm_from_outside_saves_the_current_step_and_the_rerun_resumes_there
 
 
 @pytest.mark.slow
-def test_a_sigterm_at_step_k_then_resume_equals_an_uninterrupted_run(demo_shards, uninterrupted, tmp_path):
+def test_a_sigterm_at_step_k_then_resume_equals_an_uninterrupted_run(demo_shards, uninterrupted, tmp_path,
+                                                                      monkeypatch):
     """`term@7` (fault injection: SIGTERM as step 7 starts) with chunks of 3: the checkpoint
     is at step 7, mid-chunk; the resumed run first finishes that chunk, and with
-    --deterministic it ends with the uninterrupted run's weights. (In subprocesses:
-    --deterministic switches op determinism on for the whole process.)"""
+    --deterministic it ends with the uninterrupted run's weights. In this process: the
+    injected SIGTERM is a real one, to this process, and the trainer's handler takes it."""
     stopped = tmp_path / "stopped"
-    first = subprocess.run(_command(demo_shards, stopped), cwd=REPO, env={**ENV, "DETPIPE_INJECT_FAULT": "term@7"},
-                           capture_output=True, text=True)
-    assert first.returncode == 143, first.stderr[-2000:]
-    assert re.search(r"stopped at step 7 after saving checkpoint \S+ckpt-7;", first.stderr), first.stderr[-2000:]
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "term@7")
+    code, said = _train_here(_command(demo_shards, stopped))
+    monkeypatch.delenv("DETPIPE_INJECT_FAULT")
+    assert code == 143, said[-2000:]
+    assert re.search(r"stopped at step 7 after saving checkpoint \S+ckpt-7;", said), said[-2000:]
     assert not (stopped / "model.keras").exists()
-    rerun = subprocess.run(_command(demo_shards, stopped), cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    code, said = _train_here(_command(demo_shards, stopped))
+    assert code == 0, said[-2000:]
     config = json.loads((stopped / "train_config.json").read_text())
     assert "resumed after step 7" in config["result"]["decisions"]["checkpoints"]
     assert config["result"]["steps"] == STEPS

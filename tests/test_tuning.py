@@ -89,33 +89,42 @@ def test_the_tuning_split_holds_train_records_only_each_once(demo_shards, tmp_pa
         (tmp_path / "tune" / "tune_report.md").read_text()
 
 
-def _tune(data, out, *extra, env=ENV):
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "tune", "--data", str(data), "--output", str(out),
-                           *SMALL, *extra], cwd=REPO, env=env, capture_output=True, text=True)
-
-
 @pytest.mark.slow
-def test_a_preempted_search_resumes_without_val_and_chooses_as_an_uninterrupted_one(demo_shards, tmp_path):
-    """SIGTERM in trial 0 (`term@15`, fault injection: as step 15 starts): the trial checkpoints
-    and `tune` exits 143 with nothing recorded as failed. Then the val shards are made unreadable
-    and the same command goes on: it continues trial 0 from its checkpoint (no finished rung
-    trained again) and ends with the choice, and the scores, of an uninterrupted search with val
-    readable (--deterministic)."""
+def test_a_preempted_search_resumes_without_val_and_chooses_as_an_uninterrupted_one(demo_shards, tmp_path, capsys,
+                                                                                     caplog, monkeypatch):
+    """SIGTERM in trial 0 (`term@15`, fault injection: a real SIGTERM to this process as step 15
+    starts): the trial checkpoints and `tune` exits 143 with nothing recorded as failed. Then
+    the val shards are made unreadable and the same command goes on: it continues trial 0 from
+    its checkpoint (no finished rung trained again) and ends with the choice, and the scores, of
+    an uninterrupted search with val readable (--deterministic). The three searches run in this
+    process, as the CLI's `main` runs them: what a new process would add is its TensorFlow import."""
+    import logging
+
     from pipeline.cli import main
+
+    caplog.set_level(logging.INFO)
+
+    def tune(data, out) -> tuple[int, str]:
+        capsys.readouterr()
+        caplog.clear()
+        code = main(["tune", "--data", str(data), "--output", str(out), *SMALL])
+        return code, capsys.readouterr().err + caplog.text
 
     data = tmp_path / "data"
     shutil.copytree(demo_shards, data)
-    stopped = _tune(data, tmp_path / "tune", env={**ENV, "DETPIPE_INJECT_FAULT": "term@15"})
-    assert stopped.returncode == 143, stopped.stderr[-3000:]
-    assert "SIGTERM: stopped at step 15" in stopped.stderr and not (tmp_path / "tune" / "best_hparams.json").exists()
-    first_rung = re.search(r"trial 0 at step (\d+):", stopped.stderr).group(1)  # scored before the stop
+    monkeypatch.setenv("DETPIPE_INJECT_FAULT", "term@15")
+    code, said = tune(data, tmp_path / "tune")
+    monkeypatch.delenv("DETPIPE_INJECT_FAULT")
+    assert code == 143, said[-3000:]
+    assert "SIGTERM: stopped at step 15" in said and not (tmp_path / "tune" / "best_hparams.json").exists()
+    first_rung = re.search(r"trial 0 at step (\d+):", said).group(1)  # scored before the stop
 
     for shard in data.glob("val-*.tfrecord"):
         shard.write_bytes(b"\0" * shard.stat().st_size)  # same size, so only reading it would fail
-    resumed = _tune(data, tmp_path / "tune")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "continuing 1 trial(s) a stopped run left running" in resumed.stderr
-    assert "resumed after step 15" in resumed.stderr and f"trial 0 at step {first_rung}:" not in resumed.stderr
+    code, said = tune(data, tmp_path / "tune")
+    assert code == 0, said[-3000:]
+    assert "continuing 1 trial(s) a stopped run left running" in said
+    assert "resumed after step 15" in said and f"trial 0 at step {first_rung}:" not in said
 
     assert main(["tune", "--data", str(demo_shards), "--output", str(tmp_path / "whole"), *SMALL]) == 0
 
