@@ -296,7 +296,7 @@ def test_given_label_map_rejects_unknown_classes(demo_dir, tmp_path):
 
 def test_every_record_rejected_fails_with_pointer_to_rejects(demo_dir, tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(DataBuildError, match=r"rejects-\*\.jsonl"):
+    with pytest.raises(DataBuildError, match=r"^no record with a box passed the checks: .*rejects-\*\.jsonl"):
         build_dataset(ConvertOptions(images=str(tmp_path / "no-images-here"),
                                      annotations=str(demo_dir / "annotations"), output=str(out)))
     assert len((out / "rejects-00000-of-00001.jsonl").read_text().splitlines()) == len(list(demo_dir.glob("annotations/*.xml")))

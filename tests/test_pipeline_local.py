@@ -165,29 +165,12 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     assert '<h2 id="files">Converted files</h2>' in report and "<td>tflite</td>" in report
 
 
-@pytest.mark.slow
-def test_a_failing_step_ends_with_its_reason_and_log(demo_dir, tmp_path, capsys):
-    """Only corrupt images: the data step fails; the reason and the log's path are in the
-    last lines, and the run exits 1 without a traceback."""
-    images = tmp_path / "images"
-    images.mkdir()
-    for path in sorted((demo_dir / "images").glob("*.jpg")):
-        (images / path.name).write_bytes(path.read_bytes()[:300])
-    code = main(["run", "--local", "--images", str(images), "--annotations", str(demo_dir / "annotations"),
-                 "--pipeline-root", str(tmp_path / "root")])
-    captured = capsys.readouterr()
-    assert code == 1 and "Traceback" not in captured.err + captured.out
-    last = captured.err.strip().splitlines()[-5:]
-    assert any("no record with a box passed the checks" in line for line in last)
-    log = last[-1].split("full log: ", 1)[1]
-    assert log.endswith("validate-and-convert.log") and "DataBuildError" in open(log).read()
-    assert "✗ validate-and-convert" in captured.out
-
-
-def test_the_split_a_dataset_comes_with_reaches_the_data_step(demo_dir, tmp_path, capsys):
+def test_the_split_a_dataset_comes_with_reaches_the_data_step_and_a_failing_step_ends_with_its_reason_and_log(
+        demo_dir, tmp_path, capsys):
     """`--val-annotations` and `--val-images` reach the fingerprint and the data step: the val
     XMLs' images are read from --val-images (corrupt copies here), so the val split is empty
-    and the data step fails on it, where the hash split of --images would have passed."""
+    and the data step fails on it, where the hash split of --images would have passed. The run
+    exits 1 without a traceback; the reason and the step log's path are in its last lines."""
     train, val, val_images = tmp_path / "train_xml", tmp_path / "val_xml", tmp_path / "val_images"
     for folder in (train, val, val_images):
         folder.mkdir()
@@ -200,7 +183,9 @@ def test_the_split_a_dataset_comes_with_reaches_the_data_step(demo_dir, tmp_path
                  "--val-annotations", str(val), "--val-images", str(val_images),
                  "--max-reject-fraction", "1", "--pipeline-root", str(tmp_path / "root")])
     captured = capsys.readouterr()
-    assert code == 1 and "✗ validate-and-convert" in captured.out
+    assert code == 1 and "✗ validate-and-convert" in captured.out and "Traceback" not in captured.err + captured.out
     assert any("(split val) | no examples" in line for line in captured.err.splitlines()[-8:]), captured.err
+    log = captured.err.strip().splitlines()[-1].split("full log: ", 1)[1]
+    assert log.endswith("validate-and-convert.log") and "RuntimeError: dataset anomalies" in open(log).read()
     (source,) = (tmp_path / "root").glob("*/fingerprint-source/source")
     assert json.loads(source.read_text())["val_images_path"] == str(val_images)
