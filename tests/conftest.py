@@ -138,7 +138,8 @@ def trained_model(demo_shards, tmp_path_factory) -> Path:
 
 # The longest modules, measured on a clean run (2 cores): a run of the whole DAG, a search
 # stopped and resumed, a killed worker, the faults. They start first, whatever their count of slow tests.
-LONGEST = ("test_pipeline_local", "test_checkpoints", "test_multi_worker", "test_pipeline_dirty", "test_serving", "test_tuning")
+LONGEST = ("test_pipeline_local", "test_checkpoints", "test_multi_worker", "test_pipeline_dirty", "test_serving",
+           "test_tuning")
 
 
 def pytest_collection_modifyitems(session, config, items):
