@@ -23,7 +23,7 @@ RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO / "tests" / "data" / "racc
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
     """The folder `build` fills, built once for the whole run. `make test` runs the suite in
-    one process per core (pytest-xdist), each with its own session fixtures, so a shared dataset
+    several worker processes (pytest-xdist, the Makefile's TEST_WORKERS), each with its own session fixtures, so a shared dataset
     or model would otherwise be built once per process: the first to ask builds it here, under a
     lock, and the others wait and read it (what pytest-xdist's docs advise). Tests read these
     folders and never write into them."""
@@ -144,7 +144,7 @@ LONGEST = ("test_pipeline_local", "test_checkpoints", "test_multi_worker", "test
 
 def pytest_collection_modifyitems(session, config, items):
     """The longest modules first, then those with the most slow tests: `make test` gives each
-    module to one of the cores (pytest-xdist, --dist loadfile), and a long module that starts
+    module to one of its workers (pytest-xdist, --dist loadfile), and a long module that starts
     last finishes alone."""
     slow = Counter(item.module.__name__ for item in items if item.get_closest_marker("slow"))
 
