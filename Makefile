@@ -51,7 +51,7 @@ run: $(DEMO)/.done  ## run the whole pipeline locally on the demo dataset
 # pytest-xdist workers: one more than the CPUs this process may use. Many tests wait on the
 # processes they start (DAG steps, trainers, servers, Beam workers) and a core idles meanwhile;
 # the extra worker fills that time. Measured on this 2-core machine, clean clones: `make test`
-# 11:22 with 3 workers, 11:43 and 11:53 with 2.
+# 11:22 and 11:46 with 3 workers, 11:43 and 11:53 with 2 (runs differ by up to a minute).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 test: $(VENV)/.synced $(IAC_VENV)/.synced  ## run the tests (what CI runs: every test, end-to-end runs on real data included)
