@@ -144,8 +144,7 @@ def train_detector(config: TrainConfig, at_chunk_end: RunHook | None = None) -> 
             for key, value in decisions.items():
                 (logger.warning if "WARNING" in value else logger.info)("train: %s = %s", key, value)
             end = min(plan.total_steps, config.stop_after_steps or plan.total_steps)
-            record = TrainConfigFile(model=facts.shape.model.to_dict(), train=asdict(facts.config), result={},
-                                     label_map=facts.label_map)
+            record = _config_record(facts, result={})
             hook = (lambda step, model: at_chunk_end(step, model, record)) if at_chunk_end else None
             losses, recoveries = fit_with_recovery(built.parts, facts.config, built.input_config,
                                                    built.steps_done, plan.chunk, end, hook)
@@ -295,12 +294,18 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
         shape=facts.shape.metadata(), warm_start=facts.warm.to_dict(), is_chief=role.is_chief)
     if role.is_chief:
         (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
-        TrainConfigFile(model=facts.shape.model.to_dict(), train=asdict(facts.config), result=result.to_dict(),
-                        label_map=facts.label_map).write(out)
+        _config_record(facts, result=result.to_dict()).write(out)
         has_curve = draw_loss_curve(monitor.step_losses, out / LOSS_CURVE_FILE)
         (out / REPORT_FILE).write_text(training_report(result, losses, has_curve))
         copy_train_keys(facts.config.data_dir, str(out))  # kept with the model: what a warm start from it compares with
     return result
+
+
+def _config_record(facts: RunFacts, result: dict) -> TrainConfigFile:
+    """What train_config.json says of this run: the model's shape, the config, `result` (empty
+    while training runs) and the label map."""
+    return TrainConfigFile(model=facts.shape.model.to_dict(), train=asdict(facts.config), result=result,
+                           label_map=facts.label_map)
 
 
 def _decisions(plan: TrainPlan, config: TrainConfig, model: keras.Model, out: Path, steps_done: int,
