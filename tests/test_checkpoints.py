@@ -2,8 +2,6 @@
 it resumes from the checkpoint's step and, with --deterministic, ends with the weights of
 an uninterrupted run."""
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -15,6 +13,7 @@ import time
 import pytest
 
 import numpy as np
+from cli_here import run_here
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,21 +37,9 @@ def _weights(out):
 
 
 def _train_here(command: list[str]) -> tuple[int, str]:
-    """`_command` run in this process, as the CLI's `main` runs it (--deterministic is set and
-    restored around the training, process_state.py): its exit code and what it said."""
-    import logging
-
-    from pipeline.cli import main
-
-    handler = logging.StreamHandler(io.StringIO())
-    logging.getLogger().addHandler(handler)
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            code = main(command[command.index("train"):])
-    finally:
-        logging.getLogger().removeHandler(handler)
-    return code, err.getvalue() + handler.stream.getvalue()
+    """`_command` run in this process (--deterministic is set and restored around the training,
+    process_state.py): its exit code and what it said."""
+    return run_here(command[command.index("train"):])
 
 
 @pytest.fixture(scope="module")

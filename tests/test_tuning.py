@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_here import run_here
 
 from components.tune.budget import AUTO_TRIALS, MIN_HOLDOUT_IMAGES, choose_search
 from components.tune.hparams_file import DEFAULTS, SEARCH_SPACE, BestHparams, load_hparams
@@ -90,25 +91,18 @@ def test_the_tuning_split_holds_train_records_only_each_once(demo_shards, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_preempted_search_resumes_without_val_and_chooses_as_an_uninterrupted_one(demo_shards, tmp_path, capsys,
-                                                                                     caplog, monkeypatch):
+def test_a_preempted_search_resumes_without_val_and_chooses_as_an_uninterrupted_one(demo_shards, tmp_path,
+                                                                                     monkeypatch):
     """SIGTERM in trial 0 (`term@15`, fault injection: a real SIGTERM to this process as step 15
     starts): the trial checkpoints and `tune` exits 143 with nothing recorded as failed. Then
     the val shards are made unreadable and the same command goes on: it continues trial 0 from
     its checkpoint (no finished rung trained again) and ends with the choice, and the scores, of
     an uninterrupted search with val readable (--deterministic). The three searches run in this
     process, as the CLI's `main` runs them: what a new process would add is its TensorFlow import."""
-    import logging
-
     from pipeline.cli import main
 
-    caplog.set_level(logging.INFO)
-
     def tune(data, out) -> tuple[int, str]:
-        capsys.readouterr()
-        caplog.clear()
-        code = main(["tune", "--data", str(data), "--output", str(out), *SMALL])
-        return code, capsys.readouterr().err + caplog.text
+        return run_here(["tune", "--data", str(data), "--output", str(out), *SMALL])
 
     data = tmp_path / "data"
     shutil.copytree(demo_shards, data)
