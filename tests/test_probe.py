@@ -210,7 +210,9 @@ def test_real_collection_on_this_machine(demo_shards):
     assert "measured: 2 training steps of batch 4 of this model (128 px, 20 boxes an image) on this machine" in (
         storage.reason)
     rate = float(storage.reason.split("training at ", 1)[1].split(" images/s", 1)[0])
-    assert 0 < rate != 40.0
+    # Not the assumed rate: told by its source, not its value (a measured 40.0 images/s, rounded,
+    # once equalled the CPU's assumed 40.0 on a loaded machine and failed a clean run).
+    assert rate > 0 and "assumed for this kind of device" not in storage.reason
     # and the input pipeline was timed on the shards the storage facts name, at the model's size
     made = next(c for c in result.checks if c.name == "input")
     assert "in batches of 4 at 128 px, decoded and augmented as training does on this machine" in made.reason
