@@ -38,7 +38,7 @@ def main() -> None:
 
     import numpy as np
     from components.evaluate.bootstrap import match_table, paired_bootstrap
-    from components.evaluate.coco_metrics import ImageDetections, coco_box_metrics
+    from components.detector.coco_metrics import ImageDetections, coco_box_metrics
     from tests.scenes import NAMES, pycocotools_evaluation, scene
 
     truths, found = scene(0, images=args.images)

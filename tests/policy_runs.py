@@ -48,7 +48,8 @@ def run_policy(shards, out: Path, precision: str, monkeypatch) -> PolicyRun:
     import tensorflow as tf
 
     from components.detector.artifacts import load_trained
-    from components.evaluate.evaluator import evaluate_detector, predict_split, val_images
+    from components.detector.split_prediction import predict_split
+    from components.evaluate.evaluator import evaluate_detector, val_images
     from components.export.saved_model import export_saved_model
     from components.export.predictor import Predictor
     from components.train.loop import Preempted

@@ -7,7 +7,7 @@ import io
 
 import numpy as np
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth, to_coco
+from components.detector.coco_metrics import ImageDetections, ImageTruth, to_coco
 
 NAMES = {1: "circle", 2: "square", 3: "triangle"}
 

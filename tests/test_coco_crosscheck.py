@@ -5,7 +5,7 @@ against pycocotools (the reference implementation) on the same realistic predict
 import numpy as np
 import pytest
 
-from components.evaluate.coco_metrics import SUMMARY_KEYS, ImageDetections, coco_box_metrics
+from components.detector.coco_metrics import SUMMARY_KEYS, ImageDetections, coco_box_metrics
 from tests.scenes import NAMES, pycocotools_evaluation, scene
 
 

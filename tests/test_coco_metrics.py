@@ -1,6 +1,6 @@
 import pytest
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
+from components.detector.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 
 NAMES = {1: "cat", 2: "dog"}
 TRUTH = [ImageTruth(1, 100, 200, [(0.1, 0.1, 0.5, 0.4), (0.5, 0.5, 0.9, 0.9)], [1, 2]),

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.evaluate.coco_metrics import coco_box_metrics
+from components.detector.coco_metrics import coco_box_metrics
 from components.detector.detect import BatchDetector, detect
 from components.detector.artifacts import load_trained
-from components.evaluate.evaluator import evaluate_detector, predict_split
+from components.detector.split_prediction import predict_split
+from components.evaluate.evaluator import evaluate_detector
 from components.detector.records import compression_type, shard_files
 
 

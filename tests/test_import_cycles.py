@@ -95,10 +95,6 @@ def test_a_cycle_would_be_found():
 STEPS = ("train", "tune", "evaluate", "export", "serve", "probe", "registry", "register", "report")
 CORE = "components.detector"
 INTERFACES = {
-    "components.evaluate.evaluator": "model_metrics: tuning scores its trials as the evaluate step does; "
-                                     "predict_split: export re-scores a converted file on the same val images",
-    "components.evaluate.coco_metrics": "coco_box_metrics: export scores a converted file as evaluation scores the "
-                                        "model",
     "components.tune.hparams_file": "best_hparams.json's definition (the run report shows the tune step's choice)",
     "components.tune.tune_report": "the names of the tune step's pictures (the run report shows them)",
     "components.tune.trials": "trials.jsonl's definition (the run report reads the tune step's trials)",

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.detector.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.label_review import (DUPLICATE, MISPLACED, MISSING, WRONG_CLASS, Evidence, read_review,
                                               review_labels, summary_line, summary_sentence, write_review)
 

@@ -6,7 +6,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.detector.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.pictures import confusion, draw_evaluation, worst_images
 from tests.scenes import NAMES, scene
 

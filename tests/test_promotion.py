@@ -8,7 +8,7 @@ import pytest
 from components.evaluate.bootstrap import match_table, paired_bootstrap, resample_weights, weighted_scores
 from components.evaluate.champion import compare_and_decide, decision_markdown
 from components.registry.decision import comparison_line
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.detector.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.baseline import box_prior_baseline, prototypes
 from components.registry.decision import DeltaInterval, PromotionRule, decide, readable
 from tests.scenes import NAMES, pycocotools_evaluation

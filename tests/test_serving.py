@@ -623,7 +623,7 @@ def test_health_answers_503_until_the_model_has_loaded():
 
 
 def test_the_f1_threshold_keeps_the_right_detections():
-    from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+    from components.detector.coco_metrics import ImageDetections, ImageTruth
     from components.evaluate.threshold import FALLBACK_THRESHOLD, best_f1_threshold
 
     truth = [ImageTruth(1, 10, 10, [(0.0, 0.0, 0.4, 0.4), (0.5, 0.5, 0.9, 0.9)], [1, 1], [0, 0])]

@@ -126,7 +126,8 @@ def test_a_tiled_model_is_evaluated_on_whole_photos_in_their_own_pixels_and_its_
     from components.detector.records import eval_examples
     from components.detector.tile_choice import Tiling
     from components.detector.tiles import TiledDetector
-    from components.evaluate.evaluator import predict_split, val_images
+    from components.detector.split_prediction import predict_split
+    from components.evaluate.evaluator import val_images
     from components.export.saved_model import ServingConfig, export_saved_model
 
     config = ModelConfig(num_classes=3, image_size=128, backbone_filters=(64, 16, 16, 16), score_threshold=0.0,

@@ -63,7 +63,7 @@ def test_the_tuning_split_holds_train_records_only_each_once(demo_shards, tmp_pa
 
     from beam.contract import feature_keys as K
     from components.detector.records import count_records, shard_files
-    from components.tune.holdout import carve_tuning_split, held_out
+    from components.detector.holdout import carve_tuning_split, held_out
 
     split = carve_tuning_split(str(demo_shards), str(tmp_path / "split"), 0.25, seed=1)
 
@@ -160,7 +160,7 @@ def test_a_trial_is_trained_in_one_go_scored_at_its_rungs_and_stops_where_it_is_
     """`train_rungs` scores each rung as training passes it; pruned at the first rung, the
     trial stops there: a checkpoint at that step and no finished model."""
     from components.train.config import TrainConfig
-    from components.tune.holdout import carve_tuning_split
+    from components.detector.holdout import carve_tuning_split
     from components.tune.trials import train_rungs, trial_regime
 
     split = carve_tuning_split(str(demo_shards), str(tmp_path / "split"), 0.25, seed=0)

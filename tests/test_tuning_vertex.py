@@ -93,7 +93,7 @@ def test_a_vertex_trial_trains_the_plan_and_reports_each_rung_to_the_service(dem
     """`detpipe tune-trial` as Vertex runs it (the values as --NAME=VALUE, its trial id in the
     environment): it trains the plan's regime on the tuning split and writes every rung's score
     where cloudml-hypertune tells the service."""
-    from components.tune.holdout import carve_tuning_split
+    from components.detector.holdout import carve_tuning_split
     from components.tune.trials import PLAN_FILE, trial_regime
     from components.train.config import TrainConfig
     from pipeline.cli import main

@@ -1,5 +1,5 @@
 """The one hash rule that places a record: in a split (beam/split.py), in a shard
-(shards.py), in the tuning split (components/tune/holdout.py). Stable across processes,
+(shards.py), in the tuning split (components/detector/holdout.py). Stable across processes,
 machines and Python's hash seed."""
 
 from __future__ import annotations

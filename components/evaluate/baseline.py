@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.evaluate.coco_metrics import Box, ImageDetections, ImageTruth, coco_box_metrics
+from components.detector.coco_metrics import Box, ImageDetections, ImageTruth, coco_box_metrics
 from components.evaluate.threshold import iou
 
 # At most this many prototypes per class: a handful of "usual places", not a tiling of the

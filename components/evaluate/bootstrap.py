@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth, detections_counted, to_coco
+from components.detector.coco_metrics import ImageDetections, ImageTruth, detections_counted, to_coco
 from components.registry.decision import DeltaInterval
 
 _REC_THRS = np.linspace(0.0, 1.00, 101)

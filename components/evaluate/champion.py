@@ -20,7 +20,7 @@ from components.detector.artifacts import TrainConfigFile
 from components.detector.records import read_box_sample
 from components.evaluate.baseline import Baseline, box_prior_baseline
 from components.evaluate.bootstrap import match_table, paired_bootstrap
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.detector.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
 from components.export.export_files import LABEL_MAP_FILE
 from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict, comparison_line,

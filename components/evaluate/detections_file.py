@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.detector.coco_metrics import ImageDetections, ImageTruth
 
 DETECTIONS_FILE = "val_detections.jsonl"
 

@@ -11,24 +11,20 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import keras
-import numpy as np
 import tensorflow as tf
 
 from beam.contract import feature_keys as K
 from beam.contract.label_map import read_dataset_label_map
-from components.detector.artifacts import TrainConfigFile, load_trained
-from components.detector.detect import BatchDetector
+from components.detector.artifacts import load_trained
+from components.detector.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 from components.detector.geometry import COCO_MAX_DETECTIONS
-from components.detector.records import eval_examples, read_records, shard_files, to_model_image
+from components.detector.records import read_records, shard_files
 from components.detector.shard_check import naming_bad_records
-from components.detector.tile_choice import Tiling, tiles_per_photo
-from components.detector.tiles import TiledDetector
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
+from components.detector.split_prediction import model_metrics, predict_split
+from components.detector.tile_choice import tiles_per_photo
 from components.evaluate.detections_file import DETECTIONS_FILE, write_detections
 from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate, PredictionCost
 from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
@@ -56,71 +52,6 @@ class GateFailed(RuntimeError):
     """mAP below the configured minimum."""
 
 
-def predict_split(model: keras.Model | None, data_dir: str, image_size: int, batch_size: int = 32,
-                  split: str = "val", tiling: Tiling | None = None,
-                  detector: Callable[[np.ndarray], dict] | None = None) -> tuple[list[ImageTruth], list[ImageDetections]]:
-    """Ground truth and detections (normalised yxyx, 1-based labels) for every image of the
-    split, whatever its size: the detector always sees full batches (detect.py); with a
-    `tiling`, every whole photo from its tiles at full resolution (tiles.py). `detector`: what
-    answers instead of `model` (a converted file, components/export/file_detector.py), called as
-    BatchDetector is, on whole photos. A record that cannot be read stops it with
-    `UnreadableShards` naming the image and its shard."""
-    with naming_bad_records(data_dir, (split,)):
-        if tiling is not None:
-            return _predict_tiled(model, data_dir, tiling, batch_size, split)
-        return _predict_whole(detector or BatchDetector(model, image_size, batch_size), data_dir, image_size,
-                              batch_size, split)
-
-
-def _predict_whole(detector: Callable[[np.ndarray], dict], data_dir: str, image_size: int, batch_size: int,
-                   split: str) -> tuple[list[ImageTruth], list[ImageDetections]]:
-    truths: list[ImageTruth] = []
-    detections: list[ImageDetections] = []
-    examples = eval_examples(data_dir, split, shorter_side=image_size).map(
-        lambda ex: (to_model_image(ex["image"], image_size),
-                    {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width", "source_id")}),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    ).ragged_batch(batch_size).prefetch(2)
-    for images, truth in examples:
-        pred = detector(images)
-        for i in range(int(images.shape[0])):
-            _record(truths, detections, {k: v[i] for k, v in truth.items()}, {k: v[i] for k, v in pred.items()},
-                    np.array([image_size, image_size] * 2, np.float64))
-    return truths, detections
-
-
-def _predict_tiled(model: keras.Model, data_dir: str, tiling: Tiling, batch_size: int,
-                   split: str) -> tuple[list[ImageTruth], list[ImageDetections]]:
-    """`predict_split` for a tiled model: each photo decoded whole, its tiles `batch_size` at a time."""
-    truths: list[ImageTruth] = []
-    detections: list[ImageDetections] = []
-    detector = TiledDetector(model, tiling, batch_size)
-    for example in eval_examples(data_dir, split).prefetch(2):
-        height, width = (int(side) for side in tf.shape(example["image"])[:2])
-        _record(truths, detections, example, detector(example["image"]), np.array([height, width] * 2, np.float64))
-    return truths, detections
-
-
-def _record(truths: list[ImageTruth], detections: list[ImageDetections], truth: dict, pred: dict,
-            scale: np.ndarray) -> None:
-    """One image's truth and its detections (pixel boxes divided by `scale`: normalised)."""
-    image_id = len(truths) + 1
-    truths.append(ImageTruth(
-        image_id, int(truth["height"]), int(truth["width"]),
-        [tuple(map(float, b)) for b in np.asarray(truth["boxes"])],
-        [int(v) for v in np.asarray(truth["labels"])],
-        [int(v) for v in np.asarray(truth["difficult"])],
-        np.asarray(truth["source_id"]).item().decode("utf-8", "replace"),
-    ))
-    n = int(pred["num_detections"])
-    boxes = np.clip(np.asarray(pred["boxes"][:n], dtype=np.float64) / scale, 0.0, 1.0)
-    detections.append(ImageDetections(
-        image_id, [tuple(b) for b in boxes],
-        [float(s) for s in np.asarray(pred["confidence"][:n])],
-        [int(c) + 1 for c in np.asarray(pred["labels"][:n])],
-    ))
-
-
 def val_images(data_dir: str, split: str = "val") -> tuple[list[bytes], str]:
     """The split's encoded images in the order evaluation reads them, and a fingerprint of
     the split (sha256 over the sorted sha256 of each record: independent of sharding)."""
@@ -138,15 +69,6 @@ def split_metrics(model_dir: str, data_dir: str, split: str = "val") -> dict[str
     """COCO metrics of a trained model on one split, as `evaluate_detector` computes them,
     with no files written: what a tuning trial is scored by (on its own held-out part of train)."""
     return model_metrics(*load_trained(model_dir), data_dir, split)
-
-
-def model_metrics(model: keras.Model, record: TrainConfigFile, data_dir: str, split: str = "val") -> dict[str, float]:
-    """`split_metrics` of a model in memory (a tuning trial's, scored between chunks) that
-    `record` (its train_config.json) describes."""
-    truths, detections = predict_split(model, data_dir, record.image_size, split=split, tiling=record.tiling)
-    if not truths:
-        raise ValueError(f"the {split} split in {data_dir} has no records")
-    return coco_box_metrics(truths, detections, {v: k for k, v in record.label_map.items()})
 
 
 def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: float = 0.0,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from beam.contract.manifest import LABEL_MAP_FILES
 from beam.contract.shard_names import shard_name
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.detector.coco_metrics import ImageDetections, ImageTruth
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,8 @@ def predict_folds(model_dir: str, data_dir: str, folds: int, work_dir: str | Pat
     it, with the encoded images (for the page), fold by fold; image ids renumbered 1..N. Each
     fold's shards and model are removed once it has predicted."""
     from components.detector.artifacts import load_trained
-    from components.evaluate.evaluator import predict_split, val_images
+    from components.detector.split_prediction import predict_split
+    from components.evaluate.evaluator import val_images
     from components.train.trainer import train_detector
 
     if folds < MIN_FOLDS:

@@ -15,7 +15,7 @@ shows the best first), so a person can read past the flagged ones.
 
 Example (one 100 x 100 image: a labelled box the model agrees with, an object it finds that
 nobody labelled):
-    >>> from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+    >>> from components.detector.coco_metrics import ImageDetections, ImageTruth
     >>> truth = ImageTruth(1, 100, 100, [(0.1, 0.1, 0.4, 0.4)], [1], name="a.jpg")
     >>> found = ImageDetections(1, [(0.1, 0.1, 0.4, 0.4), (0.6, 0.6, 0.9, 0.9)], [0.99, 0.98], [1, 1])
     >>> issues = review_labels([truth], [found], {1: "cat"})
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.detector.coco_metrics import ImageDetections, ImageTruth
 
 MISSING, WRONG_CLASS, MISPLACED, DUPLICATE = "missing box", "wrong class", "misplaced box", "duplicate box"
 KINDS = (MISSING, WRONG_CLASS, MISPLACED, DUPLICATE)

@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from components.evaluate.bootstrap import match_table  # noqa: E402
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth  # noqa: E402
+from components.detector.coco_metrics import ImageDetections, ImageTruth  # noqa: E402
 from components.evaluate.threshold import f1_curve, iou  # noqa: E402
 
 PR_FILE, F1_FILE, CONFUSION_FILE, SIZE_FILE, GALLERY_FILE = (

@@ -106,7 +106,7 @@ def _evaluated(evaluation_dir: str, images: int):
 def _predicted(model_dir: str, data_dir: str):
     """The val split's labels and the model's detections (one prediction pass)."""
     from components.detector.artifacts import load_trained
-    from components.evaluate.evaluator import predict_split
+    from components.detector.split_prediction import predict_split
 
     model, config = load_trained(model_dir)
     return predict_split(model, data_dir, config.image_size, tiling=config.tiling)

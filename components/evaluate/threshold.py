@@ -7,7 +7,7 @@ they overlap most if IoU >= 0.5 (COCO's rule); a match with a `difficult` box co
 neither hit nor miss, and difficult boxes are not needed for recall.
 
 Example:
-    >>> from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+    >>> from components.detector.coco_metrics import ImageDetections, ImageTruth
     >>> truth = [ImageTruth(1, 10, 10, [(0.0, 0.0, 0.5, 0.5)], [1], [0])]
     >>> found = [ImageDetections(1, [(0.0, 0.0, 0.5, 0.5), (0.5, 0.5, 1.0, 1.0)], [0.9, 0.4], [1, 1])]
     >>> best_f1_threshold(truth, found)
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from components.evaluate.coco_metrics import ImageDetections, ImageTruth
+from components.detector.coco_metrics import ImageDetections, ImageTruth
 
 # Nothing to choose from (no detections or no truth boxes), or no evaluation at all: the
 # exported model's default then (components/export).

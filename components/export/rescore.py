@@ -77,8 +77,8 @@ def rescore(model_dir: str, data_dir: str, files: dict[str, str], float_toleranc
     format held to its tolerance (INT8 or float); with `output_dir`, export_report.md and
     export_formats.json written there, with the formats whose conversion failed."""
     from components.detector.artifacts import load_trained
-    from components.evaluate.coco_metrics import coco_box_metrics
-    from components.evaluate.evaluator import predict_split
+    from components.detector.coco_metrics import coco_box_metrics
+    from components.detector.split_prediction import predict_split
     from components.export.file_detector import open_detector
     from components.export.file_ops import file_ops
 

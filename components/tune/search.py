@@ -41,7 +41,7 @@ from components.tune.trials import (METRIC, PLAN_FILE, TRIALS_DIR, TrialRecord, 
                                     trial_regime)
 
 if TYPE_CHECKING:  # the holdout module imports Beam's file systems: not at the CLI's start
-    from components.tune.holdout import TuningSplit
+    from components.detector.holdout import TuningSplit
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def tune(config: TuneConfig) -> TuneResult:
         write_tune_files(result, out)
         return result
 
-    from components.tune.holdout import TooFewToHoldOut, carve_tuning_split
+    from components.detector.holdout import TooFewToHoldOut, carve_tuning_split
 
     work = search_folder(config, budget)
     try:

@@ -16,7 +16,7 @@ from components.train.config import TrainConfig
 from components.tune.hparams_file import SEARCH_SPACE
 
 if TYPE_CHECKING:  # the holdout module imports Beam's file systems: not at the CLI's start
-    from components.tune.holdout import TuningSplit
+    from components.detector.holdout import TuningSplit
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def train_rungs(regime: TrialRegime, model_dir: str, hparams: dict[str, float], 
     last checkpoint. `on_score(step, score)` returns True to stop there (pruned). Returns the
     last score."""
     from components.detector.losses import weight_average_in_place
-    from components.evaluate.evaluator import model_metrics
+    from components.detector.split_prediction import model_metrics
     from components.train.trainer import StoppedAtChunk, train_detector
 
     scores = dict(done)

@@ -28,7 +28,7 @@ from components.tune.trials import (METRIC, PLAN_FILE, TRIALS_DIR, TrialRecord, 
                                     train_rungs)
 
 if TYPE_CHECKING:
-    from components.tune.holdout import TuningSplit
+    from components.detector.holdout import TuningSplit
 
 logger = logging.getLogger(__name__)
 
