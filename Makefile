@@ -9,7 +9,9 @@ DETPIPE := $(VENV)/bin/detpipe
 DEMO := demo-data
 DEMO_TRAIN ?= 2048
 DEMO_VAL ?= 256
-EPOCHS ?= 8
+# How long the train step may take (tune's search shares it): auto is the trainer's choice for the
+# machine it finds (components/train/time_budget.py), e.g. TIME_BUDGET=20m for a longer CPU run.
+TIME_BUDGET ?= auto
 # demo-data makes DEMO_TRAIN + DEMO_VAL images; the hash split takes about this share for val.
 VAL_FRACTION ?= 0.1
 
@@ -46,7 +48,7 @@ $(DEMO)/.done: | $(VENV)/.synced
 demo: $(DEMO)/.done  ## write the synthetic demo dataset to demo-data/
 
 run: $(DEMO)/.done  ## run the whole pipeline locally on the demo dataset
-	$(DETPIPE) run --local --images $(DEMO)/images --annotations $(DEMO)/annotations --val-fraction $(VAL_FRACTION) --epochs $(EPOCHS)
+	$(DETPIPE) run --local --images $(DEMO)/images --annotations $(DEMO)/annotations --val-fraction $(VAL_FRACTION) --time-budget $(TIME_BUDGET)
 
 # pytest-xdist workers: one more than the CPUs this process may use. Many tests wait on the
 # processes they start (DAG steps, trainers, servers, Beam workers) and a core idles meanwhile;

@@ -159,7 +159,7 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune_trials: str, tune_trial_epochs: int,
-                         tune_holdout: float, tune_parallel_trials: int, tune_backend: str, trial_machine: str,
+                         tune_parallel_trials: int, tune_backend: str, trial_machine: str,
                          vertex_region: str, pipeline_root: str, settings: dict, hparams: Output[Artifact],
                          report: Output[Markdown]) -> NamedTuple("TuneOutputs", [("tuning_map", float), ("summary", str)]):
     """Search learning rate, weight decay and augmentation strength with trials scored on images
@@ -185,7 +185,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     logging.basicConfig(level=logging.INFO)
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
-                             trial_epochs=tune_trial_epochs, holdout=tune_holdout, parallel=tune_parallel_trials,
+                             trial_epochs=tune_trial_epochs, parallel=tune_parallel_trials,
                              backend=tune_backend, trial_machine=trial_machine, region=vertex_region, seed=settings["seed"],
                              work_dir=fuse_path(f"{pipeline_root.rstrip('/')}/{WORK_DIR}"),
                              train={**settings, "probe": advice},
@@ -207,11 +207,12 @@ KEY_FIGURES["tune-hyperparameters"] = lambda out: str(out.get("summary", ""))
 
 def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Artifact], registry: str, model_name: str,
           warm_start: str, settings: dict, model: Output[Model], report: Output[Markdown]) -> NamedTuple(
-        "TrainOutputs", [("images_per_second", float), ("started_from", str)]):
+        "TrainOutputs", [("images_per_second", float), ("started_from", str), ("length", str)]):
     """Train the detector with the training `settings`, the tune step's hyperparameters over
-    theirs; with `warm_start` auto (or a
+    theirs, in the time budget the search left; with `warm_start` auto (or a
     version) from the champion's (that version's) weights when they can be continued.
-    Returns training images per second and the version it started from ("" for scratch).
+    Returns training images per second, the version it started from ("" for scratch) and how
+    long it trained and why it stopped (one line).
     The champion is looked up here, not passed in (as in the data step): the cache key is
     the data and the options, so unchanged data is not retrained only because the
     champion moved."""
@@ -223,8 +224,9 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     from components.detector.artifacts import REPORT_FILE
     from components.registry.registry import Registry
     from components.registry.warm_source import warm_source
+    from components.train.time_budget import budget_after
     from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
-    from components.tune.hparams_file import BEST_FILE, load_hparams
+    from components.tune.hparams_file import BEST_FILE, load_hparams, search_seconds
 
     logging.basicConfig(level=logging.INFO)
     advice = ProbeAdvice.from_probe_file(probe_json.path)
@@ -232,11 +234,15 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
         models = Registry.open(registry, model_name)
         source = warm_source(warm_start, models, models.champion_version(), fetched)
         settings.update(load_hparams(f"{hparams.path}/{BEST_FILE}"))  # the tune step's values win
+        # The search and the training share the time budget: the training gets what the search left.
+        settings["time_budget"] = budget_after(settings["time_budget"], search_seconds(f"{hparams.path}/{BEST_FILE}"),
+                                               bool(advice.gpus))
         result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, probe=advice,
                                             init_from=source.folder, init_name=source.name,
                                             init_champion=warm_start == "auto", init_note=source.note, **settings))
     started_from = source.version if result.warm_start["used"] else ""
-    outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from"])(result.images_per_second, started_from)
+    outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from", "length"])(
+        result.images_per_second, started_from, result.length_line)
     if not result.is_chief:  # another replica of a custom job: the chief's files are not there yet
         return outputs
     model.metadata.update({"images_per_second": result.images_per_second, "batch_size": result.batch_size,
@@ -250,7 +256,8 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
 
 KEY_FIGURES["train"] = lambda out: (f"{out.get('images_per_second', 0):.1f} images/s, "
                                     + (f"warm start from {out['started_from']}" if out.get("started_from")
-                                       else "from scratch"))
+                                       else "from scratch")
+                                    + (f", {out['length'].split(':')[0]}" if out.get("length") else ""))
 
 
 def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_name: str, champion: str,

@@ -65,6 +65,16 @@ def batch_size_arg(value: str) -> str:
     return _auto_or_int(value, 1, "--batch-size")
 
 
+def time_budget_arg(value: str) -> str:
+    """'auto' or a duration: 90s, 20m, 1.5h, or seconds."""
+    from components.train.time_budget import check_budget
+
+    try:
+        return check_budget(value.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).replace("time_budget", "--time-budget")) from None
+
+
 def tune_trials_arg(value: str) -> str:
     """'auto' or a whole number >= 0."""
     return _auto_or_int(value, 0, "--tune-trials")

@@ -127,7 +127,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         advice = probe.outputs["probe_json"]
         tuned = tune_step(
             data=dataset, probe_json=advice, tune_trials=p.tune_trials, tune_trial_epochs=p.tune_trial_epochs,
-            tune_holdout=p.tune_holdout, tune_parallel_trials=p.tune_parallel_trials, tune_backend=p.tune_backend,
+            tune_parallel_trials=p.tune_parallel_trials, tune_backend=p.tune_backend,
             trial_machine=trial_machine, vertex_region=p.vertex_region, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
             **training)
         tuned.set_display_name("tune")

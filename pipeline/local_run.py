@@ -45,6 +45,7 @@ class RunSummary:
     review: str | None = None  # the label review's summary line ("3 likely label problems: ...")
     review_page: Path | None = None  # label_review.html at the top of the run folder
     files: str = ""  # the export step's line on converted files ("" when none were asked for)
+    length: str = ""  # how long training ran and why it stopped (TrainResult.length_line)
 
     def lines(self) -> list[str]:
         return [
@@ -52,7 +53,8 @@ class RunSummary:
             f"records: {self.records_in} in, {self.written} written, {self.rejected} rejected"
             + (f"; {self.boxes_dropped} bad box(es) dropped from written images" if self.boxes_dropped else ""),
             f"probe: {self.probe_verdict}",
-            f"training: {self.images_per_second:.1f} images/s, started {self.started}",
+            f"training: {self.images_per_second:.1f} images/s, started {self.started}"
+            + (f"; {self.length}" if self.length else ""),
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
             f"AP75 {self.metrics['AP75']:.3f}" + (f"; prediction: {self.prediction}" if self.prediction else ""),
             "per class (AP@[.5:.95] / AP50): " + ", ".join(
@@ -101,7 +103,7 @@ def summarise(run_dir: Path) -> RunSummary:
         saved_model=_task_dir(run_dir, "export") / "saved_model",
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
         report=_top_level_report(run_dir), unchanged=_step_output(run_dir, "fingerprint-source", "unchanged"), review=_review_summary(run_dir), review_page=_top_level_review(run_dir),
-        files=_step_output(run_dir, "export", "formats"),
+        files=_step_output(run_dir, "export", "formats"), length=_step_output(run_dir, "train", "length"),
     )
 
 

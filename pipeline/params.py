@@ -23,6 +23,7 @@ from components.registry.decision import RULES, PromotionRule
 from components.registry.registry import DEFAULT_MODEL_NAME
 from components.train.config import TrainConfig
 from components.train.plan import FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
+from components.train.time_budget import CPU_AUTO_SECONDS, GPU_AUTO_SECONDS, MAX_BUDGET_EPOCHS
 from components.tune.search import TuneConfig
 from components.tune.vertex_job import BACKENDS
 from pipeline import cli_types
@@ -85,7 +86,18 @@ PARAMS: tuple[Param, ...] = (
           "launches a Dataflow job).", local=False),
     Param("beam_options", str, "", 'Extra Beam options for Dataflow, e.g. "--project=P --region=R '
           '--temp_location=gs://b/tmp".', local=False),
-    Param("epochs", int, TrainConfig.epochs, "Passes over the training split.", cli_type=cli_types.positive_int),
+    Param("epochs", int, TrainConfig.epochs, "Passes over the whole training split; 0: as many as time_budget buys "
+          "on this machine, on the train split less holdout, stopped by the held-out curve (patience).",
+          cli_type=cli_types.non_negative_int),
+    Param("time_budget", str, TrainConfig.time_budget, "Time for training and the search when epochs is 0 (20m, "
+          f"1.5h, 90s): epochs at the rate measured here. auto: {CPU_AUTO_SECONDS:g} s without a GPU, "
+          f"{GPU_AUTO_SECONDS:g} s with one (the curve or {MAX_BUDGET_EPOCHS} epochs end it sooner).",
+          cli_type=cli_types.time_budget_arg),
+    Param("patience", int, TrainConfig.patience, "Epochs without a better mAP on the held-out train images that stop "
+          "a budgeted run (the best point's weights are kept); 0: train to the end of the budget.",
+          cli_type=cli_types.non_negative_int),
+    Param("holdout", float, TrainConfig.holdout, "Share of the train images held out (by the data split's hash rule) "
+          "to score a budgeted run's learning curve; never val.", cli_type=cli_types.open_fraction),
     Param("batch_size", str, TrainConfig.batch_size, "Images per step, or auto to size it to the machine.",
           cli_type=cli_types.batch_size_arg),
     Param("image_size", str, TrainConfig.image_size, "Square model input in pixels, or auto: fitted to the training boxes "
@@ -147,8 +159,6 @@ PARAMS: tuple[Param, ...] = (
     Param("tune_trial_epochs", int, TuneConfig.trial_epochs, "Epochs of one tuning trial (at the training's batch, "
           "input size and precision); 0: as many as keep the search within a few trainings' steps.",
           cli_type=cli_types.non_negative_int),
-    Param("tune_holdout", float, TuneConfig.holdout, "Share of the train images held out to score tuning trials "
-          "(by the data split's hash rule); training still uses them all.", cli_type=cli_types.open_fraction),
     Param("tune_parallel_trials", int, TuneConfig.parallel, "Tuning trials at once, each in its own process; 0: one per "
           "GPU of the machine (one on a CPU).", cli_type=cli_types.non_negative_int),
     Param("tune_backend", str, "auto", "Where tuning trials run: local (in the tune step), vertex (a Vertex AI "

@@ -94,7 +94,7 @@ def cmd_tune(args) -> int:
 
     try:
         result = tune(TuneConfig(data_dir=args.data, output_dir=args.output, trials=args.tune_trials,
-                                 trial_epochs=args.tune_trial_epochs, holdout=args.tune_holdout,
+                                 trial_epochs=args.tune_trial_epochs,
                                  parallel=args.tune_parallel_trials, seed=args.seed, train=training_values(args),
                                  start={name: getattr(args, name) for name in HPARAMS_OPTIONS}))
     except (Preempted, SearchStopped) as stopped:  # as `train`: the code a restarting scheduler expects
@@ -206,7 +206,7 @@ def _add_tune(sub) -> None:
     p.add_argument("--data", required=True, type=shards_dir, help="output folder of `detpipe data build`")
     p.add_argument("--output", required=True, type=output_dir,
                    help="folder for best_hparams.json, trials.jsonl, tune_report.md, the study and the trials")
-    for name in ("tune_trials", "tune_trial_epochs", "tune_holdout", "tune_parallel_trials"):
+    for name in ("tune_trials", "tune_trial_epochs", "tune_parallel_trials"):
         add_declared_option(p, name, BY_NAME[name].option.replace("--tune-", "--"))
     add_training_options(p, leave_out=tuple(TRIAL_OWN))  # base_lr_per_64, ... : the first candidate
     p.set_defaults(func=cmd_tune)

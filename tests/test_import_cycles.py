@@ -115,6 +115,8 @@ INTERFACES = {
     "components.export.rescore": "passed_files: register records the converted files that passed with the version",
     "components.export.model_files": "check_model_dir: a folder is an export, said before TensorFlow loads",
     "components.export.predictor": "a SavedModel run as `detpipe serve` runs it (serve; the champion's score)",
+    "components.train.time_budget": "the time budget's `auto`: the tune step decides on a search by the training's "
+                                    "budget",
     "components.train.config": "TrainConfig, what a training run is asked to do (the probe's dry run runs one)",
     "components.train.input_pipeline": "train_dataset: the probe times training's input pipeline on the real shards",
 }

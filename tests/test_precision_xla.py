@@ -28,7 +28,7 @@ def test_module_examples():
     ((9,), 1, "mixed_bfloat16", True),  # an H100
 ])
 def test_auto_picks_what_the_machine_gets_and_says_why(majors, replicas, precision, xla):
-    plan = plan_training(TrainConfig("d", "o", batch_size=8), MachineFacts(local_replicas=replicas, gpu_majors=majors),
+    plan = plan_training(TrainConfig("d", "o", epochs=10, batch_size=8), MachineFacts(local_replicas=replicas, gpu_majors=majors),
                          num_train=64)
     assert (plan.precision, plan.xla) == (precision, xla)
     assert plan.decisions["precision"].startswith(f"{precision}: auto: ")
@@ -36,7 +36,7 @@ def test_auto_picks_what_the_machine_gets_and_says_why(majors, replicas, precisi
 
 
 def test_a_forced_choice_is_used_with_a_warning_where_the_machine_runs_it_slowly():
-    plan = plan_training(TrainConfig("d", "o", batch_size=8, precision="mixed_float16", xla="on"), MachineFacts(),
+    plan = plan_training(TrainConfig("d", "o", epochs=10, batch_size=8, precision="mixed_float16", xla="on"), MachineFacts(),
                          num_train=64)
     assert plan.precision == "mixed_float16" and plan.xla
     assert "WARNING: no GPU here" in plan.decisions["precision"] and "no GPU here" in plan.decisions["xla"]

@@ -152,7 +152,7 @@ def test_train_writes_model_history_and_report(trained_model, demo_shards):
     report = (trained_model / "train_report.md").read_text()
     assert "learning_rate" in report and "per 64 images" in report
     assert "| weight_average | momentum" in report and "| box_loss | giou:" in report
-    assert "![training loss](loss_curve.png)" in report and "waiting for input" in report
+    assert "![training loss and held-out mAP](loss_curve.png)" in report and "waiting for input" in report
     from PIL import Image
 
     assert Image.open(trained_model / "loss_curve.png").size == (640, 320)

@@ -182,6 +182,8 @@ def _sample(param) -> str:
         return "640:64"
     if param.name == "export_formats":  # comma-separated formats
         return "saved_model,onnx"
+    if param.name == "time_budget":  # auto or a duration
+        return "20m"
     return {int: "3", float: "0.5"}.get(param.type, "gs://bucket/x")
 
 

@@ -27,6 +27,56 @@ WARM_START_EXTRAS = (TRAIN_KEYS_FILE,)
 
 
 @dataclass(frozen=True)
+class HistoryFile:
+    """`history.json`: the run's learning curve, one row a chunk (an epoch unless
+    `checkpoint_every` says otherwise) held as columns (`step`, `epoch`, `learning_rate`, the
+    loss parts, `held_out_mAP`: None where not scored), and why training stopped. Written by
+    the trainer, read by the run report.
+
+    >>> h = HistoryFile.from_rows([{"step": 5, "loss": 2.0, "held_out_mAP": None},
+    ...                            {"step": 10, "loss": 1.5, "held_out_mAP": 0.2}], stop="budget", best_step=10)
+    >>> HistoryFile.from_dict(h.to_dict()) == h, h.columns["held_out_mAP"], h.scored()
+    (True, [None, 0.2], [(10, 0.2)])
+    """
+
+    columns: dict[str, list]
+    stop: str = ""  # why training ended (curve.py's reasons)
+    best_step: int = 0  # the step whose weights were kept; 0: the last step's
+    score_seconds: float = 0.0  # spent scoring the held-out images
+
+    @classmethod
+    def from_rows(cls, rows: list[dict], **stopped) -> "HistoryFile":
+        names = list(dict.fromkeys(name for row in rows for name in row))
+        return cls({name: [row.get(name) for row in rows] for name in names}, **stopped)
+
+    def to_dict(self) -> dict:
+        if not self.columns:
+            return {}
+        return {**self.columns, "stopped": {"reason": self.stop, "best_step": self.best_step,
+                                            "score_seconds": self.score_seconds}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "HistoryFile":
+        stopped = data.get("stopped") or {}
+        return cls({k: v for k, v in data.items() if k != "stopped"}, stopped.get("reason", ""),
+                   stopped.get("best_step", 0), stopped.get("score_seconds", 0.0))
+
+    def write(self, folder: Path) -> None:
+        (Path(folder) / HISTORY_FILE).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "HistoryFile":
+        """The folder's history.json; an empty one when there is none (a model trained before it)."""
+        path = Path(folder) / HISTORY_FILE
+        return cls.from_dict(json.loads(path.read_text())) if path.is_file() else cls({})
+
+    def scored(self) -> list[tuple[int, float]]:
+        """(step, held-out mAP) of every scored row."""
+        return [(s, v) for s, v in zip(self.columns.get("step", []), self.columns.get("held_out_mAP", []))
+                if v is not None]
+
+
+@dataclass(frozen=True)
 class TrainConfigFile:
     """`train_config.json`: what evaluation, export, tuning, the run report and the local
     run's summary need of a training run. One definition for the trainer that writes it

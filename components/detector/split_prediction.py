@@ -23,31 +23,50 @@ from components.detector.tile_choice import Tiling
 from components.detector.tiles import TiledDetector
 
 
-def predict_split(model: keras.Model | None, data_dir: str, image_size: int, batch_size: int = 32,
-                  split: str = "val", tiling: Tiling | None = None,
-                  detector: Callable[[np.ndarray], dict] | None = None) -> tuple[list[ImageTruth], list[ImageDetections]]:
-    """Ground truth and detections (normalised yxyx, 1-based labels) for every image of the
-    split, whatever its size: the detector always sees full batches (detect.py); with a
-    `tiling`, every whole photo from its tiles at full resolution (tiles.py). `detector`: what
-    answers instead of `model` (a converted file, components/export/file_detector.py), called as
-    BatchDetector is, on whole photos. A record that cannot be read stops it with
-    `UnreadableShards` naming the image and its shard."""
-    with naming_bad_records(data_dir, (split,)):
-        if tiling is not None:
-            return _predict_tiled(model, data_dir, tiling, batch_size, split)
-        return _predict_whole(detector or BatchDetector(model, image_size, batch_size), data_dir, image_size,
-                              batch_size, split)
+# Kept in memory by `kept_batches` at most: a split's images at the model size, as float32.
+KEPT_BYTES = 1 << 30
 
 
-def _predict_whole(detector: Callable[[np.ndarray], dict], data_dir: str, image_size: int, batch_size: int,
-                   split: str) -> tuple[list[ImageTruth], list[ImageDetections]]:
-    truths: list[ImageTruth] = []
-    detections: list[ImageDetections] = []
-    examples = eval_examples(data_dir, split, shorter_side=image_size).map(
+def whole_photo_batches(data_dir: str, image_size: int, batch_size: int, split: str) -> tf.data.Dataset:
+    """The split's photos at the model size (`to_model_image`), `batch_size` at a time, with their truth."""
+    return eval_examples(data_dir, split, shorter_side=image_size).map(
         lambda ex: (to_model_image(ex["image"], image_size),
                     {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width", "source_id")}),
         num_parallel_calls=tf.data.AUTOTUNE,
     ).ragged_batch(batch_size).prefetch(2)
+
+
+def kept_batches(data_dir: str, image_size: int, images: int, split: str = "val", batch_size: int = 32) -> list | None:
+    """`whole_photo_batches` read once and kept, for a split scored many times (the training's
+    held-out curve): decoding the photos costs as much as predicting them. None (read them each
+    time) when `images` at the model size would take more than KEPT_BYTES."""
+    if images * image_size * image_size * 3 * 4 > KEPT_BYTES:
+        return None
+    with naming_bad_records(data_dir, (split,)):
+        return list(whole_photo_batches(data_dir, image_size, batch_size, split))
+
+
+def predict_split(model: keras.Model | None, data_dir: str, image_size: int, batch_size: int = 32,
+                  split: str = "val", tiling: Tiling | None = None,
+                  detector: Callable[[np.ndarray], dict] | None = None,
+                  batches: list | None = None) -> tuple[list[ImageTruth], list[ImageDetections]]:
+    """Ground truth and detections (normalised yxyx, 1-based labels) for every image of the
+    split, whatever its size: the detector always sees full batches (detect.py); with a
+    `tiling`, every whole photo from its tiles at full resolution (tiles.py). `detector`: what
+    answers instead of `model` (a converted file, components/export/file_detector.py), called as
+    BatchDetector is, on whole photos; `batches`: the split's `kept_batches`, not read again. A
+    record that cannot be read stops it with `UnreadableShards` naming the image and its shard."""
+    with naming_bad_records(data_dir, (split,)):
+        if tiling is not None:
+            return _predict_tiled(model, data_dir, tiling, batch_size, split)
+        examples = batches if batches is not None else whole_photo_batches(data_dir, image_size, batch_size, split)
+        return _predict_whole(detector or BatchDetector(model, image_size, batch_size), examples, image_size)
+
+
+def _predict_whole(detector: Callable[[np.ndarray], dict], examples, image_size: int,
+                   ) -> tuple[list[ImageTruth], list[ImageDetections]]:
+    truths: list[ImageTruth] = []
+    detections: list[ImageDetections] = []
     for images, truth in examples:
         pred = detector(images)
         for i in range(int(images.shape[0])):
@@ -88,10 +107,14 @@ def _record(truths: list[ImageTruth], detections: list[ImageDetections], truth: 
     ))
 
 
-def model_metrics(model: keras.Model, record: TrainConfigFile, data_dir: str, split: str = "val") -> dict[str, float]:
+def model_metrics(model: keras.Model, record: TrainConfigFile, data_dir: str, split: str = "val",
+                  detector: Callable[[np.ndarray], dict] | None = None, batches: list | None = None) -> dict[str, float]:
     """COCO metrics of a model in memory that `record` (its train_config.json) describes, on one
-    split of `data_dir` (a tuning trial's rungs, the training's held-out curve, scored between chunks)."""
-    truths, detections = predict_split(model, data_dir, record.image_size, split=split, tiling=record.tiling)
+    split of `data_dir` (a tuning trial's rungs, the training's held-out curve, scored between chunks).
+    `detector`, `batches`: a BatchDetector of the model and the split's `kept_batches`, kept
+    between calls (one trace, one decoding for all of them)."""
+    truths, detections = predict_split(model, data_dir, record.image_size, split=split, tiling=record.tiling,
+                                       detector=detector, batches=batches)
     if not truths:
         raise ValueError(f"the {split} split in {data_dir} has no records")
     return coco_box_metrics(truths, detections, {v: k for k, v in record.label_map.items()})

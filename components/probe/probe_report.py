@@ -36,12 +36,23 @@ class ProbeResult:
 def recommend(facts: dict, expect: Expectations) -> dict:
     """What the train and tune steps take from the probe: a starting batch, the precision,
     how many parallel calls the input pipeline should use, and how many GPUs there are (the
-    tune step's `auto` budget and trials at once)."""
+    tune step's `auto` budget and trials at once) and the training rate measured here (a time
+    budget's epochs)."""
     gpus = facts["tensorflow"]["gpus"]
     precision, _ = precision_for([g["compute_capability"][0] for g in gpus if g.get("compute_capability")])
     _, safe_batch = check_gpu_memory(facts, expect)
     return {"largest_safe_batch": safe_batch, "mixed_precision": precision, "model_shape": expect.shape,
-            "input_parallelism": max(1, int(facts["cpu"]["usable"])), "gpus": len(gpus)}
+            "input_parallelism": max(1, int(facts["cpu"]["usable"])), "gpus": len(gpus),
+            "images_per_second": measured_rate(expect)}
+
+
+def measured_rate(expect: Expectations) -> float | None:
+    """Images/s training will reach here, as measured (the slower of the model's steps and the
+    input pipeline), for a time budget's epochs; None when the probe measured neither."""
+    rates = [rate for rate, source in ((expect.images_per_second, expect.rate_source),
+                                       (expect.input_images_per_second, expect.input_source))
+             if rate and source.startswith("measured")]
+    return round(min(rates), 2) if rates else None
 
 
 def dry_run_check(config: TrainConfig, recommendations: dict) -> tuple[CheckResult, dict]:
@@ -115,14 +126,14 @@ def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir
     batch = expect.batch_size or (16 if facts["tensorflow"]["gpus"] else 4)
     if storage.get("measured") and not expect.images_per_second:
         # The storage check compares with the rate this model trains at here, measured.
-        from components.probe.training_rate import measure_training_rate
+        from components.detector.training_rate import measure_training_rate
 
         rate = measure_training_rate(expect.model(), batch, expect.boxes_per_image)
         expect = replace(expect, images_per_second=rate.images_per_second, rate_source=rate.source)
     shards = data_dir or storage.get("data_dir")
     if storage.get("measured") and shards and not expect.input_images_per_second:
         # Whether this host's CPUs keep up with that rate: the real input pipeline on the real shards.
-        from components.probe.training_rate import measure_input_rate
+        from components.train.input_pipeline import measure_input_rate
 
         try:
             model = expect.model()

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 from components.detector.tile_choice import DEFAULT_TILE
+from components.train.time_budget import AUTO, DEFAULT_PATIENCE, check_budget
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,9 @@ class ProbeAdvice:
     precision: str | None = None  # "mixed_bfloat16" | "mixed_float16" | "float32"
     input_parallelism: int | None = None
     gpus: int | None = None  # GPUs the probe saw; None: no probe (the tuner counts them itself)
+    # Images/s training reaches here as the probe measured it (the slower of the model's steps and
+    # the input pipeline); a time budget turns it into epochs. None: the trainer measures it.
+    images_per_second: float | None = None
 
     @classmethod
     def from_probe_file(cls, path: str) -> "ProbeAdvice":
@@ -29,7 +33,8 @@ class ProbeAdvice:
     def from_recommendations(cls, rec: dict) -> "ProbeAdvice":
         """From the probe's `recommendations` (probe_report.recommend)."""
         return cls(safe_batch=rec.get("largest_safe_batch") or None, precision=rec.get("mixed_precision"),
-                   input_parallelism=rec.get("input_parallelism"), gpus=rec.get("gpus"))
+                   input_parallelism=rec.get("input_parallelism"), gpus=rec.get("gpus"),
+                   images_per_second=rec.get("images_per_second"))
 
 
 def number_or_auto(value: int | str, name: str) -> int | str:
@@ -50,7 +55,16 @@ def number_or_auto(value: int | str, name: str) -> int | str:
 class TrainConfig:
     data_dir: str
     output_dir: str
-    epochs: int = 10
+    # How long to train: `epochs` N trains exactly N passes over the whole train split; 0 (the
+    # default) trains as many as `time_budget` buys on this machine (time_budget.py) on the train
+    # split less `holdout`, scored on the held-out part as it trains: the best point's weights
+    # are kept, and `patience` epochs without a better score stop it.
+    epochs: int = 0
+    time_budget: str = AUTO
+    patience: int = DEFAULT_PATIENCE
+    # The share of train held out (by the data split's hash rule, components/detector/holdout.py)
+    # to score the learning curve and tuning trials; the same carve for both.
+    holdout: float = 0.2
     batch_size: str | int = "auto"  # images per step on one machine, or "auto"
     image_size: int | str = "auto"  # square model input in pixels, or "auto": fitted to the boxes (fitted_shape.py)
     allow_poor_anchors: bool = False  # train even when few boxes can match an anchor after fitting
@@ -103,6 +117,14 @@ class TrainConfig:
         for name in ("batch_size", "image_size"):  # typed here, not halfway down
             object.__setattr__(self, name, number_or_auto(getattr(self, name), name))
         object.__setattr__(self, "preset", self.preset or None)  # a pipeline parameter's "": none
+        check_budget(self.time_budget)
+        if not 0 < self.holdout < 1:
+            raise ValueError(f"holdout must be between 0 and 1, got {self.holdout}")
+
+    @property
+    def budgeted(self) -> bool:
+        """The run's length comes from the time budget and the held-out curve (no --epochs)."""
+        return self.epochs == 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import keras
@@ -157,3 +158,18 @@ def weights_digest(model: keras.Model) -> str:
     for weight in model.get_weights():
         digest.update(weight.tobytes())
     return digest.hexdigest()
+
+
+def agreement(strategy: tf.distribute.Strategy, workers: int) -> Callable[[list[float]], list[float]]:
+    """A function that averages numbers over every worker (each passes its own; each gets the same
+    mean back), for decisions every worker must take alike (a time budget's epochs, the held-out
+    curve's stop); on one machine the numbers as they are. Every worker must call it at the same point."""
+    if workers <= 1:
+        return lambda values: list(values)
+
+    def agreed(values: list[float]) -> list[float]:
+        local = tf.constant(values, tf.float32)
+        mean = strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(lambda: tf.identity(local)), axis=None)
+        return [float(v) for v in mean.numpy()]
+
+    return agreed

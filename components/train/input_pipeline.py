@@ -18,6 +18,7 @@ model's image size (already flipped) with 0-based labels, padded with label -1: 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -26,6 +27,7 @@ from beam.contract.decoding import decode_crop
 from components.detector.geometry import FIXED_SIZE
 from components.detector.records import (AUTOTUNE, mean_record_bytes, parse_boxes, parse_example,
                                         read_records, shard_files)
+from components.detector.training_rate import TrainingRate
 from components.train import augment
 from components.train.config import TrainConfig
 
@@ -282,3 +284,26 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     return ds
 
 
+# `measure_input_rate`: batches to fill the pipeline's buffers first, then seconds timed.
+INPUT_WARMUP_BATCHES = 3
+INPUT_SECONDS = 2.0
+
+
+def measure_input_rate(data_dir: str, image_size: int, batch: int, seconds: float = INPUT_SECONDS,
+                       tiled: bool = False) -> TrainingRate:
+    """Images/s of the training input pipeline (`train_dataset`, augmentation as training does
+    it) on the train shards of `data_dir` at `image_size` (windows of the photos at full
+    resolution when `tiled`), for about `seconds` after a warm-up."""
+    # Where training does the flip and photometric jitter: in the step on a GPU, on the host on a CPU.
+    config = InputConfig(image_size=image_size, batch_size=batch, finish_in_step=on_accelerator(), tiled=tiled)
+    batches = iter(train_dataset(data_dir, config))
+    for _ in range(INPUT_WARMUP_BATCHES):
+        next(batches)
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        next(batches)
+        count += batch
+    rate = count / (time.perf_counter() - started)
+    what = "tiles of the train photos at full resolution" if tiled else "images of the train shards"
+    return TrainingRate(rate, f"measured: {count} {what} in batches of {batch} at {image_size} px, decoded and "
+                              f"augmented as training does on this machine")

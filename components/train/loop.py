@@ -25,6 +25,7 @@ import tensorflow as tf
 from components.detector.losses import build_for_fit
 from components.train.accumulation import next_micro_batches, use_micro_batches
 from components.train.checkpoints import SaveEveryChunk, StepCheckpoints
+from components.train.curve import LearningCurve
 from components.train.config import TrainConfig
 from components.train.faults import (FaultPlan, FiniteGuard, InjectFault, NonFiniteLoss, OutOfMemory, RaiseOnNonFinite,
                                      TrainingDiverged)
@@ -153,12 +154,12 @@ class LoopParts:
 
 
 def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig, steps_done: int, chunk: int,
-                total_steps: int, callbacks: list[keras.callbacks.Callback]) -> dict[str, list[float]]:
-    """`model.fit` from `steps_done` to `total_steps`: first the rest of a chunk a SIGTERM
-    interrupted, then whole chunks. Returns the per-chunk logs."""
+                end: Callable[[], int], callbacks: list[keras.callbacks.Callback]) -> dict[str, list[float]]:
+    """`model.fit` from `steps_done` to `end()` (a budget's length may change as it trains): first
+    the rest of a chunk a SIGTERM interrupted, then whole chunks. Returns the per-chunk logs."""
     verbose = "auto" if os.isatty(2) else 2
     logs: dict[str, list[float]] = {}
-    while steps_done < total_steps:
+    while steps_done < (total_steps := end()):
         into_chunk = steps_done % chunk
         if into_chunk:  # resumed mid-chunk: finish it, so checkpoints stay on chunk boundaries
             epochs, initial_epoch, per_epoch = 1, 0, chunk - into_chunk
@@ -175,27 +176,33 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
                                   callbacks=callbacks, verbose=verbose)
         for name, values in history.history.items():
             logs.setdefault(name, []).extend(float(v) for v in values)
+        if parts.model.stop_training:  # the learning curve ended the run (curve.py): a plateau, the budget
+            break
         steps_done += (epochs - initial_epoch) * per_epoch
     return logs
 
 
 def fit_with_recovery(parts: LoopParts, config: TrainConfig, input_config: InputConfig, steps_done: int, chunk: int,
-                      total_steps: int, at_chunk_end: ChunkHook | None = None) -> tuple[dict[str, list[float]], list[str]]:
+                      total_steps: int, at_chunk_end: ChunkHook | None = None,
+                      curve: LearningCurve | None = None) -> tuple[dict[str, list[float]], list[str]]:
     """Train from `steps_done` to `total_steps`, recovering from faults from the last
     checkpoint; returns the per-chunk logs of the last uninterrupted stretch and what was
-    recovered from. `at_chunk_end`: called after each chunk's checkpoint (`AtChunkEnd`)."""
+    recovered from. `curve` (curve.LearningCurve): after each chunk's checkpoint, records it and
+    may end training there; `at_chunk_end`: called after it (`AtChunkEnd`)."""
     recoveries, nan_recoveries = [], 0
     batch = input_config.batch_size
     per_replica = batch // parts.model.distribute_strategy.num_replicas_in_sync
     recovery_state = (parts.schedule.scale, parts.micro_batches)  # what a recovery changes; a restore keeps it
     step = RaiseOnNonFinite(parts.guard)
     callbacks = [parts.monitor, SaveEveryChunk(parts.checkpoints), step, InjectFault(parts.faults),
-                 StopAtRequest(parts.stop, parts.checkpoints)] + ([AtChunkEnd(at_chunk_end)] if at_chunk_end else [])
+                 StopAtRequest(parts.stop, parts.checkpoints)] + ([curve] if curve else []) + (
+                    [AtChunkEnd(at_chunk_end)] if at_chunk_end else [])
+    end = (lambda: curve.plan.end_step) if curve is not None else (lambda: total_steps)
     parts.stop.install()
     try:
         while True:
             try:
-                return _fit_to_end(parts, config, input_config, steps_done, chunk, total_steps, callbacks), recoveries
+                return _fit_to_end(parts, config, input_config, steps_done, chunk, end, callbacks), recoveries
             except NonFiniteLoss as err:
                 parts.faults.mark_fired()
                 if nan_recoveries >= config.max_nan_recoveries:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from components.detector.artifacts import HistoryFile
 from components.train.global_step import GlobalStep
 
 
@@ -47,7 +48,7 @@ class TrainingMonitor(GlobalStep):
     def __init__(self, log_dir: str, batch_size: int, clock: StepClock, log_every: int = 10):
         super().__init__()
         self.batch_size, self.clock, self.log_every = batch_size, clock, log_every
-        self._writer = tf.summary.create_file_writer(log_dir)
+        self.writer = tf.summary.create_file_writer(log_dir)
         self._began = 0.0
         self.step_losses: list[tuple[int, float]] = []  # (global step, loss of that step)
         self.steps_timed = 0  # steps after the first (the first includes tracing)
@@ -78,7 +79,7 @@ class TrainingMonitor(GlobalStep):
             self.input_wait += wait
             self.compute += compute
         if step % self.log_every == 0 or step == 1:
-            with self._writer.as_default(step=step):
+            with self.writer.as_default(step=step):
                 for name, value in logs.items():
                     tf.summary.scalar(f"train/{name}", float(value))
                 tf.summary.scalar("train/learning_rate", float(self.model.optimizer.learning_rate.numpy()))
@@ -88,7 +89,7 @@ class TrainingMonitor(GlobalStep):
                     tf.summary.scalar("speed/compute_ms", 1000 * compute)
 
     def on_train_end(self, logs=None):
-        self._writer.flush()
+        self.writer.flush()
 
     @property
     def images_per_second(self) -> float:
@@ -104,10 +105,13 @@ class TrainingMonitor(GlobalStep):
         return self.input_wait / seconds if seconds else 0.0
 
 
-def draw_loss_curve(step_losses: list[tuple[int, float]], path: Path, size: tuple[int, int] = (640, 320)) -> bool:
-    """A PNG line chart of per-step loss (faint) and its moving average (bold), on a log
-    scale so the late steps are not flattened by the first ones (matplotlib, Agg backend).
-    Returns False (and writes nothing) when there is no positive finite loss to draw."""
+def draw_loss_curve(step_losses: list[tuple[int, float]], path: Path, history: HistoryFile | None = None,
+                    steps_per_epoch: int = 1, size: tuple[int, int] = (640, 320)) -> bool:
+    """A PNG of the learning curve against epochs: per-step loss (faint) and its moving average
+    (bold) on a log scale, so the late steps are not flattened by the first ones; with a
+    `history` that has held-out scores, a second panel of them with the kept (best) point and
+    the stop marked (matplotlib, Agg backend). Returns False (and writes nothing) when there is
+    no positive finite loss to draw."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -117,15 +121,37 @@ def draw_loss_curve(step_losses: list[tuple[int, float]], path: Path, size: tupl
     points = [(s, v) for s, v in step_losses if math.isfinite(v) and v > 0]
     if not points:
         return False
-    steps, losses = np.array([s for s, _ in points]), np.array([v for _, v in points])
+    scored = history.scored() if history is not None else []
+    per_epoch = max(1, steps_per_epoch)
+    epochs, losses = np.array([s for s, _ in points]) / per_epoch, np.array([v for _, v in points])
     window = max(1, len(points) // 25)
     smooth = np.convolve(np.log10(losses), np.ones(window) / window, mode="valid")
-    fig, ax = plt.subplots(figsize=(size[0] / 100, size[1] / 100))
-    ax.plot(steps, losses, color="#b8c8e8", linewidth=1, label="per step")
-    ax.plot(steps[window - 1:], 10 ** smooth, color="#1f4e9e", linewidth=2.5, label=f"moving average ({window})")
-    ax.set(yscale="log", xlabel="step", ylabel="loss", title="Training loss")
+    rows = 2 if scored else 1
+    fig, axes = plt.subplots(rows, 1, sharex=True, squeeze=False, figsize=(size[0] / 100, size[1] * rows / 100))
+    ax = axes[0][0]
+    ax.plot(epochs, losses, color="#b8c8e8", linewidth=1, label="per step")
+    ax.plot(epochs[window - 1:], 10 ** smooth, color="#1f4e9e", linewidth=2.5, label=f"moving average ({window})")
+    ax.set(yscale="log", ylabel="loss", title="Training loss" + (" and held-out mAP" if scored else ""))
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
+    if scored:
+        curve = axes[1][0]
+        x = [s / per_epoch for s, _ in scored]
+        curve.plot(x, [v for _, v in scored], marker="o", color="#2e7d32", linewidth=1.5,
+                   label="mAP@[.5:.95], held-out train images")
+        best = [(s, v) for s, v in scored if s == history.best_step]
+        if best:
+            curve.plot([best[0][0] / per_epoch], [best[0][1]], marker="*", markersize=14, color="#f9a825",
+                       linestyle="none", label="kept (best)")
+        end = max(s for s, _ in points) / per_epoch
+        for axis in (ax, curve):
+            axis.axvline(end, color="#888", linestyle="--", linewidth=1)
+        curve.text(end, curve.get_ylim()[1], f"stopped: {history.stop.split(':')[0]} ", fontsize=8, va="top",
+                   ha="right", color="#555")
+        curve.set(ylabel="held-out mAP")
+        curve.grid(alpha=0.3)
+        curve.legend(fontsize=8, loc="lower right")
+    axes[-1][0].set(xlabel="epoch")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from components.detector.box_losses import BOX_LOSSES
 from components.detector.precision import choose_precision, choose_xla
 from components.train.config import TrainConfig
+from components.train.time_budget import RunLength
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,11 @@ def auto_batch_ceiling(limit: int, num_train: int, epochs: int, devices: int, fi
     return max(1, steps_bound(limit * devices, num_train, epochs)[0] // devices)
 
 
-def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fine_tune: bool = False) -> TrainPlan:
+def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fine_tune: bool = False,
+                  length: RunLength | None = None) -> TrainPlan:
     """Every number of the run and its reason; `fine_tune` (a warm start) trains fewer
-    epochs with a lower peak learning rate and a shorter warmup."""
+    epochs with a lower peak learning rate and a shorter warmup; `length`: the epochs a time
+    budget bought (time_budget.py), instead of `config.epochs`."""
     if num_train < 1:
         raise ValueError("the train split has no records")
     precision, precision_reason = choose_precision(config.precision, config.probe.precision, machine.gpu_majors)
@@ -180,7 +183,12 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
     per_machine_data = max(1, num_train // machine.workers)
     machine_batch, batch_reason = choose_batch_size(config.batch_size, per_machine_data, config.probe.safe_batch,
                                                     machine.auto_batch)
-    epochs, epochs_reason = fine_tune_epochs(config) if fine_tune else (config.epochs, "given")
+    if length is not None:
+        epochs, epochs_reason = length.epochs, length.reason
+    elif config.budgeted and not (fine_tune and config.fine_tune_epochs):
+        raise ValueError("epochs 0 (a time budget) needs the run length the budget bought (trainer.gather_facts)")
+    else:
+        epochs, epochs_reason = fine_tune_epochs(config) if fine_tune else (config.epochs, "given")
     if config.batch_size == "auto" and not fine_tune:  # a warm start continues a trained model: no need
         bounded, bound_reason = steps_bound(machine_batch * machine.workers, num_train, epochs)
         machine_batch = max(machine.local_replicas, bounded // machine.workers)

@@ -1,8 +1,10 @@
-"""Learning-rate schedule whose scale can be lowered during training (NaN recovery)
-and is saved with the checkpoints."""
+"""Learning-rate schedules: linear warmup and cosine decay whose length can change during
+training (a time budget's length corrected by the rate of its first epoch), and a scale that
+can be lowered during training (NaN recovery) and is saved with the checkpoints."""
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import keras
@@ -42,3 +44,39 @@ class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):
     @classmethod
     def from_config(cls, config):
         return cls(keras.optimizers.schedules.deserialize(config["base"]), config["scale"])
+
+
+@keras.saving.register_keras_serializable(package="detpipe")
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0 to `peak` over `warmup_steps`, then cosine decay to 0 at
+    `total_steps`: Keras' CosineDecay(0, total - warmup, warmup_target=peak, warmup_steps=warmup),
+    written here with variables for the lengths, because Keras' schedules bake them into the
+    traced step as constants and a budgeted run sets its length after its first epoch (`set_length`).
+
+    >>> s = WarmupCosine(1.0, warmup_steps=10, total_steps=110)
+    >>> [round(float(s(step)), 3) for step in (0, 5, 10, 60, 110, 200)]
+    [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
+    >>> s.set_length(warmup_steps=20, total_steps=220); round(float(s(120)), 3)
+    0.5
+    """
+
+    def __init__(self, peak: float, warmup_steps: int, total_steps: int):
+        self.peak = float(peak)
+        self.warmup_steps = tf.Variable(float(warmup_steps), trainable=False, dtype=tf.float32, name="lr_warmup")
+        self.total_steps = tf.Variable(float(total_steps), trainable=False, dtype=tf.float32, name="lr_total")
+
+    def set_length(self, warmup_steps: int, total_steps: int) -> None:
+        self.warmup_steps.assign(float(warmup_steps))
+        self.total_steps.assign(float(total_steps))
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warmup = tf.maximum(self.warmup_steps, 1.0)
+        decay = tf.maximum(self.total_steps - self.warmup_steps, 1.0)
+        done = tf.clip_by_value((step - self.warmup_steps) / decay, 0.0, 1.0)
+        return tf.where(step < self.warmup_steps, self.peak * step / warmup,
+                        self.peak * 0.5 * (1.0 + tf.cos(math.pi * done)))
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": int(self.warmup_steps.numpy()),
+                "total_steps": int(self.total_steps.numpy())}

@@ -18,10 +18,11 @@ def training_report(result, losses: dict[str, list[float]], has_curve: bool) -> 
                   if result.input_wait_share is None else
                   f"{100 * result.input_wait_share:.1f}% of step time waiting for input"),
               f"- final loss: {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}",
+              f"- stopped: {result.stopped}",
               f"- final weights sha256: `{result.weights_sha256}`",
               f"- wall time: {result.seconds} s",
               f"- TensorBoard: `tensorboard --logdir {Path(result.model_path).parent / TENSORBOARD_DIR}`", "",
-              *([f"![training loss]({LOSS_CURVE_FILE})", ""] if has_curve else []),
+              *([f"![training loss and held-out mAP]({LOSS_CURVE_FILE})", ""] if has_curve else []),
               "| chunk | loss |", "|---|---|"]
     lines += [f"| {i + 1} | {v:.4f} |" for i, v in enumerate(losses.get("loss", []))]
     return "\n".join(lines) + "\n"

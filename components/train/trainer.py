@@ -9,8 +9,8 @@ TensorBoard logs and checkpoints. Under several workers only the chief writes th
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -21,9 +21,10 @@ import tensorflow as tf
 
 from beam.contract.label_map import num_class_slots, read_dataset_label_map
 from beam.contract.train_keys import copy_train_keys
-from components.detector.artifacts import (CHECKPOINT_DIR, HISTORY_FILE, LOSS_CURVE_FILE, MODEL_FILE, REPORT_FILE,
-                                           TENSORBOARD_DIR, TrainConfigFile)
+from components.detector.artifacts import (CHECKPOINT_DIR, LOSS_CURVE_FILE, MODEL_FILE, REPORT_FILE, TENSORBOARD_DIR,
+                                           TrainConfigFile)
 from components.detector.fitted_shape import FittedShape, shape_for_sample
+from components.detector.holdout import TuningSplit, carve_tuning_split
 from components.detector.losses import AveragedAdamW, compile_detector, finite_on_every_replica, use_weight_average
 from components.detector.model import build_detector, count_params
 from components.detector.precision import choose_precision, choose_xla
@@ -34,16 +35,20 @@ from components.train.accumulation import use_micro_batches
 from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
 from components.train.config import ProbeAdvice, TrainConfig
-from components.train.distribution import (ClusterRole, cluster_role, fit_across_workers, make_strategy,
+from components.train.curve import CurvePlan, LearningCurve
+from components.train.distribution import (ClusterRole, agreement, cluster_role, fit_across_workers, make_strategy,
                                            synchronise_batch_norm, vector_logs, weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
 from components.train.input_pipeline import InputConfig, finishing, on_accelerator, shuffle_buffer_for
 from components.train.loop import (PREEMPTED_EXIT_CODE, LoopParts, Preempted, StopRequest, StoppedAtChunk,
                                    fit_with_recovery)
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
-from components.train.plan import MachineFacts, TrainPlan, auto_batch_ceiling, plan_training
+from components.train.plan import (FINE_TUNE_EPOCH_SHARE, MachineFacts, TrainPlan, auto_batch_ceiling,
+                                   choose_batch_size, plan_training)
+from components.train.run_length import budget_length, keep_length
+from components.train.time_budget import END_RESERVE_SECONDS, MAX_BUDGET_EPOCHS, RunLength, score_every
 from components.train.process_state import training_state
-from components.train.schedules import ScaledSchedule
+from components.train.schedules import ScaledSchedule, WarmupCosine
 from components.train.train_report import training_report
 from components.train.warm_start import WarmStart, apply_warm_weights, choose_warm_start, warm_weights
 from components.train.xla import xla_step
@@ -69,6 +74,9 @@ class TrainResult:
     final_loss: float | None  # None when a resumed run found nothing left to train
     seconds: float
     weights_sha256: str = ""  # of the final weights: the same on every worker
+    stopped: str = ""  # why training ended: its epochs, its budget, or a plateau of the held-out curve (curve.py)
+    epochs: float = 0.0  # epochs trained (of the train split, or of its fit part when budgeted)
+    best_step: int = 0  # the step whose weights (their average) are the model; 0: the last step's
     shape: dict = field(default_factory=dict)  # the fitted input size, levels, anchors, coverage (FittedShape.metadata)
     warm_start: dict = field(default_factory=dict)  # WarmStart.to_dict(): where training started from, and why
     decisions: dict[str, str] = field(default_factory=dict)
@@ -78,6 +86,11 @@ class TrainResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def length_line(self) -> str:
+        """How long it trained and why it stopped, one line: `24 epochs (744 steps), stopped: plateau: ...`."""
+        return f"{self.epochs:g} epochs ({self.steps} steps), stopped: {self.stopped}"
 
 
 def _machine_facts(role: ClusterRole, strategy: tf.distribute.Strategy, description: str) -> MachineFacts:
@@ -101,6 +114,15 @@ class RunFacts:
     warm: WarmStart  # where training starts from (warm_start.py)
     warm_weights: list | None = None  # the source's weights (numpy, model.weights order) when warm.used
     windows_per_photo: int = 1  # a tiled model: training windows of each photo per epoch (a median photo's tiles)
+    # A budgeted run (no --epochs): the epochs its budget bought, and the train split carved into
+    # the part it trains on and the part its curve is scored on (holdout.py). None: all of train.
+    length: RunLength | None = None
+    held_out: TuningSplit | None = None
+
+    @property
+    def fit_dir(self) -> str:
+        """The shards training reads: the fit part of a budgeted run's carve, else the data."""
+        return self.held_out.folder if self.held_out else self.config.data_dir
 
     @property
     def examples_per_epoch(self) -> int:
@@ -118,6 +140,8 @@ class BuiltRun:
     monitor: TrainingMonitor
     write_dir: Path  # the chief's output folder, or this worker's scratch
 
+
+HELD_OUT_DIR = "held_out"  # a budgeted run's carve of train: `train-*` it trains on, `val-*` its curve's images
 
 # `train_detector`'s chunk-end hook: the global step, the live model, its train_config.json record.
 RunHook = Callable[[int, keras.Model, TrainConfigFile], bool]
@@ -137,18 +161,22 @@ def train_detector(config: TrainConfig, at_chunk_end: RunHook | None = None) -> 
     role, strategy, machine, precision = _where(config)
     try:  # a read error of the shards (a damaged record) stops with the record and its shard named
         with naming_bad_records(config.data_dir), training_state(config.seed, config.deterministic, precision):
-            facts, plan = _facts_and_plan(config, machine)
+            agree = agreement(strategy, role.workers)
+            facts, plan = _facts_and_plan(config, machine, role, lambda: time.monotonic() - started, agree)
             built = build_run(facts, plan, role, strategy)
-            decisions = _decisions(plan, facts.config, built.parts.model, Path(config.output_dir),
-                                   built.steps_done, facts.shape, facts.warm)
+            end = min(plan.total_steps, config.stop_after_steps or plan.total_steps)
+            watch = curve_plan(facts, plan, end, started if not built.steps_done else 0.0)
+            decisions = _decisions(plan, facts, built.parts.model, Path(config.output_dir), built.steps_done, watch)
             for key, value in decisions.items():
                 (logger.warning if "WARNING" in value else logger.info)("train: %s = %s", key, value)
-            end = min(plan.total_steps, config.stop_after_steps or plan.total_steps)
             record = _config_record(facts, result={})
+            curve = LearningCurve(watch, lambda: record, built.monitor.writer, agree,
+                                  schedule=built.parts.schedule.base,
+                                  on_length=lambda epochs, why: _keep_corrected(facts, role, epochs, why))
             hook = (lambda step, model: at_chunk_end(step, model, record)) if at_chunk_end else None
-            losses, recoveries = fit_with_recovery(built.parts, facts.config, built.input_config,
-                                                   built.steps_done, plan.chunk, end, hook)
-            return finish_run(facts, plan, built, role, decisions, losses, recoveries, started)
+            losses, recoveries = fit_with_recovery(built.parts, replace(facts.config, data_dir=facts.fit_dir),
+                                                   built.input_config, built.steps_done, plan.chunk, end, hook, curve)
+            return finish_run(facts, plan, built, role, decisions, losses, recoveries, started, curve)
     finally:
         role.clean_up(config.output_dir)
 
@@ -157,9 +185,11 @@ def planned_run(config: TrainConfig) -> tuple[RunFacts, TrainPlan]:
     """What `train_detector(config)` would decide on this machine (the fitted shape, the
     measured batch, the plan), without building the model or training: the tuner's trials
     train at this batch and input size."""
-    _, _, machine, precision = _where(config)
+    started = time.monotonic()
+    role, strategy, machine, precision = _where(config)
     with naming_bad_records(config.data_dir), training_state(config.seed, config.deterministic, precision):
-        return _facts_and_plan(config, machine)
+        return _facts_and_plan(config, machine, role, lambda: time.monotonic() - started,
+                               agreement(strategy, role.workers))
 
 
 def _where(config: TrainConfig) -> tuple[ClusterRole, tf.distribute.Strategy, MachineFacts, str]:
@@ -171,21 +201,33 @@ def _where(config: TrainConfig) -> tuple[ClusterRole, tf.distribute.Strategy, Ma
     return role, strategy, machine, precision
 
 
-def _facts_and_plan(config: TrainConfig, machine: MachineFacts) -> tuple[RunFacts, TrainPlan]:
-    facts = gather_facts(config, machine)
-    return facts, plan_training(facts.config, facts.machine, facts.examples_per_epoch, fine_tune=facts.warm.used)
+def _facts_and_plan(config: TrainConfig, machine: MachineFacts, role: ClusterRole, spent: Callable[[], float],
+                    agree: Callable[[list[float]], list[float]]) -> tuple[RunFacts, TrainPlan]:
+    facts = gather_facts(config, machine, role, spent, agree)
+    plan = plan_training(facts.config, facts.machine, facts.examples_per_epoch, facts.warm.used, facts.length)
+    if role.is_chief and facts.length is not None:
+        keep_length(facts.length, str(Path(config.output_dir) / CHECKPOINT_DIR))
+    return facts, plan
 
 
-def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
+def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole = ClusterRole(),
+                 spent: Callable[[], float] = lambda: 0.0,
+                 agree: Callable[[list[float]], list[float]] = lambda values: values) -> RunFacts:
     """The label map and train count, the input size (for "auto"), pyramid levels and
     anchors fitted to the train boxes (refuses with PoorAnchors when too few boxes could
     match an anchor), whether training starts from `config.init_from` (then with its shape
-    and weights), and on `--batch-size auto` the batch measured on this machine."""
+    and weights), for a budgeted run (no --epochs) the held-out carve and the epochs the
+    budget buys here, and on `--batch-size auto` the batch measured on this machine."""
     label_map = read_dataset_label_map(config.data_dir)
     check_shards(config.data_dir, config.verify_shards)  # a damaged record named now, not hours in
     num_train = count_records(config.data_dir, "train")
     if num_train == 0:
         raise ValueError(f"the train split in {config.data_dir} has no records")
+    held_out = None
+    if config.budgeted:  # the curve's images, held out of training: written once, kept for a resumed run
+        held_out = carve_tuning_split(config.data_dir, f"{role.write_dir(config.output_dir)}/{HELD_OUT_DIR}",
+                                      config.holdout, config.seed)
+        num_train = held_out.fit
     sample = read_box_sample(config.data_dir, label_map=label_map)
     fresh = shape_for_sample(sample, config.model_size, num_class_slots(label_map), config.image_size,
                              on_gpu=bool(machine.gpu_majors), preset=config.preset,
@@ -194,17 +236,48 @@ def gather_facts(config: TrainConfig, machine: MachineFacts) -> RunFacts:
     logger.info("train: starts %s", warm.line())
     windows = windows_per_photo(sample, shape.model.tiling) if shape.model.tiled else 1
     resolved = replace(config, image_size=shape.model.image_size)  # from here on the size is a number
+    length = None
+    if held_out is not None:
+        guess, _ = choose_batch_size(config.batch_size, num_train * windows, config.probe.safe_batch)
+        length = budget_length(resolved, shape.model, num_train * windows, max(1, guess // machine.local_replicas),
+                               max(1, sample.densest_image_boxes), machine.replicas, bool(machine.gpu_majors), spent,
+                               FINE_TUNE_EPOCH_SHARE if warm.used else 1.0, agree,
+                               str(Path(config.output_dir) / CHECKPOINT_DIR))
+        resolved = replace(resolved, epochs=length.epochs)  # from here on the epochs are a number
     measured = machine
     if config.batch_size == "auto":
         # A from-scratch run's batch is bounded by its steps (plan.steps_bound): search no higher.
-        limit = auto_batch_ceiling(GPU_BATCH_LIMIT, num_train * windows, config.epochs,
+        limit = auto_batch_ceiling(GPU_BATCH_LIMIT, num_train * windows, resolved.epochs,
                                    machine.workers * machine.local_replicas, fine_tune=warm.used)
         # The trials compile as training will (XLA or not): memory differs between the two.
         xla, _ = choose_xla(config.xla, machine.gpu_majors, machine.replicas, config.deterministic)
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
                                                                   max(1, sample.densest_image_boxes), limit, xla))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
-                    warm_weights(warm) if warm.used else None, windows)
+                    warm_weights(warm) if warm.used else None, windows, length, held_out)
+
+
+def _keep_corrected(facts: RunFacts, role: ClusterRole, epochs: int, why: str) -> None:
+    """The budget's corrected length, kept for a run resumed from a checkpoint (the chief's)."""
+    if role.is_chief and facts.length is not None:
+        keep_length(replace(facts.length, epochs=epochs, reason=f"{facts.length.reason}; corrected: {why}"),
+                    str(Path(facts.config.output_dir) / CHECKPOINT_DIR))
+
+
+def curve_plan(facts: RunFacts, plan: TrainPlan, end: int, started: float) -> CurvePlan:
+    """What the run's curve watches: for a budgeted run the held-out images, how often they are
+    scored (time_budget.score_every), the patience and the budget's deadline (`started`: when
+    the step began; 0: none, as for a run resumed from a checkpoint, which ends at its planned steps)."""
+    held, length = facts.held_out, facts.length
+    if held is None or length is None:
+        return CurvePlan(plan.steps_per_epoch, end_step=end)
+    deadline = started + length.seconds - END_RESERVE_SECONDS if started and length.seconds else 0.0
+    cap = max(1, math.floor(MAX_BUDGET_EPOCHS * (FINE_TUNE_EPOCH_SHARE if facts.warm.used else 1.0)))
+    return CurvePlan(plan.steps_per_epoch, held.folder, held.held_out,
+                     score_every(held.held_out, facts.examples_per_epoch, length.images_per_second),
+                     facts.config.patience, deadline, budgeted=True, end_step=end,
+                     examples_per_epoch=facts.examples_per_epoch, chunk=plan.chunk,
+                     warmup_share=plan.warmup_steps / plan.total_steps, max_epochs=cap)
 
 
 def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.distribute.Strategy) -> BuiltRun:
@@ -215,9 +288,7 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
     out = Path(config.output_dir)
     write_dir = Path(role.write_dir(config.output_dir))
     write_dir.mkdir(parents=True, exist_ok=True)
-    schedule = ScaledSchedule(keras.optimizers.schedules.CosineDecay(
-        0.0, max(1, plan.total_steps - plan.warmup_steps), warmup_target=plan.peak_lr,
-        warmup_steps=plan.warmup_steps))
+    schedule = ScaledSchedule(WarmupCosine(plan.peak_lr, plan.warmup_steps, plan.total_steps))
     # The number of parts each batch is split into; more than 1 after an OOM recovery,
     # saved with the checkpoints so a restarted run keeps the smaller micro-batch.
     micro_batches = tf.Variable(1, dtype=tf.int64, trainable=False, name="micro_batches")
@@ -265,7 +336,8 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
 
 
 def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterRole, decisions: dict[str, str],
-               losses: dict[str, list[float]], recoveries: list[str], started: float) -> TrainResult:
+               losses: dict[str, list[float]], recoveries: list[str], started: float,
+               curve: LearningCurve) -> TrainResult:
     """The weight average put in place, the model saved, the result; on the chief also the
     history, `train_config.json`, the loss curve and `train_report.md`."""
     model, out = built.parts.model, Path(facts.config.output_dir)
@@ -280,22 +352,32 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
         decisions["recoveries"] = "; ".join(recoveries)
     synchronise_batch_norm(model, on=False)
     use_weight_average(model)  # the moving average is the model (with --ema)
+    stop, history = curve.finish()
+    state = curve.state
+    if state.best_weights is not None and state.best_step != history.columns["step"][-1]:
+        model.set_weights(state.best_weights)  # a later point scored worse: the best point's weights are the model
+    if state.corrected:
+        decisions["epochs"] += f"; corrected after the first steps: {state.corrected}"
+    decisions["stopped"] = stop + (f"; kept the weights of step {state.best_step} (held-out mAP "
+                                   f"{state.best_score:.4f})" if state.best_weights is not None else "")
     model.save(built.write_dir / MODEL_FILE)  # every worker saves (it may read synchronised variables); only the chief's stays
     digest = weights_digest(model)
     logger.info("train: %s final weights sha256 %s", role.name, digest)
     monitor = built.monitor
     result = TrainResult(
         model_path=str(out / MODEL_FILE), num_train=facts.num_train, batch_size=plan.batch_size,
-        micro_batch_size=micro_batch_size, steps=plan.total_steps,
+        micro_batch_size=micro_batch_size, steps=state.stop_step or curve.plan.end_step, stopped=stop,
+        epochs=round((state.stop_step or curve.plan.end_step) / plan.steps_per_epoch, 2),
+        best_step=state.best_step if state.best_weights is not None else 0,
         images_per_second=round(monitor.images_per_second, 2),
         input_wait_share=None if monitor.input_wait_share is None else round(monitor.input_wait_share, 3),
         final_loss=losses["loss"][-1] if losses.get("loss") else None,  # no losses: nothing was left to train
         seconds=round(time.monotonic() - started, 1), weights_sha256=digest, decisions=decisions,
         shape=facts.shape.metadata(), warm_start=facts.warm.to_dict(), is_chief=role.is_chief)
     if role.is_chief:
-        (out / HISTORY_FILE).write_text(json.dumps(losses, indent=2) + "\n")
+        history.write(out)
         _config_record(facts, result=result.to_dict()).write(out)
-        has_curve = draw_loss_curve(monitor.step_losses, out / LOSS_CURVE_FILE)
+        has_curve = draw_loss_curve(monitor.step_losses, out / LOSS_CURVE_FILE, history, plan.steps_per_epoch)
         (out / REPORT_FILE).write_text(training_report(result, losses, has_curve))
         copy_train_keys(facts.config.data_dir, str(out))  # kept with the model: what a warm start from it compares with
     return result
@@ -308,9 +390,10 @@ def _config_record(facts: RunFacts, result: dict) -> TrainConfigFile:
                            label_map=facts.label_map)
 
 
-def _decisions(plan: TrainPlan, config: TrainConfig, model: keras.Model, out: Path, steps_done: int,
-               shape: FittedShape, warm: WarmStart) -> dict[str, str]:
+def _decisions(plan: TrainPlan, facts: RunFacts, model: keras.Model, out: Path, steps_done: int,
+               watch: CurvePlan) -> dict[str, str]:
     """The plan's and the shape fit's decisions plus what only the built model tells."""
+    config, shape, warm = facts.config, facts.shape, facts.warm
     decisions = {"warm_start": warm.line() + (f" (resumed from this run's own checkpoint at step {steps_done})"
                                               if warm.used and steps_done else ""),
                  **shape.decisions, **plan.decisions}
@@ -319,6 +402,15 @@ def _decisions(plan: TrainPlan, config: TrainConfig, model: keras.Model, out: Pa
     decisions["model"] = ((f"preset {config.preset} (pretrained backbone, new heads)" if config.preset
                            else config.model_size) + f": {count_params(model):,} parameters, {config.image_size}px input"
                           + width)
+    if watch.held_out_dir:
+        decisions["held_out_curve"] = (
+            f"{watch.held_out} train images held out ({config.holdout:.0%} by the split's hash rule; never val), "
+            f"scored every {watch.score_every} epoch(s); training is on the other {facts.num_train}; "
+            + (f"stops after {watch.plateau_epochs} epochs without a better score (patience); " if watch.plateau_epochs
+               else "patience 0: no early stop; ")
+            + "the best point's weights are kept")
+    else:
+        decisions["held_out_curve"] = "off: --epochs given: every epoch on the whole train split, the last weights kept"
     decisions["checkpoints"] = (f"every {plan.chunk} steps to {out / CHECKPOINT_DIR}"
                                 + (f"; resumed after step {steps_done}" if steps_done else ""))
     strength = min(config.augment_strength, 1.0)

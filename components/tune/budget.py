@@ -19,19 +19,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from components.train.config import TrainConfig
+
 AUTO = "auto"
 # `auto` on a GPU machine: this many trials (the defaults first), each as long as keeps the
 # search's training steps at most MAX_COST times the training's before pruning.
 AUTO_TRIALS = 8
 MAX_COST = 3.0
-# The share of train held out to score trials (a setting: --tune-holdout); and the fewest
+# The share of train held out to score trials (the training's `holdout`); and the fewest
 # held-out images whose mAP `auto` trusts to rank trials. Measured on raccoon (157 train photos,
 # 32 held out; benchmarks/tuning.py, 8 trials, seeds 0-2): the winners beat the defaults on the
 # tuning split by +0.019 to +0.057 mAP and did not on val (mean -0.0005, sd 0.036): with that
 # few images the ranking is noise, so `auto` does not search there. On the demo (497 train, 96
 # held out) the winners gained +0.118 mAP on val on average (+0.048 at least). The limit lies
 # between the two sizes measured.
-HOLDOUT_FRACTION = 0.2
+HOLDOUT_FRACTION = TrainConfig.holdout  # the training's held-out curve uses the same carve
 MIN_HOLDOUT_IMAGES = 50
 
 
@@ -70,8 +72,19 @@ def trial_epochs_for(trials: int, epochs: int, holdout: float, given: int = 0) -
 
 
 def choose_search(requested: int | str, gpus: int, num_train: int | None, epochs: int,
-                  holdout: float = HOLDOUT_FRACTION, trial_epochs: int = 0) -> SearchBudget:
-    """The search's size and the one line that says why."""
+                  holdout: float = HOLDOUT_FRACTION, trial_epochs: int = 0,
+                  affordable: float | None = None) -> SearchBudget:
+    """The search's size and the one line that says why. `affordable`: for a training whose
+    length a time budget decides, the epochs the budget would pay for (`epochs` being what it
+    trains, at most its cap): `auto` searches only when the budget pays for the training and
+    the search (MAX_COST trainings) too, since until a training reaches its plateau more epochs
+    gain more than a search at the same cost (docs/measurements.md).
+
+    >>> choose_search("auto", gpus=0, num_train=2000, epochs=100, affordable=450).trials
+    8
+    >>> choose_search("auto", gpus=1, num_train=2000, epochs=30, affordable=30).reason[:40]
+    'auto: no search: the time budget pays fo'
+    """
     requested = trials_or_auto(requested)
 
     def budget(trials: int, why: str, short: str) -> SearchBudget:
@@ -87,11 +100,18 @@ def choose_search(requested: int | str, gpus: int, num_train: int | None, epochs
         return budget(requested, "given", "given") if requested else \
             budget(0, "tune_trials 0: no search, the defaults", "tune_trials 0")
     held_out = math.floor((num_train or 0) * holdout)
-    if gpus < 1:
+    if affordable is not None and affordable < epochs * (1 + MAX_COST):
+        return budget(0, f"auto: no search: the time budget pays for {affordable:.0f} epochs of training, fewer than "
+                         f"the {epochs} the training takes plus a search of {MAX_COST:g}x that: every second goes "
+                         "to training", "auto: the budget trains")
+    if affordable is None and gpus < 1:
         return budget(0, "auto: no search on a machine without a GPU (a search costs a few trainings' time; give "
                          "tune_trials N to search anyway)", "auto: no GPU")
     if num_train is not None and held_out < MIN_HOLDOUT_IMAGES:
         return budget(0, f"auto: no search: {holdout:.0%} of {num_train} train images is {held_out} held-out "
                          f"images, fewer than {MIN_HOLDOUT_IMAGES}: too few to rank trials (give tune_trials N to "
                          "search anyway)", "auto: too few images")
+    if affordable is not None:
+        return budget(AUTO_TRIALS, f"auto: the time budget pays for {affordable:.0f} epochs, the training takes "
+                                   f"{epochs}", "auto")
     return budget(AUTO_TRIALS, f"auto on {gpus} GPU(s)", "auto")

@@ -83,6 +83,15 @@ class BestHparams:
 _META = ("score", "trials", "decision", "search")
 
 
+def search_seconds(path: str) -> float:
+    """What the search of a `best_hparams.json` took (0 without a search): the training after it
+    has that much less of a shared time budget."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path) as handle:
+        return float((json.loads(handle.read()).get("search") or {}).get("seconds", 0.0))
+
+
 def load_hparams(path: str) -> dict[str, float]:
     """The hyperparameters of a `best_hparams.json`; one line per problem if it is bad."""
     import tensorflow as tf

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from components.train.config import TrainConfig
+from components.train.time_budget import AUTO
 from components.tune.budget import HOLDOUT_FRACTION, SearchBudget, choose_search, trials_or_auto
 from components.tune.hparams_file import DEFAULTS, BestHparams
 from components.tune.study import STUDY_FILE, open_study, run_trials, run_workers, trial_records
@@ -55,7 +56,6 @@ class TuneConfig:
     output_dir: str
     trials: int | str = "auto"  # "auto": budget.choose_search decides from the machine and the data
     trial_epochs: int = 0  # 0: budget.trial_epochs_for
-    holdout: float = HOLDOUT_FRACTION  # the share of train held out to score trials
     parallel: int = 0  # trials at once, each in its own process; 0: one per GPU (one on a CPU)
     seed: int = TrainConfig.seed
     train: dict = field(default_factory=dict)  # TrainConfig fields of the training tuned (epochs, batch_size, ...)
@@ -72,6 +72,12 @@ class TuneConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "trials", trials_or_auto(self.trials))
+
+    @property
+    def holdout(self) -> float:
+        """The share of train held out to score trials: the training's own (`holdout`), so the
+        trials and the training's learning curve are scored on the same carve."""
+        return self.train.get("holdout", HOLDOUT_FRACTION)
 
 
 @dataclass
@@ -106,6 +112,22 @@ def _gpus(config: TrainConfig) -> int:
     return len(tf.config.list_physical_devices("GPU"))
 
 
+def _planned_budget(config: TuneConfig, training: TrainConfig, gpus: int):
+    """For a training whose length a time budget decides: what it would plan on this machine
+    (trainer.planned_run: its epochs and what the budget could pay for), which decides `auto`
+    and the trials' length. None for a training of given epochs, for no search asked, and for
+    `auto` where the budget is a CPU's try-out (time_budget.CPU_AUTO_SECONDS: no search fits)."""
+    if not training.budgeted or config.trials == 0 or (config.trials == "auto" and not gpus
+                                                         and training.time_budget == AUTO):
+        return None
+    import tempfile
+
+    from components.train.trainer import planned_run
+
+    with tempfile.TemporaryDirectory(prefix="detpipe-tune-plan-") as scratch:
+        return planned_run(replace(training, output_dir=scratch, init_from=None))
+
+
 def tune(config: TuneConfig) -> TuneResult:
     """Decide the budget; without trials write the given values; else carve the tuning split,
     plan the trials, run (or continue) the study, and write its files."""
@@ -116,8 +138,12 @@ def tune(config: TuneConfig) -> TuneResult:
     os.makedirs(out, exist_ok=True)
     training = TrainConfig(data_dir=config.data_dir, output_dir="", **config.train)
     first = {**DEFAULTS, **config.start}
-    budget = choose_search(config.trials, _gpus(training) if config.trials == "auto" else 0,
-                           _train_images(config.data_dir), training.epochs, config.holdout, config.trial_epochs)
+    gpus = _gpus(training) if config.trials == "auto" or training.budgeted else 0
+    planned = _planned_budget(config, training, gpus)
+    epochs = planned[0].config.epochs if planned else training.epochs
+    affordable = planned[0].length.affordable if planned else None
+    budget = choose_search(config.trials, gpus, _train_images(config.data_dir), epochs, config.holdout,
+                           config.trial_epochs, affordable)
     logger.info("tune: %s", budget.reason)
     if not budget.trials:
         result = TuneResult(BestHparams(first, None, None, METRIC, 0, budget.reason), budget)
@@ -135,7 +161,7 @@ def tune(config: TuneConfig) -> TuneResult:
                             replace(budget, short="too few images to hold out"))
         write_tune_files(result, out)
         return result
-    regime = trial_regime(training, split, budget.trial_epochs)
+    regime = trial_regime(training, split, budget.trial_epochs, planned)
     logger.info("tune: each trial: %s", regime.reason)
     write_plan(work, {"regime": regime.to_dict(), "trials": budget.trials, "seed": config.seed, "first": first})
     from components.tune.vertex_job import choose_backend

@@ -87,12 +87,15 @@ TRIAL_OWN = {"max_steps": 0, "checkpoint_every": 0, "stop_after_steps": 0, "fine
              "init_name": "", "init_champion": False, "init_note": "a tuning trial starts from scratch"}
 
 
-def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int) -> TrialRegime:
-    """The real training's plan on this machine, and the trials' config from it."""
+def trial_regime(training: TrainConfig, split: TuningSplit, trial_epochs: int, planned=None) -> TrialRegime:
+    """The real training's plan on this machine (`planned`: trainer.planned_run's, when the
+    caller has it), and the trials' config from it."""
     from components.train.trainer import plan_training, planned_run
 
-    with tempfile.TemporaryDirectory(prefix="detpipe-tune-plan-") as scratch:
-        facts, plan = planned_run(replace(training, output_dir=scratch, init_from=None))
+    if planned is None:
+        with tempfile.TemporaryDirectory(prefix="detpipe-tune-plan-") as scratch:
+            planned = planned_run(replace(training, output_dir=scratch, init_from=None))
+    facts, plan = planned
     # A cache file would be shared by every trial (and hold the whole train split): memory or none.
     base = replace(facts.config, data_dir=split.folder, output_dir="", epochs=trial_epochs,
                    cache="memory" if facts.config.cache == "memory" else "",

@@ -1,0 +1,219 @@
+"""The learning curve a run watches: after each chunk (an epoch, by default) the losses and the
+learning rate; every `score_every` epochs the model's mAP on the held-out part of train (the
+tuning split's carve, never val), with the weight average in place as a finished run has it.
+
+It decides when training ends before its planned steps: `patience` epochs without a better
+held-out score (a plateau), or the time budget's deadline, which the next chunk would pass.
+It keeps the weights of the best scored point (their average), which the trainer saves.
+
+Under several workers each worker scores the same held-out images and the numbers that decide
+(score, elapsed time) are averaged across them first (`agree`), so all stop after the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from components.detector.artifacts import HistoryFile, TrainConfigFile
+from components.detector.detect import BatchDetector
+from components.detector.losses import weight_average_in_place
+from components.detector.split_prediction import kept_batches, model_metrics
+from components.train.global_step import GlobalStep
+from components.train.schedules import WarmupCosine
+from components.train.time_budget import SCORE_SHARE, plateaued
+
+logger = logging.getLogger(__name__)
+
+HELD_OUT_SPLIT = "val"  # the held-out part's shards in the carved folder (holdout.HELD_OUT)
+# Vertex AI sets this in a custom job that has a TensorBoard instance: the curve goes there too.
+VERTEX_TENSORBOARD_ENV = "AIP_TENSORBOARD_LOG_DIR"
+
+# Why a run ended, as the summary line and the report say it.
+STOP_PLANNED_EPOCHS = "epochs"  # --epochs given, all trained
+STOP_BUDGET = "budget"  # the budget's planned steps done, or its deadline reached
+STOP_PLATEAU = "plateau"  # patience epochs without a better held-out score
+
+
+@dataclass(frozen=True)
+class CurvePlan:
+    """What the curve watches for (from the run's plan)."""
+
+    steps_per_epoch: int
+    held_out_dir: str = ""  # the carved folder whose `val` shards are scored; "": no scores
+    held_out: int = 0  # images scored
+    score_every: int = 1  # epochs between scores
+    plateau_epochs: int = 0  # the run's patience: epochs without a better score that stop it; 0: never
+    deadline: float = 0.0  # time.monotonic() at which the budget ends; 0: none
+    budgeted: bool = False
+    end_step: int = 0  # the planned last step: always scored
+    # For the budget's length corrected by the rate measured in training (`_correct`): images an
+    # epoch, steps a chunk, the warmup's share of the steps, the most epochs a budget buys.
+    examples_per_epoch: int = 0
+    chunk: int = 1
+    warmup_share: float = 0.1
+    max_epochs: int = 0
+
+
+@dataclass
+class CurveState:
+    rows: dict[int, dict] = field(default_factory=dict)  # global step -> that chunk's row
+    best_step: int = 0
+    best_score: float = float("-inf")
+    best_weights: list | None = None
+    stop_reason: str = ""
+    stop_step: int = 0
+    score_seconds: float = 0.0
+    corrected: str = ""  # how the budget's length was corrected after the first epoch, if it was
+
+
+class LearningCurve(GlobalStep):
+    """Keras callback at each chunk's end (after its checkpoint): the row, the held-out score,
+    the stop decision (`model.stop_training`, which ends `fit` after this chunk)."""
+
+    def __init__(self, plan: CurvePlan, record: Callable[[], TrainConfigFile], writer,
+                 agree: Callable[[list[float]], list[float]] = lambda values: values,
+                 schedule: WarmupCosine | None = None, on_length: Callable[[int, str], None] = lambda epochs, why: None):
+        """`schedule`: the learning rate's, whose length a correction sets; `on_length(epochs, why)`:
+        told the corrected length (the trainer keeps it for a resumed run)."""
+        super().__init__()
+        self.plan, self._record, self._writer, self._agree = plan, record, writer, agree
+        self._schedule, self._on_length = schedule, on_length
+        self.state = CurveState()
+        self._batch_detector: BatchDetector | None = None
+        self._batches: list | None = None
+        self._chunk_began = time.monotonic()
+        self._chunk_seconds = 0.0
+        self._chunk_end = 0.0  # when the last chunk's end (its checkpoint, its score) was done
+        self._vertex = (tf.summary.create_file_writer(os.environ[VERTEX_TENSORBOARD_ENV])
+                        if os.environ.get(VERTEX_TENSORBOARD_ENV) else None)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        self._chunk_began = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = self.step
+        self._chunk_seconds = time.monotonic() - self._chunk_began
+        for later in [s for s in self.state.rows if s >= step]:  # re-run after a recovery
+            del self.state.rows[later]
+        if self.plan.deadline and not self.state.corrected and self._schedule is not None and self._chunk_end:
+            self._correct(step, time.monotonic() - self._chunk_end)
+        row = {"step": step, "epoch": round(step / self.plan.steps_per_epoch, 3),
+               "learning_rate": float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
+               **{name: float(value) for name, value in (logs or {}).items()}, "held_out_mAP": None}
+        epoch_number = step // self.plan.steps_per_epoch
+        out_of_time = self._out_of_time(step)
+        last = self._last_chunk(step) or out_of_time  # the last point is always scored
+        if self.plan.held_out_dir and (epoch_number % self.plan.score_every == 0 or last):
+            row["held_out_mAP"] = self._score(step)
+        self.state.rows[step] = row
+        self._summaries(row)
+        if self._last_chunk(step):  # the end (a corrected length may be shorter than this `fit` was asked)
+            self.model.stop_training = True
+        reason = self._stop_reason(out_of_time)
+        if reason:
+            self.state.stop_reason, self.state.stop_step = reason, step
+            logger.info("train: stops at step %d: %s", step, reason)
+            self.model.stop_training = True
+        self._chunk_end = time.monotonic()
+
+    def _correct(self, step: int, chunk_seconds: float) -> None:
+        """The budget's epochs again, at the pace this run trains at (the estimate before it came
+        from a few steps on synthetic images, or the probe): a whole chunk's time (its steps, its
+        checkpoint; not the first, which traces the step), the epochs left before the deadline
+        less the held-out scores' share; the schedule's warmup and decay stretched or shortened
+        to the new end. Once, at the end of the second chunk."""
+        plan = self.plan
+        chunk_seconds, left = self._agree([chunk_seconds, plan.deadline - time.monotonic()])
+        done = step / plan.steps_per_epoch
+        per_epoch = chunk_seconds * plan.steps_per_epoch / plan.chunk
+        more = math.floor(max(0.0, left) * (1 - SCORE_SHARE) / max(per_epoch, 1e-9))
+        epochs = max(math.ceil(done), min(plan.max_epochs or 10**9, math.floor(done) + more))
+        total = max(step, math.ceil(epochs * plan.steps_per_epoch / plan.chunk) * plan.chunk)
+        self.state.corrected = (f"{epochs} epochs ({total} steps) at the {plan.examples_per_epoch / per_epoch:.1f} "
+                                f"images/s trained by step {step} (a whole chunk's time), {left:.0f} s before the "
+                                "budget's end")
+        if total != plan.end_step:
+            self._schedule.set_length(max(1, int(total * plan.warmup_share)), total)
+            self.plan = replace(plan, end_step=total)
+            logger.info("train: the budget's length corrected: %s (was %d steps)", self.state.corrected,
+                        plan.end_step)
+            self._on_length(epochs, self.state.corrected)
+        else:
+            self.state.corrected += ": as planned"
+
+    def _last_chunk(self, step: int) -> bool:
+        return step >= self.plan.end_step
+
+    def _kept(self, record: TrainConfigFile) -> tuple[BatchDetector | None, list | None]:
+        """One BatchDetector for every score (its graph reads the weights as they are at each
+        call) and the held-out photos decoded once; a tiled model's photos go through
+        model_metrics' own tiled path."""
+        if self._batch_detector is None and record.tiling is None:
+            self._batch_detector = BatchDetector(self.model, record.image_size)
+            self._batches = kept_batches(self.plan.held_out_dir, record.image_size, self.plan.held_out, HELD_OUT_SPLIT)
+        return self._batch_detector, self._batches
+
+    def _score(self, step: int) -> float:
+        began = time.monotonic()
+        record = self._record()
+        with weight_average_in_place(self.model):
+            score = model_metrics(self.model, record, self.plan.held_out_dir, HELD_OUT_SPLIT, *self._kept(record))["mAP"]
+            score = self._agree([score])[0]
+            if score > self.state.best_score:  # the weights evaluated and exported if nothing later beats them
+                self.state.best_step, self.state.best_score = step, score
+                self.state.best_weights = [np.array(w) for w in self.model.get_weights()]
+        self.state.score_seconds += time.monotonic() - began
+        logger.info("train: held-out mAP %.4f at step %d (best %.4f at step %d)", score, step,
+                    self.state.best_score, self.state.best_step)
+        return score
+
+    def scores(self) -> list[float]:
+        return [row["held_out_mAP"] for _, row in sorted(self.state.rows.items()) if row["held_out_mAP"] is not None]
+
+    def _out_of_time(self, step: int) -> bool:
+        """The next chunk (and a score after it) would end past the budget's deadline: stop here."""
+        if not self.plan.deadline or self._last_chunk(step):
+            return False
+        scoring = self.state.score_seconds / max(1, len(self.scores()))
+        return self._agree([self.plan.deadline - time.monotonic() - self._chunk_seconds - scoring])[0] < 0
+
+    def _stop_reason(self, out_of_time: bool) -> str:
+        plan = self.plan
+        if plateaued(self.scores(), plan.plateau_epochs, plan.score_every):
+            return (f"{STOP_PLATEAU}: no better held-out mAP for {plan.plateau_epochs} epochs (patience) after "
+                    f"{self.state.best_score:.4f} at epoch {self.state.best_step / plan.steps_per_epoch:g}")
+        if out_of_time:
+            return f"{STOP_BUDGET}: the time budget's deadline (the next epoch would pass it)"
+        return ""
+
+    def _summaries(self, row: dict) -> None:
+        for writer in (self._writer, self._vertex):
+            if writer is None:
+                continue
+            with writer.as_default(step=row["step"]):
+                for name, value in row.items():
+                    if name not in ("step", "epoch") and value is not None:
+                        tf.summary.scalar(f"{'held_out' if name == 'held_out_mAP' else 'epoch'}/{name}", value)
+            writer.flush()
+
+    def finish(self) -> tuple[str, HistoryFile]:
+        """Why training ended, and the history file's columns."""
+        end_step = max(self.state.rows, default=self.plan.end_step)
+        if not self.state.stop_reason:
+            self.state.stop_reason = (f"{STOP_BUDGET}: the budget's planned epochs are done" if self.plan.budgeted
+                                      else f"{STOP_PLANNED_EPOCHS}: the given epochs are done")
+            self.state.stop_step = end_step
+        rows = [row for _, row in sorted(self.state.rows.items())]
+        best = self.state.best_step if self.state.best_weights is not None else 0
+        return self.state.stop_reason, HistoryFile.from_rows(rows, stop=self.state.stop_reason, best_step=best,
+                                                             score_seconds=round(self.state.score_seconds, 1))

@@ -1,0 +1,171 @@
+"""A run trained as long as its time budget pays for, watching its own learning curve on held-out
+train images: the budget's plan (pure), the stop on a made-up flat curve with the best point's
+weights kept, the curves written where people look, and a deadline that ends a run inside it."""
+
+import doctest
+import json
+from pathlib import Path
+
+import pytest
+
+
+def test_the_examples_in_the_budget_modules_run():
+    from components.detector import artifacts
+    from components.train import schedules, time_budget
+
+    for module in (time_budget, schedules, artifacts):
+        assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_a_budget_becomes_epochs_at_the_measured_rate():
+    from components.train.time_budget import (END_RESERVE_SECONDS, MAX_BUDGET_EPOCHS, SCORE_SHARE, chosen_budget,
+                                              epochs_for_budget)
+
+    length = epochs_for_budget(600, 60, images_per_second=50, examples_per_epoch=1000)
+    assert length.epochs == int((600 - 60 - END_RESERVE_SECONDS) * (1 - SCORE_SHARE) * 50 / 1000)
+    assert "600 s budget" in length.reason and "50.0 images/s" in length.reason and length.affordable > 25
+    assert epochs_for_budget(600, 60, 100, 1000).epochs in (2 * length.epochs, 2 * length.epochs + 1)
+    # A fast machine reaches the cap, a warm start's smaller one; a budget spent on set-up still trains once.
+    assert epochs_for_budget(3600, 0, 5000, 1000).epochs == MAX_BUDGET_EPOCHS
+    assert epochs_for_budget(3600, 0, 5000, 1000, fine_tune_share=0.4).epochs == int(MAX_BUDGET_EPOCHS * 0.4)
+    assert epochs_for_budget(10, 30, 50, 1000).epochs == 1
+    assert chosen_budget("auto", on_gpu=False)[0] < chosen_budget("auto", on_gpu=True)[0]
+
+
+def test_the_plan_takes_the_epochs_the_budget_bought():
+    from components.train.config import TrainConfig
+    from components.train.plan import MachineFacts, plan_training
+    from components.train.time_budget import RunLength
+
+    config = TrainConfig("data", "out", batch_size=8)
+    assert config.budgeted and not TrainConfig("data", "out", epochs=3).budgeted
+    plan = plan_training(config, MachineFacts(), 100, length=RunLength(7, "the budget's 7"))
+    assert plan.total_steps == 7 * (100 // 8) and plan.decisions["epochs"].startswith("7: the budget's 7")
+    with pytest.raises(ValueError, match="needs the run length"):
+        plan_training(config, MachineFacts(), 100)
+    with pytest.raises(ValueError, match="time_budget must be 'auto' or a duration"):
+        TrainConfig("data", "out", time_budget="soon")
+
+
+def test_the_stop_rule_on_made_up_curves():
+    from components.train.time_budget import plateaued, score_every
+
+    flat = [0.2, 0.3, 0.31, 0.31, 0.30, 0.31]  # the best (the first 0.31) is three scores back
+    assert plateaued(flat, patience=6, every=2) and not plateaued(flat, patience=8, every=2)
+    assert not plateaued(flat, patience=0, every=2)  # patience 0: never stops early
+    assert not plateaued([0.1, 0.2, 0.3, 0.4], patience=1, every=1)  # still rising
+    # Scoring more held-out images, or slower, is done less often; never less than once an epoch.
+    assert score_every(400, 1000, 50) > score_every(40, 1000, 50) >= 1
+
+
+def test_the_time_budget_option_is_checked_before_anything_runs(demo_shards, tmp_path, capsys):
+    from pipeline.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--data", str(demo_shards), "--output", str(tmp_path), "--time-budget", "3 days"])
+    assert exit_info.value.code == 2 and "--time-budget must be 'auto' or a duration" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def plateau_run(demo_shards, tmp_path_factory):
+    """A budgeted training on real shards whose held-out scores are made up: 0.1, then 0.5,
+    then 0.3 every time after (a plateau), with the weights in place at each score recorded."""
+    from components.train import curve
+    from components.train.distribution import weights_digest
+    from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
+
+    scores, seen = iter([0.1, 0.5]), []
+
+    def made_up(model, record, data_dir, split="val", detector=None, batches=None):
+        assert split == "val" and Path(data_dir).name == "held_out"  # the carve of train, never the data's val
+        seen.append(weights_digest(model))
+        return {"mAP": next(scores, 0.3)}
+
+    out = tmp_path_factory.mktemp("plateau_run")
+    real = curve.model_metrics
+    curve.model_metrics = made_up
+    try:
+        result = train_detector(TrainConfig(
+            data_dir=str(demo_shards), output_dir=str(out), batch_size=4, image_size=64, time_budget="10m",
+            patience=3, probe=ProbeAdvice(images_per_second=40.0)))
+    finally:
+        curve.model_metrics = real
+    return result, out, seen
+
+
+def test_a_flat_curve_stops_the_run_and_the_best_points_weights_are_kept(plateau_run):
+    from components.detector.artifacts import HistoryFile, load_trained
+    from components.train.distribution import weights_digest
+
+    result, out, seen = plateau_run
+    history = HistoryFile.read(out)
+    scored = history.scored()
+    assert [v for _, v in scored][:2] == [0.1, 0.5] and all(v == 0.3 for _, v in scored[2:])
+    every = scored[1][0] - scored[0][0]
+    steps_per_epoch = history.columns["step"][0]  # one chunk an epoch
+    assert (len(scored) - 2) * every // steps_per_epoch >= 3  # patience 3 epochs, counted in scores
+    assert result.stopped.startswith("plateau: no better held-out mAP for 3 epochs") == history.stop.startswith(
+        "plateau")
+    assert result.steps == scored[-1][0] < 100 * steps_per_epoch  # stopped long before the budget's epochs
+    # The model is the weights of the 0.5 point (their average, as scored), not the last step's.
+    assert result.best_step == history.best_step == scored[1][0]
+    assert result.weights_sha256 == seen[1] != seen[-1]
+    model, _ = load_trained(str(out))
+    assert weights_digest(model) == seen[1]
+    assert f"kept the weights of step {scored[1][0]}" in result.decisions["stopped"]
+
+
+def test_the_curves_are_written_where_people_look(plateau_run):
+    import tensorflow as tf
+
+    from components.detector.artifacts import HistoryFile
+
+    result, out, _ = plateau_run
+    history = json.loads((out / "history.json").read_text())
+    assert {"step", "epoch", "learning_rate", "loss", "held_out_mAP"} <= set(history)
+    assert len(set(len(history[k]) for k in ("step", "epoch", "learning_rate", "loss", "held_out_mAP"))) == 1
+    assert history["stopped"]["reason"] == result.stopped and HistoryFile.read(out).best_step == result.best_step
+    rates = history["learning_rate"]
+    assert rates[0] < max(rates)  # the warmup
+    tags = set()
+    for events in (out / "tensorboard").glob("events.out.tfevents.*"):
+        for record in tf.compat.v1.train.summary_iterator(str(events)):
+            tags |= {value.tag for value in record.summary.value}
+    assert {"held_out/held_out_mAP", "epoch/learning_rate", "epoch/loss"} <= tags
+    assert (out / "loss_curve.png").stat().st_size > 10_000
+    report = (out / "train_report.md").read_text()
+    assert f"- stopped: {result.stopped}" in report and "held_out_curve" in report
+    assert json.loads((out / "checkpoints" / "run_length.json").read_text())["epochs"] >= 1
+
+
+def test_a_spent_budget_trains_one_epoch_and_scores_it_on_the_held_out_images(demo_shards, tmp_path):
+    """A budget already spent when training starts (1 s): one epoch, the last (only) point
+    scored by the real held-out scoring, the reason said."""
+    from components.detector.artifacts import HistoryFile
+    from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
+
+    result = train_detector(TrainConfig(data_dir=str(demo_shards), output_dir=str(tmp_path), batch_size=4,
+                                        image_size=64, time_budget="1s", probe=ProbeAdvice(images_per_second=1e6)))
+    history = HistoryFile.read(tmp_path)
+    assert result.stopped.startswith("budget: the budget's planned epochs are done") and result.epochs == 1
+    assert history.columns["step"] == [result.steps] and len(history.scored()) == 1
+    assert 0.0 <= history.scored()[0][1] <= 1.0 and "(at least one)" in result.decisions["epochs"]
+
+
+def test_the_deadline_stops_before_the_chunk_that_would_pass_it():
+    """The deadline check of the curve (curve.LearningCurve._out_of_time), on its own: a chunk of
+    about 2 s, a score of about 1 s."""
+    import time
+
+    from components.train.curve import CurvePlan, CurveState, LearningCurve
+
+    def curve(deadline_in: float, end_step: int = 100) -> LearningCurve:
+        made = LearningCurve(CurvePlan(10, deadline=time.monotonic() + deadline_in, end_step=end_step),
+                             record=lambda: None, writer=None)
+        made._chunk_seconds = 2.0
+        made.state = CurveState(rows={10: {"held_out_mAP": 0.2}}, score_seconds=1.0)
+        return made
+
+    assert curve(2.5)._out_of_time(step=10)  # 2 s of chunk and 1 s of score do not fit in 2.5
+    assert not curve(3.5)._out_of_time(step=10)
+    assert not curve(-1.0, end_step=10)._out_of_time(step=10)  # the last chunk: nothing left to stop
