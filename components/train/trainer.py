@@ -24,7 +24,7 @@ from beam.contract.train_keys import copy_train_keys
 from components.detector.artifacts import (CHECKPOINT_DIR, LOSS_CURVE_FILE, MODEL_FILE, REPORT_FILE, TENSORBOARD_DIR,
                                            TrainConfigFile)
 from components.detector.fitted_shape import FittedShape, shape_for_sample
-from components.detector.holdout import TuningSplit, carve_tuning_split
+from components.detector.holdout import TooFewToHoldOut, TuningSplit, carve_tuning_split
 from components.detector.losses import AveragedAdamW, compile_detector, finite_on_every_replica, use_weight_average
 from components.detector.model import build_detector, count_params
 from components.detector.precision import choose_precision, choose_xla
@@ -225,9 +225,12 @@ def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole =
         raise ValueError(f"the train split in {config.data_dir} has no records")
     held_out = None
     if config.budgeted:  # the curve's images, held out of training: written once, kept for a resumed run
-        held_out = carve_tuning_split(config.data_dir, f"{role.write_dir(config.output_dir)}/{HELD_OUT_DIR}",
-                                      config.holdout, config.seed)
-        num_train = held_out.fit
+        try:
+            held_out = carve_tuning_split(config.data_dir, f"{role.write_dir(config.output_dir)}/{HELD_OUT_DIR}",
+                                          config.holdout, config.seed)
+            num_train = held_out.fit
+        except TooFewToHoldOut as err:  # a handful of images: trained on all of them, no curve to watch
+            logger.warning("train: no held-out curve: %s", err)
     sample = read_box_sample(config.data_dir, label_map=label_map)
     fresh = shape_for_sample(sample, config.model_size, num_class_slots(label_map), config.image_size,
                              on_gpu=bool(machine.gpu_majors), preset=config.preset,
@@ -237,7 +240,7 @@ def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole =
     windows = windows_per_photo(sample, shape.model.tiling) if shape.model.tiled else 1
     resolved = replace(config, image_size=shape.model.image_size)  # from here on the size is a number
     length = None
-    if held_out is not None:
+    if config.budgeted:
         guess, _ = choose_batch_size(config.batch_size, num_train * windows, config.probe.safe_batch)
         length = budget_length(resolved, shape.model, num_train * windows, max(1, guess // machine.local_replicas),
                                max(1, sample.densest_image_boxes), machine.replicas, bool(machine.gpu_majors), spent,
@@ -269,13 +272,13 @@ def curve_plan(facts: RunFacts, plan: TrainPlan, end: int, started: float) -> Cu
     scored (time_budget.score_every), the patience and the budget's deadline (`started`: when
     the step began; 0: none, as for a run resumed from a checkpoint, which ends at its planned steps)."""
     held, length = facts.held_out, facts.length
-    if held is None or length is None:
+    if length is None:
         return CurvePlan(plan.steps_per_epoch, end_step=end)
     deadline = started + length.seconds - END_RESERVE_SECONDS if started and length.seconds else 0.0
     cap = max(1, math.floor(MAX_BUDGET_EPOCHS * (FINE_TUNE_EPOCH_SHARE if facts.warm.used else 1.0)))
-    return CurvePlan(plan.steps_per_epoch, held.folder, held.held_out,
-                     score_every(held.held_out, facts.examples_per_epoch, length.images_per_second),
-                     facts.config.patience, deadline, budgeted=True, end_step=end,
+    every = score_every(held.held_out, facts.examples_per_epoch, length.images_per_second) if held else 1
+    return CurvePlan(plan.steps_per_epoch, held.folder if held else "", held.held_out if held else 0, every,
+                     facts.config.patience if held else 0, deadline, budgeted=True, end_step=end,
                      examples_per_epoch=facts.examples_per_epoch, chunk=plan.chunk,
                      warmup_share=plan.warmup_steps / plan.total_steps, max_epochs=cap)
 
@@ -409,6 +412,9 @@ def _decisions(plan: TrainPlan, facts: RunFacts, model: keras.Model, out: Path, 
             + (f"stops after {watch.plateau_epochs} epochs without a better score (patience); " if watch.plateau_epochs
                else "patience 0: no early stop; ")
             + "the best point's weights are kept")
+    elif facts.length is not None:
+        decisions["held_out_curve"] = (f"off: too few train images to hold out {config.holdout:.0%} of them: every "
+                                       "epoch on the whole train split, the last weights kept")
     else:
         decisions["held_out_curve"] = "off: --epochs given: every epoch on the whole train split, the last weights kept"
     decisions["checkpoints"] = (f"every {plan.chunk} steps to {out / CHECKPOINT_DIR}"
