@@ -84,9 +84,7 @@ def main() -> None:
     parser.add_argument("--decide", action="append", default=[], metavar="NAME=SHARDS",
                         help="also print --tile auto's decision for these shards (repeatable)")
     args = parser.parse_args()
-    from components.train.trainer import TrainConfig
-
-    args.epochs = args.epochs or TrainConfig.epochs
+    args.epochs = args.epochs or 10  # the default before time budgets (its figures in docs/measurements.md)
 
     from beam.contract.label_map import read_dataset_label_map
     from components.detector.tile_counts import count_tiles

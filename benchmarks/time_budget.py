@@ -26,16 +26,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from beam.convert_job import build_dataset
-from beam.options import ConvertOptions
-from components.evaluate.evaluator import evaluate_detector
-from components.train.time_budget import GPU_AUTO_SECONDS, MAX_BUDGET_EPOCHS, budget_seconds
-from components.train.trainer import TrainConfig, train_detector
-from pipeline.demo_data import write_demo_dataset
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: benchmarks/ as a package
+
+from beam.convert_job import build_dataset  # noqa: E402
+from beam.options import ConvertOptions  # noqa: E402
+from benchmarks.photo_sets import add_photo_options, photo_paths  # noqa: E402
+from components.evaluate.evaluator import evaluate_detector  # noqa: E402
+from components.train.time_budget import GPU_AUTO_SECONDS, MAX_BUDGET_EPOCHS, budget_seconds  # noqa: E402
+from components.train.trainer import TrainConfig, train_detector  # noqa: E402
 
 VAL_FRACTION = 0.2
 BASELINE_EPOCHS = 10  # the default before time budgets
@@ -82,21 +85,14 @@ def run_seed(images: str, annotations: str, seed: int, work: Path, budgets: list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images")
-    parser.add_argument("--annotations")
-    parser.add_argument("--demo", type=int, default=0, help="write a demo dataset of this many images instead")
+    add_photo_options(parser)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--budgets", default="5m,10m,20m,40m")
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    images, annotations = args.images, args.annotations
-    if args.demo:
-        raw = work / "demo"
-        if not (raw / "annotations").is_dir():
-            write_demo_dataset(raw, num_train=args.demo, num_val=0, seed=0)
-        images, annotations = str(raw / "images"), str(raw / "annotations")
+    images, annotations = photo_paths(args, work)
     budgets = args.budgets.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
     results = {seed: run_seed(images, annotations, seed, work, budgets) for seed in seeds}

@@ -23,17 +23,20 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from beam.convert_job import build_dataset
-from beam.options import ConvertOptions
-from components.evaluate.evaluator import evaluate_detector
-from components.train.trainer import TrainConfig, train_detector
-from components.tune.hparams_file import BEST_FILE, BestHparams
-from components.tune.search import TuneConfig, tune
-from pipeline.demo_data import write_demo_dataset
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: benchmarks/ as a package
+
+from beam.convert_job import build_dataset  # noqa: E402
+from beam.options import ConvertOptions  # noqa: E402
+from benchmarks.photo_sets import add_photo_options, photo_paths  # noqa: E402
+from components.evaluate.evaluator import evaluate_detector  # noqa: E402
+from components.train.trainer import TrainConfig, train_detector  # noqa: E402
+from components.tune.hparams_file import BEST_FILE, BestHparams  # noqa: E402
+from components.tune.search import TuneConfig, tune  # noqa: E402
 
 VAL_FRACTION = 0.2  # the CLI's default split
 
@@ -93,22 +96,15 @@ def _f(value) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images")
-    parser.add_argument("--annotations")
-    parser.add_argument("--demo", type=int, default=0, help="a synthetic set of this many images instead")
+    add_photo_options(parser)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--trials", default="auto", help="the search's trials (default auto, as the pipeline)")
-    parser.add_argument("--epochs", type=int, default=TrainConfig.epochs)
+    parser.add_argument("--epochs", type=int, default=10, help="the training tuned (the release before budgets)")
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    images, annotations = args.images, args.annotations
-    if args.demo:
-        demo = work / "demo"
-        if not (demo / "annotations").exists():
-            write_demo_dataset(demo, num_train=args.demo - args.demo // 5, num_val=args.demo // 5, seed=11)
-        images, annotations = str(demo / "images"), str(demo / "annotations")
+    images, annotations = photo_paths(args, work)
     rows = [run_seed(images, annotations, int(s), work, args) for s in args.seeds.split(",")]
     print("\n| seed | trials | tuning split: winner / defaults | val mAP defaults | tuned | gain | AP50 d/t | "
           "AP75 d/t | search CPU s | x training |")

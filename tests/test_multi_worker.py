@@ -25,11 +25,12 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _start_cluster(data, out, logs, max_steps: int, export: bool = False, extra: tuple = ()) -> list[subprocess.Popen]:
+def _start_cluster(data, out, logs, max_steps: int, export: bool = False, extra: tuple = (),
+                   epochs: int = 100) -> list[subprocess.Popen]:
     chief, worker = (f"127.0.0.1:{p}" for p in _free_ports(2))
     cluster = {"chief": [chief], "worker": [worker]}
     command = [sys.executable, "-m", "pipeline.cli", "train", "--data", str(data), "--output", str(out),
-               "--batch-size", "4", "--image-size", "64", "--epochs", "100", "--max-steps", str(max_steps),
+               "--batch-size", "4", "--image-size", "64", "--epochs", str(epochs), "--max-steps", str(max_steps),
                "--checkpoint-every", "4", "--seed", "3", *extra] + ([] if export else ["--no-export"])
     procs = []
     for task in ({"type": "chief", "index": 0}, {"type": "worker", "index": 0}):
@@ -60,8 +61,9 @@ def two_worker_run(demo_shards, tmp_path_factory):
     out = logs / "out"
     # Every default, export included, as a two-replica custom job runs it on the default
     # accelerator (T4s: mixed_float16, forced here; the LossScaleOptimizer all-reduces its
-    # gradients' finiteness across the workers).
-    codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8, export=True,
+    # gradients' finiteness across the workers); the default length too (a time budget: each
+    # worker measures the rate, and the epochs, the held-out scores and the stop are agreed).
+    codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8, export=True, epochs=0,
                                  extra=("--precision", "mixed_float16")))
     return out, logs, codes
 
@@ -78,6 +80,12 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(two_worker_run)
     assert "_scratch" not in names  # the worker's own saves are gone
     report = (out / "train_report.md").read_text()
     assert "MultiWorkerMirroredStrategy, 2 workers, global batch 8" in report
+    # The budgeted length and the held-out curve, agreed: both workers scored the same points alike.
+    history = json.loads((out / "history.json").read_text())
+    assert [v for v in history["held_out_mAP"] if v is not None] and history["stopped"]["reason"]
+    scores = [re.findall(r"held-out mAP ([0-9.]+) at step (\d+)", (logs / f"{role}.log").read_text())
+              for role in ("chief", "worker")]
+    assert scores[0] and scores[0] == scores[1]
     assert "mixed_float16: given with --precision" in report
     config = json.loads((out / "train_config.json").read_text())
     assert config["result"]["batch_size"] == 8 and config["result"]["steps"] == 8

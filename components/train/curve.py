@@ -93,6 +93,7 @@ class LearningCurve(GlobalStep):
         self._chunk_began = time.monotonic()
         self._chunk_seconds = 0.0
         self._chunk_end = 0.0  # when the last chunk's end (its checkpoint, its score) was done
+        self._scored_epoch = 0  # the whole epochs done at the last score
         self._vertex = (tf.summary.create_file_writer(os.environ[VERTEX_TENSORBOARD_ENV])
                         if os.environ.get(VERTEX_TENSORBOARD_ENV) else None)
 
@@ -113,8 +114,9 @@ class LearningCurve(GlobalStep):
         epoch_number = step // self.plan.steps_per_epoch
         out_of_time = self._out_of_time(step)
         last = self._last_chunk(step) or out_of_time  # the last point is always scored
-        if self.plan.held_out_dir and (epoch_number % self.plan.score_every == 0 or last):
-            row["held_out_mAP"] = self._score(step)
+        if self.plan.held_out_dir and (epoch_number - self._scored_epoch >= self.plan.score_every or last):
+            row["held_out_mAP"] = self._score(step)  # every `score_every` epochs, however long a chunk is
+            self._scored_epoch = epoch_number
         self.state.rows[step] = row
         self._summaries(row)
         if self._last_chunk(step):  # the end (a corrected length may be shorter than this `fit` was asked)
