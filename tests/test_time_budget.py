@@ -126,7 +126,8 @@ def test_the_curves_are_written_where_people_look(plateau_run):
     assert len(set(len(history[k]) for k in ("step", "epoch", "learning_rate", "loss", "held_out_mAP"))) == 1
     assert history["stopped"]["reason"] == result.stopped and HistoryFile.read(out).best_step == result.best_step
     rates = history["learning_rate"]
-    assert rates[0] < max(rates)  # the warmup
+    assert rates[0] < max(rates) and rates[-1] < 0.05 * max(rates)  # the warmup; after the plateau, the decay to 0
+    assert "then the learning rate decayed to 0 over" in result.stopped
     tags = set()
     for events in (out / "tensorboard").glob("events.out.tfevents.*"):
         for record in tf.compat.v1.train.summary_iterator(str(events)):

@@ -3,7 +3,8 @@ learning rate; every `score_every` epochs the model's mAP on the held-out part o
 tuning split's carve, never val), with the weight average in place as a finished run has it.
 
 It decides when training ends before its planned steps: `patience` epochs without a better
-held-out score (a plateau), or the time budget's deadline, which the next chunk would pass.
+held-out score (a plateau: the learning rate then decays to 0 over a tail, and the run ends),
+or the time budget's deadline, which the next chunk would pass.
 It keeps the weights of the best scored point (their average), which the trainer saves.
 
 Under several workers each worker scores the same held-out images and the numbers that decide
@@ -29,7 +30,7 @@ from components.detector.losses import weight_average_in_place
 from components.detector.split_prediction import kept_batches, model_metrics
 from components.train.global_step import GlobalStep
 from components.train.schedules import WarmupCosine
-from components.train.time_budget import SCORE_SHARE, plateaued
+from components.train.time_budget import ANNEAL_SHARE, SCORE_SHARE, plateaued
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class CurveState:
     stop_step: int = 0
     score_seconds: float = 0.0
     corrected: str = ""  # how the budget's length was corrected after the first epoch, if it was
+    annealing: str = ""  # the plateau that ended the run, and the decay after it
 
 
 class LearningCurve(GlobalStep):
@@ -121,6 +123,8 @@ class LearningCurve(GlobalStep):
         self._summaries(row)
         if self._last_chunk(step):  # the end (a corrected length may be shorter than this `fit` was asked)
             self.model.stop_training = True
+        if not self.state.annealing and plateaued(self.scores(), self.plan.plateau_epochs, self.plan.score_every):
+            self._anneal(step)
         reason = self._stop_reason(out_of_time)
         if reason:
             self.state.stop_reason, self.state.stop_step = reason, step
@@ -189,11 +193,26 @@ class LearningCurve(GlobalStep):
         scoring = self.state.score_seconds / max(1, len(self.scores()))
         return self._agree([self.plan.deadline - time.monotonic() - self._chunk_seconds - scoring])[0] < 0
 
-    def _stop_reason(self, out_of_time: bool) -> str:
+    def _anneal(self, step: int) -> None:
+        """A plateau: the learning rate decays from where it is to 0 over ANNEAL_SHARE of the epochs
+        done (within the planned end), then the run ends; at once when there is no room left."""
         plan = self.plan
-        if plateaued(self.scores(), plan.plateau_epochs, plan.score_every):
-            return (f"{STOP_PLATEAU}: no better held-out mAP for {plan.plateau_epochs} epochs (patience) after "
-                    f"{self.state.best_score:.4f} at epoch {self.state.best_step / plan.steps_per_epoch:g}")
+        tail = max(1, math.ceil(ANNEAL_SHARE * step / plan.steps_per_epoch))
+        end = min(plan.end_step, step + math.ceil(tail * plan.steps_per_epoch / plan.chunk) * plan.chunk)
+        self.state.annealing = (f"no better held-out mAP for {plan.plateau_epochs} epochs (patience) after "
+                                f"{self.state.best_score:.4f} at epoch {self.state.best_step / plan.steps_per_epoch:g}")
+        if end <= step or self._schedule is None:
+            self.state.stop_reason, self.state.stop_step = f"{STOP_PLATEAU}: {self.state.annealing}", step
+            self.model.stop_training = True
+            return
+        self._schedule.anneal(step, end - step)
+        self.state.annealing += (f"; then the learning rate decayed to 0 over {(end - step) / plan.steps_per_epoch:g} "
+                                 "epochs")
+        self.plan = replace(plan, end_step=end)
+        logger.info("train: plateau at step %d: %s", step, self.state.annealing)
+        self._on_length(math.ceil(end / plan.steps_per_epoch), self.state.annealing)
+
+    def _stop_reason(self, out_of_time: bool) -> str:
         if out_of_time:
             return f"{STOP_BUDGET}: the time budget's deadline (the next epoch would pass it)"
         return ""
@@ -212,7 +231,8 @@ class LearningCurve(GlobalStep):
         """Why training ended, and the history file's columns."""
         end_step = max(self.state.rows, default=self.plan.end_step)
         if not self.state.stop_reason:
-            self.state.stop_reason = (f"{STOP_BUDGET}: the budget's planned epochs are done" if self.plan.budgeted
+            self.state.stop_reason = (f"{STOP_PLATEAU}: {self.state.annealing}" if self.state.annealing else
+                                      f"{STOP_BUDGET}: the budget's planned epochs are done" if self.plan.budgeted
                                       else f"{STOP_PLANNED_EPOCHS}: the given epochs are done")
             self.state.stop_step = end_step
         rows = [row for _, row in sorted(self.state.rows.items())]

@@ -192,7 +192,9 @@ def fit_with_recovery(parts: LoopParts, config: TrainConfig, input_config: Input
     recoveries, nan_recoveries = [], 0
     batch = input_config.batch_size
     per_replica = batch // parts.model.distribute_strategy.num_replicas_in_sync
-    recovery_state = (parts.schedule.scale, parts.micro_batches)  # what a recovery changes; a restore keeps it
+    # What a recovery changes, and the schedule's length (a budget's correction, a plateau's anneal):
+    # a restore keeps them.
+    recovery_state = (parts.schedule.scale, parts.micro_batches, *parts.schedule.base.variables.values())
     step = RaiseOnNonFinite(parts.guard)
     callbacks = [parts.monitor, SaveEveryChunk(parts.checkpoints), step, InjectFault(parts.faults),
                  StopAtRequest(parts.stop, parts.checkpoints)] + ([curve] if curve else []) + (

@@ -304,7 +304,7 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
                                               ema_momentum=plan.ema_momentum), config.box_loss)
         finite_on_every_replica(model)
         checkpoints = StepCheckpoints(model, str(out / CHECKPOINT_DIR), str(write_dir / CHECKPOINT_DIR),
-                                      lr_scale=schedule.scale, micro_batches=micro_batches)
+                                      lr_scale=schedule.scale, micro_batches=micro_batches, **schedule.base.variables)
     steps_done = checkpoints.restore()
     input_config = InputConfig(
         image_size=config.image_size, batch_size=plan.batch_size, augment=config.augment,
