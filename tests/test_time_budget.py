@@ -137,6 +137,7 @@ def test_the_curves_are_written_where_people_look(plateau_run):
     report = (out / "train_report.md").read_text()
     assert f"- stopped: {result.stopped}" in report and "held_out_curve" in report
     assert json.loads((out / "checkpoints" / "run_length.json").read_text())["epochs"] >= 1
+    assert not (out / "held_out").exists()  # the carve of train is not left in the model's folder
 
 
 def test_a_spent_budget_trains_one_epoch_and_scores_it_on_the_held_out_images(demo_shards, tmp_path):

@@ -383,6 +383,8 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
         has_curve = draw_loss_curve(monitor.step_losses, out / LOSS_CURVE_FILE, history, plan.steps_per_epoch)
         (out / REPORT_FILE).write_text(training_report(result, losses, has_curve))
         copy_train_keys(facts.config.data_dir, str(out))  # kept with the model: what a warm start from it compares with
+    if facts.held_out is not None:  # a copy of the train shards, kept only for a resumed run: not in the model's folder
+        tf.io.gfile.rmtree(facts.held_out.folder)
     return result
 
 
