@@ -254,10 +254,18 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     return outputs
 
 
-KEY_FIGURES["train"] = lambda out: (f"{out.get('images_per_second', 0):.1f} images/s, "
-                                    + (f"warm start from {out['started_from']}" if out.get("started_from")
-                                       else "from scratch")
-                                    + (f", {out['length'].split(':')[0]}" if out.get("length") else ""))
+def _train_figure(out: dict) -> str:
+    """The train step's console phrase: images/s, how long it trained and why it stopped (from
+    TrainResult.length_line, in a few words), where it started: `123.1 images/s, 24 epochs: plateau`,
+    `143.5 images/s, 1 epoch: budget, from v1` (short enough for an 80-column line)."""
+    rate, source = f"{out.get('images_per_second', 0):.1f} images/s", out.get("started_from", "")
+    if not out.get("length"):  # a run of an earlier version
+        return f"{rate}, " + (f"warm start from {source}" if source else "from scratch")
+    trained, _, why = out["length"].partition(", stopped: ")
+    return f"{rate}, {trained.split(' (')[0]}: {why.split(':')[0]}" + (f", from {source}" if source else "")
+
+
+KEY_FIGURES["train"] = _train_figure
 
 
 def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_name: str, champion: str,

@@ -65,6 +65,8 @@ def test_every_step_declares_the_figure_its_line_shows():
         == "55.9 images/s, from scratch"
     assert key_figure("train", {"parameterValues": {"images_per_second": 8.0, "started_from": "v1"}}) \
         == "8.0 images/s, warm start from v1"
+    trained = {"images_per_second": 8.0, "started_from": "v1", "length": "12 epochs (96 steps), stopped: plateau: ..."}
+    assert key_figure("train", {"parameterValues": trained}) == "8.0 images/s, 12 epochs: plateau, from v1"
     assert key_figure("register", {"parameterValues": {"version": "v2", "status": "rejected"}}) == "v2 rejected"
     line = "defaults (auto: no GPU)"
     assert key_figure("tune-hyperparameters", {"parameterValues": {"tuning_map": -1.0, "summary": line}}) == line

@@ -27,7 +27,7 @@ def _seed_champion(demo_dir, demo_shards, work, registry) -> dict:
     from components.registry.registry import Registry
 
     model, evaluation, exported = work / "model", work / "eval", work / "exported"
-    assert main(["train", "--data", str(demo_shards), "--output", str(model), "--max-steps", "2",
+    assert main(["train", "--data", str(demo_shards), "--output", str(model), "--epochs", "1", "--max-steps", "2",
                  "--batch-size", "8", "--image-size", "96"]) == 0
     # `train` exports with the default threshold; `export` takes the evaluation's F1-best one.
     served = json.loads((model / "saved_model" / "serving_config.json").read_text())
@@ -68,7 +68,7 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     monkeypatch.setattr(tempfile, "tempdir", None)
     summary_file = tmp_path / "summary.json"
     code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
-                 str(demo_dir / "annotations"), "--epochs", "1", "--batch-size", "8", "--image-size", "96",
+                 str(demo_dir / "annotations"), "--time-budget", "15s", "--batch-size", "8", "--image-size", "96",
                  "--promote-if", "better", "--pipeline-root", str(tmp_path / "root"), "--export-formats",
                  "saved_model,tflite", "--summary-json", str(summary_file)])
     assert code == 0
@@ -79,7 +79,7 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     # Quiet: one line per step and the summary; no ANSI codes when stdout is not a terminal.
     assert len(out.strip().splitlines()) <= 27 and "\x1b[" not in out
     assert "✓ validate-and-convert" in out and "64 written" in out and "✓ register" in out and "✓ review" in out
-    assert "defaults (auto: no GPU)" in out  # the tune step says why, in its line
+    assert "defaults (auto: the budget trains)" in out  # the tune step says why, in its line
     summary = json.loads(summary_file.read_text())
     run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
 
@@ -109,8 +109,8 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     assert "| dry_run | PASS | the real training ran here" in probe_report
     assert (run_dir / "train" / "model" / "model.keras").stat().st_size > 0
     hparams = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
-    assert hparams["trials"] == 0  # tune_trials auto: no search on a machine without a GPU, the defaults
-    assert hparams["decision"].startswith("auto: no search on a machine without a GPU")
+    assert hparams["trials"] == 0  # tune_trials auto: the budget pays for the training only, the defaults
+    assert hparams["decision"].startswith("auto: no search: the time budget pays for")
     train_config = json.loads((run_dir / "train" / "model" / "train_config.json").read_text())
     assert train_config["train"]["base_lr_per_64"] == hparams["base_lr_per_64"]
     metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
@@ -145,7 +145,13 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     assert "fingerprint-source" in first and "champion v1; unchanged data (v1's files)" in first
     assert "  " + summary["unchanged"] in out
     train_line = next((line for line in out.splitlines() if "✓ train" in line), out)
-    assert train_line.endswith("images/s, warm start from v1") and "registry: v2: champion v1" in out
+    assert train_line.endswith("images/s, 1 epoch: budget, from v1") and "registry: v2: champion v1" in out
+    training = next(line for line in out.splitlines() if line.strip().startswith("training:"))
+    # The default length, a time budget (here one that buys a single epoch of the warm start), shared
+    # with the tune step, watched on held-out train images; the summary says what it became and why it ended.
+    assert "; 1 epoch (" in training and "stopped: budget: " in training
+    history = json.loads((run_dir / "train" / "model" / "history.json").read_text())
+    assert len([v for v in history["held_out_mAP"] if v is not None]) == 1
     decision = json.loads((registry / "versions" / "v2" / "decision.json").read_text())
     assert decision["champion"]["version"] == "v1" and decision["rule"]["promote_if"] == "better"
     assert decision["rule"]["resamples"] >= 1000 and len(decision["val"]["fingerprint"]) == 64

@@ -93,6 +93,7 @@ def plateau_run(demo_shards, tmp_path_factory):
     return result, out, seen
 
 
+@pytest.mark.slow
 def test_a_flat_curve_stops_the_run_and_the_best_points_weights_are_kept(plateau_run):
     from components.detector.artifacts import HistoryFile, load_trained
     from components.train.distribution import weights_digest
@@ -115,6 +116,7 @@ def test_a_flat_curve_stops_the_run_and_the_best_points_weights_are_kept(plateau
     assert f"kept the weights of step {scored[1][0]}" in result.decisions["stopped"]
 
 
+@pytest.mark.slow
 def test_the_curves_are_written_where_people_look(plateau_run):
     import tensorflow as tf
 
@@ -138,20 +140,6 @@ def test_the_curves_are_written_where_people_look(plateau_run):
     assert f"- stopped: {result.stopped}" in report and "held_out_curve" in report
     assert json.loads((out / "checkpoints" / "run_length.json").read_text())["epochs"] >= 1
     assert not (out / "held_out").exists()  # the carve of train is not left in the model's folder
-
-
-def test_a_spent_budget_trains_one_epoch_and_scores_it_on_the_held_out_images(demo_shards, tmp_path):
-    """A budget already spent when training starts (1 s): one epoch, the last (only) point
-    scored by the real held-out scoring, the reason said."""
-    from components.detector.artifacts import HistoryFile
-    from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
-
-    result = train_detector(TrainConfig(data_dir=str(demo_shards), output_dir=str(tmp_path), batch_size=4,
-                                        image_size=64, time_budget="1s", probe=ProbeAdvice(images_per_second=1e6)))
-    history = HistoryFile.read(tmp_path)
-    assert result.stopped.startswith("budget: the budget's planned epochs are done") and result.epochs == 1
-    assert history.columns["step"] == [result.steps] and len(history.scored()) == 1
-    assert 0.0 <= history.scored()[0][1] <= 1.0 and "(at least one)" in result.decisions["epochs"]
 
 
 def test_the_deadline_stops_before_the_chunk_that_would_pass_it():

@@ -84,7 +84,7 @@ def test_the_tuning_split_holds_train_records_only_each_once(demo_shards, tmp_pa
     # A search asked for where nothing can be held out: the given values, and the reason, not a failed run.
     from components.tune.search import TuneConfig, tune
 
-    result = tune(TuneConfig(str(demo_shards), str(tmp_path / "tune"), trials=2, train={"holdout": 1e-9}))
+    result = tune(TuneConfig(str(demo_shards), str(tmp_path / "tune"), trials=2, train={"holdout": 1e-9, "epochs": 3}))
     assert result.best.trials == 0 and result.best.hparams == DEFAULTS
     assert result.best.decision.startswith("no search: the train split of") and "0 to score them" in \
         (tmp_path / "tune" / "tune_report.md").read_text()

@@ -28,8 +28,11 @@ import tensorflow as tf
 def _one_batch(model: keras.Model, images: tf.Tensor) -> dict[str, tf.Tensor]:
     """The detector on one batch of static size: raw outputs decoded and NMS applied, as
     `model.predict_step` does. Keys: boxes (pixel yxyx at the model size), confidence,
-    labels (0-based), num_detections."""
-    return model.decode_predictions(model(images, training=False), images)
+    labels (0-based), num_detections. The raw outputs are decoded in float32: a model built
+    under a mixed policy (one scored as it trains) gives float16 or bfloat16 outputs, which
+    KerasHub's box decoding multiplies by its float32 anchors."""
+    raw = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), model(images, training=False))
+    return model.decode_predictions(raw, images)
 
 
 def detect(model: keras.Model, images: tf.Tensor, batch_size: int, scale: float = 1.0) -> dict[str, tf.Tensor]:

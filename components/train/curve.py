@@ -62,6 +62,7 @@ class CurvePlan:
     chunk: int = 1
     warmup_share: float = 0.1
     max_epochs: int = 0
+    max_step: int = 0  # a cap on the steps (`max_steps`) a correction never passes; 0: none
 
 
 @dataclass
@@ -145,6 +146,7 @@ class LearningCurve(GlobalStep):
         more = math.floor(max(0.0, left) * (1 - SCORE_SHARE) / max(per_epoch, 1e-9))
         epochs = max(math.ceil(done), min(plan.max_epochs or 10**9, math.floor(done) + more))
         total = max(step, math.ceil(epochs * plan.steps_per_epoch / plan.chunk) * plan.chunk)
+        total = min(total, plan.max_step) if plan.max_step else total
         self.state.corrected = (f"{epochs} epochs ({total} steps) at the {plan.examples_per_epoch / per_epoch:.1f} "
                                 f"images/s trained by step {step} (a whole chunk's time), {left:.0f} s before the "
                                 "budget's end")

@@ -90,7 +90,7 @@ class TrainResult:
     @property
     def length_line(self) -> str:
         """How long it trained and why it stopped, one line: `24 epochs (744 steps), stopped: plateau: ...`."""
-        return f"{self.epochs:g} epochs ({self.steps} steps), stopped: {self.stopped}"
+        return f"{self.epochs:g} epoch{'' if self.epochs == 1 else 's'} ({self.steps} steps), stopped: {self.stopped}"
 
 
 def _machine_facts(role: ClusterRole, strategy: tf.distribute.Strategy, description: str) -> MachineFacts:
@@ -280,7 +280,8 @@ def curve_plan(facts: RunFacts, plan: TrainPlan, end: int, started: float) -> Cu
     return CurvePlan(plan.steps_per_epoch, held.folder if held else "", held.held_out if held else 0, every,
                      facts.config.patience if held else 0, deadline, budgeted=True, end_step=end,
                      examples_per_epoch=facts.examples_per_epoch, chunk=plan.chunk,
-                     warmup_share=plan.warmup_steps / plan.total_steps, max_epochs=cap)
+                     warmup_share=plan.warmup_steps / plan.total_steps, max_epochs=cap,
+                     max_step=plan.total_steps if facts.config.max_steps else 0)
 
 
 def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.distribute.Strategy) -> BuiltRun:
