@@ -61,14 +61,18 @@ def _fetch_folder(args):
 def cmd_train(args) -> int:
     from components.detector.fitted_shape import PoorAnchors
     from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
-    from components.train.trainer import TrainConfig, train_detector
+    from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
 
     settings = {**training_values(args), **_hparams_over_defaults(args)}
+    try:
+        advice = ProbeAdvice.from_probe_file(args.probe) if args.probe else ProbeAdvice()
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise _fail_lines([f"--probe {args.probe}: not a probe.json of `detpipe probe --json` ({err!r})"]) from err
     augment = settings["flip"] or settings["augment_strength"] > 0  # with neither, nothing is left to augment
     try:
         with _fetch_folder(args) as fetched:
             result = train_detector(TrainConfig(
-                data_dir=args.data, output_dir=args.output, verify_shards=args.verify_shards, augment=augment,
+                data_dir=args.data, output_dir=args.output, verify_shards=args.verify_shards, augment=augment, probe=advice,
                 **_init_from(args, fetched), **settings))
     except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects
         print(f"detpipe: {stopped}", file=sys.stderr)
@@ -178,6 +182,10 @@ def _add_train(sub) -> None:
     p.add_argument("--hparams", metavar="JSON", type=existing_file,
                    help="best_hparams.json of `detpipe tune`: its learning rate, weight decay and augmentation "
                         "strength, unless given on the command line")
+    p.add_argument("--probe", metavar="JSON", type=existing_file,
+                   help="probe.json of `detpipe probe --json` on this machine: its measured training rate (a time "
+                        "budget's epochs), safe batch, precision and input parallelism, as the pipeline's train step "
+                        "takes them")
     p.add_argument("--no-export", action="store_true",
                    help="do not write OUTPUT/saved_model (the SavedModel `detpipe serve` loads)")
     p.add_argument("--verify-shards", action="store_true",

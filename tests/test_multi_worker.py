@@ -63,8 +63,10 @@ def two_worker_run(demo_shards, tmp_path_factory):
     # accelerator (T4s: mixed_float16, forced here; the LossScaleOptimizer all-reduces its
     # gradients' finiteness across the workers); the default length too (a time budget: each
     # worker measures the rate, and the epochs, the held-out scores and the stop are agreed).
+    probe = logs / "probe.json"  # the probe's measured rate, as the pipeline's train step gets it
+    probe.write_text(json.dumps({"recommendations": {"images_per_second": 40.0}}))
     codes = _wait(_start_cluster(demo_shards, out, logs, max_steps=8, export=True, epochs=0,
-                                 extra=("--precision", "mixed_float16")))
+                                 extra=("--precision", "mixed_float16", "--probe", str(probe))))
     return out, logs, codes
 
 

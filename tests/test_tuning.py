@@ -146,7 +146,7 @@ def test_a_preempted_search_resumes_without_val_and_chooses_as_an_uninterrupted_
 
     # `train --hparams`: the command line wins over the file; the file over the defaults.
     model = tmp_path / "model"
-    assert main(["train", "--data", str(demo_shards), "--output", str(model), "--batch-size", "4",
+    assert main(["train", "--data", str(demo_shards), "--output", str(model), "--batch-size", "4", "--epochs", "1",
                  "--image-size", "64", "--max-steps", "2", "--hparams", str(tmp_path / "tune" / "best_hparams.json"),
                  "--weight-decay", "0.0005", "--no-export"]) == 0
     train = json.loads((model / "train_config.json").read_text())["train"]

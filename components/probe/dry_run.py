@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 DRY_RUN_STEPS = 2
 DRY_RUN_IMAGES = 2  # per device and step: the dry run checks the code paths, not the memory
+DRY_RUN_BUDGET = "1h"  # a budgeted run's deadline, far enough that the dry run's steps all run
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def dry_run(config: TrainConfig, recommendations: dict | None = None, steps: int
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="detpipe-dry-run-") as scratch:
-        trial = replace(config, output_dir=scratch, max_steps=steps, checkpoint_every=1,
+        # A budgeted config keeps its curve (carve, held-out scores), not its deadline: the dry run runs its steps.
+        trial = replace(config, output_dir=scratch, max_steps=steps, checkpoint_every=1, time_budget=DRY_RUN_BUDGET,
                         cache="",  # a file cache would be written outside the scratch folder, and half
                         batch_size=DRY_RUN_IMAGES * max(1, len(training_devices())),
                         init_from=None, init_name="", init_note="the dry run starts from scratch",
