@@ -96,6 +96,8 @@ class LearningCurve(GlobalStep):
         self._chunk_began = time.monotonic()
         self._chunk_seconds = 0.0
         self._chunk_end = 0.0  # when the last chunk's end (its checkpoint, its score) was done
+        self._corrections = 0  # of the budget's length (`_correct`)
+        self._score_seconds = 0.0  # the last held-out score's
         self._scored_epoch = 0  # the whole epochs done at the last score
         self._vertex = (tf.summary.create_file_writer(os.environ[VERTEX_TENSORBOARD_ENV])
                         if os.environ.get(VERTEX_TENSORBOARD_ENV) else None)
@@ -109,8 +111,7 @@ class LearningCurve(GlobalStep):
         self._chunk_seconds = time.monotonic() - self._chunk_began
         for later in [s for s in self.state.rows if s >= step]:  # re-run after a recovery
             del self.state.rows[later]
-        if self.plan.deadline and not self.state.corrected and self._schedule is not None and self._chunk_end:
-            self._correct(step, time.monotonic() - self._chunk_end)
+        chunk_time = time.monotonic() - self._chunk_end if self._chunk_end else 0.0  # steps, input, checkpoint
         row = {"step": step, "epoch": round(step / self.plan.steps_per_epoch, 3),
                "learning_rate": float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
                **{name: float(value) for name, value in (logs or {}).items()}, "held_out_mAP": None}
@@ -122,6 +123,8 @@ class LearningCurve(GlobalStep):
             self._scored_epoch = epoch_number
         self.state.rows[step] = row
         self._summaries(row)
+        if self._due_correction(chunk_time):
+            self._correct(step, chunk_time)
         if self._last_chunk(step):  # the end (a corrected length may be shorter than this `fit` was asked)
             self.model.stop_training = True
         if not self.state.annealing and plateaued(self.scores(), self.plan.plateau_epochs, self.plan.score_every):
@@ -133,31 +136,41 @@ class LearningCurve(GlobalStep):
             self.model.stop_training = True
         self._chunk_end = time.monotonic()
 
+    def _due_correction(self, chunk_time: float) -> bool:
+        """A budgeted run corrects its length at the end of its second chunk (the first traces the
+        step), and once more after its first held-out score, whose cost is then known."""
+        if not (self.plan.deadline and self._schedule is not None and chunk_time > 0 and not self.state.annealing):
+            return False
+        first_scored = bool(self.plan.held_out_dir) and len(self.scores()) == 1 and self._corrections == 1
+        return self._corrections == 0 or first_scored
+
     def _correct(self, step: int, chunk_seconds: float) -> None:
         """The budget's epochs again, at the pace this run trains at (the estimate before it came
         from a few steps on synthetic images, or the probe): a whole chunk's time (its steps, its
-        checkpoint; not the first, which traces the step), the epochs left before the deadline
-        less the held-out scores' share; the schedule's warmup and decay stretched or shortened
-        to the new end. Once, at the end of the second chunk."""
+        input, its checkpoint) and a held-out score's (measured once one ran, else its planned
+        share) an epoch, into what is left before the deadline; the schedule's warmup and decay
+        stretched or shortened to the new end."""
         plan = self.plan
-        chunk_seconds, left = self._agree([chunk_seconds, plan.deadline - time.monotonic()])
+        self._corrections += 1
+        chunk_seconds, score, left = self._agree([chunk_seconds, self._score_seconds,
+                                                  plan.deadline - time.monotonic()])
         done = step / plan.steps_per_epoch
         per_epoch = chunk_seconds * plan.steps_per_epoch / plan.chunk
-        more = math.floor(max(0.0, left) * (1 - SCORE_SHARE) / max(per_epoch, 1e-9))
+        scoring = (score / plan.score_every if score else per_epoch * SCORE_SHARE) if plan.held_out_dir else 0.0
+        more = math.floor(max(0.0, left) / max(per_epoch + scoring, 1e-9))
         epochs = max(math.ceil(done), min(plan.max_epochs or 10**9, math.floor(done) + more))
         total = max(step, math.ceil(epochs * plan.steps_per_epoch / plan.chunk) * plan.chunk)
         total = min(total, plan.max_step) if plan.max_step else total
-        self.state.corrected = (f"{epochs} epochs ({total} steps) at the {plan.examples_per_epoch / per_epoch:.1f} "
-                                f"images/s trained by step {step} (a whole chunk's time), {left:.0f} s before the "
-                                "budget's end")
+        line = (f"{epochs} epochs ({total} steps) at the {plan.examples_per_epoch / per_epoch:.1f} images/s trained "
+                f"by step {step} (a whole chunk's time)" + (f" and {score:.1f} s a held-out score" if score else "")
+                + f", {left:.0f} s before the budget's end" + ("" if total != plan.end_step else ": as planned"))
+        self.state.corrected = f"{self.state.corrected}; then {line}" if self.state.corrected else line
         if total != plan.end_step:
-            self._schedule.set_length(max(1, int(total * plan.warmup_share)), total)
+            warmup = int(self._schedule.warmup_steps.numpy())  # a warmup already done stays as it was
+            self._schedule.set_length(warmup if step >= warmup else max(1, int(total * plan.warmup_share)), total)
             self.plan = replace(plan, end_step=total)
-            logger.info("train: the budget's length corrected: %s (was %d steps)", self.state.corrected,
-                        plan.end_step)
+            logger.info("train: the budget's length corrected: %s (was %d steps)", line, plan.end_step)
             self._on_length(epochs, self.state.corrected)
-        else:
-            self.state.corrected += ": as planned"
 
     def _last_chunk(self, step: int) -> bool:
         return step >= self.plan.end_step
@@ -180,7 +193,8 @@ class LearningCurve(GlobalStep):
             if score > self.state.best_score:  # the weights evaluated and exported if nothing later beats them
                 self.state.best_step, self.state.best_score = step, score
                 self.state.best_weights = [np.array(w) for w in self.model.get_weights()]
-        self.state.score_seconds += time.monotonic() - began
+        self._score_seconds = time.monotonic() - began
+        self.state.score_seconds += self._score_seconds
         logger.info("train: held-out mAP %.4f at step %d (best %.4f at step %d)", score, step,
                     self.state.best_score, self.state.best_step)
         return score
