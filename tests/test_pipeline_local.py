@@ -68,7 +68,7 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     monkeypatch.setattr(tempfile, "tempdir", None)
     summary_file = tmp_path / "summary.json"
     code = main(["run", "--local", "--images", str(demo_dir / "images"), "--annotations",
-                 str(demo_dir / "annotations"), "--time-budget", "15s", "--batch-size", "8", "--image-size", "96",
+                 str(demo_dir / "annotations"), "--time-budget", "15s", "--tune-trials", "0", "--batch-size", "8", "--image-size", "96",
                  "--promote-if", "better", "--pipeline-root", str(tmp_path / "root"), "--export-formats",
                  "saved_model,tflite", "--summary-json", str(summary_file)])
     assert code == 0
@@ -79,7 +79,7 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     # Quiet: one line per step and the summary; no ANSI codes when stdout is not a terminal.
     assert len(out.strip().splitlines()) <= 27 and "\x1b[" not in out
     assert "✓ validate-and-convert" in out and "64 written" in out and "✓ register" in out and "✓ review" in out
-    assert "defaults (auto: the budget trains)" in out  # the tune step says why, in its line
+    assert "defaults (tune_trials 0)" in out  # the tune step says why, in its line
     summary = json.loads(summary_file.read_text())
     run_dir = tmp_path / "root" / summary["run_dir"].rsplit("/", 1)[-1]
 
@@ -109,8 +109,8 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     assert "| dry_run | PASS | the real training ran here" in probe_report
     assert (run_dir / "train" / "model" / "model.keras").stat().st_size > 0
     hparams = json.loads((run_dir / "tune-hyperparameters" / "hparams" / "best_hparams.json").read_text())
-    assert hparams["trials"] == 0  # tune_trials auto: the budget pays for the training only, the defaults
-    assert hparams["decision"].startswith("auto: no search: the time budget pays for")
+    assert hparams["trials"] == 0 and hparams["decision"].startswith("tune_trials 0")  # the defaults
+    # (`auto` under a budget: choose_search's examples; the dirty run searches with trials given)
     train_config = json.loads((run_dir / "train" / "model" / "train_config.json").read_text())
     assert train_config["train"]["base_lr_per_64"] == hparams["base_lr_per_64"]
     metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
