@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from components.detector.coco_metrics import ImageDetections, ImageTruth
-from components.evaluate.label_review import (DUPLICATE, MISPLACED, MISSING, WRONG_CLASS, Evidence, read_review,
-                                              review_labels, summary_line, summary_sentence, write_review)
+from components.evaluate.label_review import (DUPLICATE, MISPLACED, MISSING, WRONG_CLASS, Evidence, LabelIssue,
+                                              read_review, review_labels, summary_line, summary_sentence, write_review)
 
 PLANTED = 5  # of each kind: removed, relabelled, shifted, drawn twice
 KINDS = (MISSING, WRONG_CLASS, MISPLACED, DUPLICATE)
@@ -135,6 +135,24 @@ def test_planted_label_errors_are_found_near_the_top_and_untouched_labels_rarely
     assert page.count("<figure>") == len(lines) and page.count("data:image/png;base64,") == len(lines)
     assert page.index(f"<code>{first['image']}</code>") < page.rindex("<code>") or len(lines) == 1
     assert summary_sentence(issues) in page
+
+
+def test_the_review_page_shows_hostile_class_and_file_names_as_text(tmp_path):
+    """Names come from strangers' datasets: a class and a photo named as markup are escaped on the page."""
+    import io
+
+    from PIL import Image
+
+    from components.evaluate.review_page import write_review_page
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 40)).save(buffer, format="PNG")
+    hostile = LabelIssue(image='"><img src=x onerror=alert(3)>.png', kind=MISPLACED, box=(2.0, 2.0, 20.0, 20.0),
+                         class_name="<script>alert(1)</script>", score=0.1, flagged=True, label_index=0,
+                         evidence=None, width=40, height=40)
+    page = write_review_page([hostile], {hostile.image: buffer.getvalue()}, tmp_path / "page.html", "r").read_text()
+    assert "<script>alert(1)</script>" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and page.count("data:image/png;base64,") == 1
 
 
 def test_a_review_with_nothing_predicted_flags_nothing():

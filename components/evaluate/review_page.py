@@ -20,7 +20,9 @@ CROP_MARGIN = 0.5  # the crop extends this many box sides beyond the box, so the
 CROP_SIDE = 220  # px: the longer side of a crop on the page
 LABEL, PREDICTION, REPEATED = (40, 170, 60), (220, 40, 40), (40, 90, 220)
 
-_TEMPLATE = jinja2.Template("""<!doctype html>
+# Autoescape on: class and file names come from strangers' datasets (a class named `<script>...`
+# must reach the page as text); `jinja2.Template` alone does not escape.
+_TEMPLATE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>detpipe label review</title>
 <style>
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
