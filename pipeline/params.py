@@ -152,9 +152,9 @@ PARAMS: tuple[Param, ...] = (
     Param("probe_dry_run", bool, True, "Run a few steps of the real training in the probe step, checkpoint and "
           "export (an out-of-memory, driver or precision fault shows there, not hours in); false: the machine's "
           "checks only, and the probe warns."),
-    Param("tune_trials", str, TuneConfig.trials, "Hyperparameter search: auto (where it pays: a GPU and enough train "
-          "images), 0 (off: base_lr_per_64, weight_decay, augment_strength as given) or N trials, the given values "
-          "first; scored on train images held out.",
+    Param("tune_trials", str, TuneConfig.trials, "Hyperparameter search on held-out train images: auto (where it pays: "
+          "a budget with room beside the training, or a GPU with epochs given), 0 (off: the given values) or N "
+          "trials, the given values first.",
           cli_type=cli_types.tune_trials_arg),
     Param("tune_trial_epochs", int, TuneConfig.trial_epochs, "Epochs of one tuning trial (at the training's batch, "
           "input size and precision); 0: as many as keep the search within a few trainings' steps.",

@@ -28,7 +28,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: the export step takes the dataset and the new `export_*` parameters and
 # returns its threshold and a line on the converted files; the report step reads its folder (issue 71).
-GOLDEN_SHA256 = "2239b6734861be78edc54a95e27c754356555a7f8704444aad278131f0f8c066"
+GOLDEN_SHA256 = "f6c4bea5f8d86af8ff128253a9d16ef5d83421f3a8bdd6871d1a3b07e2bc032f"
 
 
 def test_golden_compile(tmp_path):

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from components.detector.artifacts import HistoryFile, TrainConfigFile
 from components.detector.detect import BatchDetector
+from components.detector.holdout import HELD_OUT
 from components.detector.losses import weight_average_in_place
 from components.detector.split_prediction import kept_batches, model_metrics
 from components.train.global_step import GlobalStep
@@ -34,7 +35,6 @@ from components.train.time_budget import ANNEAL_SHARE, SCORE_SHARE, plateaued
 
 logger = logging.getLogger(__name__)
 
-HELD_OUT_SPLIT = "val"  # the held-out part's shards in the carved folder (holdout.HELD_OUT)
 # Vertex AI sets this in a custom job that has a TensorBoard instance: the curve goes there too.
 VERTEX_TENSORBOARD_ENV = "AIP_TENSORBOARD_LOG_DIR"
 
@@ -129,8 +129,8 @@ class LearningCurve(GlobalStep):
             self.model.stop_training = True
         if not self.state.annealing and plateaued(self.scores(), self.plan.plateau_epochs, self.plan.score_every):
             self._anneal(step)
-        reason = self._stop_reason(out_of_time)
-        if reason:
+        if out_of_time:
+            reason = f"{STOP_BUDGET}: the time budget's deadline (the next epoch would pass it)"
             self.state.stop_reason, self.state.stop_step = reason, step
             logger.info("train: stops at step %d: %s", step, reason)
             self.model.stop_training = True
@@ -181,14 +181,14 @@ class LearningCurve(GlobalStep):
         model_metrics' own tiled path."""
         if self._batch_detector is None and record.tiling is None:
             self._batch_detector = BatchDetector(self.model, record.image_size)
-            self._batches = kept_batches(self.plan.held_out_dir, record.image_size, self.plan.held_out, HELD_OUT_SPLIT)
+            self._batches = kept_batches(self.plan.held_out_dir, record.image_size, self.plan.held_out, HELD_OUT)
         return self._batch_detector, self._batches
 
     def _score(self, step: int) -> float:
         began = time.monotonic()
         record = self._record()
         with weight_average_in_place(self.model):
-            score = model_metrics(self.model, record, self.plan.held_out_dir, HELD_OUT_SPLIT, *self._kept(record))["mAP"]
+            score = model_metrics(self.model, record, self.plan.held_out_dir, HELD_OUT, *self._kept(record))["mAP"]
             score = self._agree([score])[0]
             if score > self.state.best_score:  # the weights evaluated and exported if nothing later beats them
                 self.state.best_step, self.state.best_score = step, score
@@ -227,11 +227,6 @@ class LearningCurve(GlobalStep):
         self.plan = replace(plan, end_step=end)
         logger.info("train: plateau at step %d: %s", step, self.state.annealing)
         self._on_length(math.ceil(end / plan.steps_per_epoch), self.state.annealing)
-
-    def _stop_reason(self, out_of_time: bool) -> str:
-        if out_of_time:
-            return f"{STOP_BUDGET}: the time budget's deadline (the next epoch would pass it)"
-        return ""
 
     def _summaries(self, row: dict) -> None:
         for writer in (self._writer, self._vertex):

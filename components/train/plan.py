@@ -142,6 +142,12 @@ FINE_TUNE_WARMUP_FRACTION = 0.02
 FINE_TUNE_EMA_SHARE = EMA_WINDOW_SHARE
 
 
+def fine_tune_share(warm_start: bool) -> float:
+    """The share of a from-scratch run's epochs a run takes at most: FINE_TUNE_EPOCH_SHARE for a
+    warm start (it continues a trained model), all of them from scratch."""
+    return FINE_TUNE_EPOCH_SHARE if warm_start else 1.0
+
+
 def fine_tune_epochs(config: TrainConfig) -> tuple[int, str]:
     """Epochs of a warm-started run, and why.
 

@@ -106,6 +106,15 @@ class RunLength:
     affordable: float = 0.0  # epochs the budget would pay for without the cap (a search may use the rest)
 
 
+def epoch_cap(fine_tune_share: float = 1.0) -> int:
+    """The most epochs a budget buys: MAX_BUDGET_EPOCHS, times a warm start's share.
+
+    >>> epoch_cap(), epoch_cap(0.4)
+    (100, 40)
+    """
+    return max(1, math.floor(MAX_BUDGET_EPOCHS * fine_tune_share))
+
+
 def epochs_for_budget(seconds: float, spent: float, images_per_second: float, examples_per_epoch: int,
                       fine_tune_share: float = 1.0, why: str = "", rate_source: str = "") -> RunLength:
     """The epochs that fit in what is left of a `seconds` budget after `spent` seconds, at
@@ -117,7 +126,7 @@ def epochs_for_budget(seconds: float, spent: float, images_per_second: float, ex
     """
     left = max(0.0, seconds - spent - END_RESERVE_SECONDS) * (1 - SCORE_SHARE)
     fits = left * images_per_second / max(1, examples_per_epoch)
-    cap = max(1, math.floor(MAX_BUDGET_EPOCHS * fine_tune_share))
+    cap = epoch_cap(fine_tune_share)
     epochs = max(1, min(cap, math.floor(fits)))
     note = (f" (capped at {cap}: MAX_BUDGET_EPOCHS" + (f" x {fine_tune_share:g} for a warm start" if fine_tune_share < 1
                                                        else "") + ")" if fits >= cap + 1 else "")

@@ -10,7 +10,6 @@ TensorBoard logs and checkpoints. Under several workers only the chief writes th
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -43,10 +42,10 @@ from components.train.input_pipeline import InputConfig, finishing, on_accelerat
 from components.train.loop import (PREEMPTED_EXIT_CODE, LoopParts, Preempted, StopRequest, StoppedAtChunk,
                                    fit_with_recovery)
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
-from components.train.plan import (FINE_TUNE_EPOCH_SHARE, MachineFacts, TrainPlan, auto_batch_ceiling,
-                                   choose_batch_size, plan_training)
+from components.train.plan import (MachineFacts, TrainPlan, auto_batch_ceiling, choose_batch_size,
+                                   fine_tune_share, plan_training)
 from components.train.run_length import budget_length, keep_length
-from components.train.time_budget import END_RESERVE_SECONDS, MAX_BUDGET_EPOCHS, RunLength, score_every
+from components.train.time_budget import END_RESERVE_SECONDS, RunLength, epoch_cap, score_every
 from components.train.process_state import training_state
 from components.train.schedules import ScaledSchedule, WarmupCosine
 from components.train.train_report import training_report
@@ -118,6 +117,11 @@ class RunFacts:
     # the part it trains on and the part its curve is scored on (holdout.py). None: all of train.
     length: RunLength | None = None
     held_out: TuningSplit | None = None
+
+    @property
+    def fine_tune_share(self) -> float:
+        """The share of a from-scratch run's epochs this run may take (a warm start's is smaller)."""
+        return fine_tune_share(self.warm.used)
 
     @property
     def fit_dir(self) -> str:
@@ -244,7 +248,7 @@ def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole =
         guess, _ = choose_batch_size(config.batch_size, num_train * windows, config.probe.safe_batch)
         length = budget_length(resolved, shape.model, num_train * windows, max(1, guess // machine.local_replicas),
                                max(1, sample.densest_image_boxes), machine.replicas, bool(machine.gpu_majors), spent,
-                               FINE_TUNE_EPOCH_SHARE if warm.used else 1.0, agree,
+                               fine_tune_share(warm.used), agree,
                                str(Path(config.output_dir) / CHECKPOINT_DIR))
         resolved = replace(resolved, epochs=length.epochs)  # from here on the epochs are a number
     measured = machine
@@ -275,12 +279,11 @@ def curve_plan(facts: RunFacts, plan: TrainPlan, end: int, started: float) -> Cu
     if length is None:
         return CurvePlan(plan.steps_per_epoch, end_step=end)
     deadline = started + length.seconds - END_RESERVE_SECONDS if started and length.seconds else 0.0
-    cap = max(1, math.floor(MAX_BUDGET_EPOCHS * (FINE_TUNE_EPOCH_SHARE if facts.warm.used else 1.0)))
     every = score_every(held.held_out, facts.examples_per_epoch, length.images_per_second) if held else 1
     return CurvePlan(plan.steps_per_epoch, held.folder if held else "", held.held_out if held else 0, every,
                      facts.config.patience if held else 0, deadline, budgeted=True, end_step=end,
                      examples_per_epoch=facts.examples_per_epoch, chunk=plan.chunk,
-                     warmup_share=plan.warmup_steps / plan.total_steps, max_epochs=cap,
+                     warmup_share=plan.warmup_steps / plan.total_steps, max_epochs=epoch_cap(facts.fine_tune_share),
                      max_step=plan.total_steps if facts.config.max_steps else 0)
 
 
