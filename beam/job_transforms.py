@@ -26,7 +26,7 @@ from beam.job_outputs import (EXAMPLES_KEPT, LABEL_MAP_OUTPUT, SHARD_COUNTS_OUTP
 from beam.contract.shard_names import shard_name
 from beam.contract.shards import ShardWriter, shard_count, shard_index
 from beam.source_records import (AnnotationError, CheckedRecord, Records, SourceRecord, base_name, has_image_suffix,
-                                 image_id_from_filename)
+                                 image_id_from_filename, inside_folder)
 from beam.contract.stable_hash import stable_fraction
 from beam.split import TRAIN, VAL, GivenSplit, assign_split
 from beam.voc_reader import read_voc_file
@@ -137,15 +137,15 @@ def image_file_names(filename: str) -> list[str]:
     (['000005', '000005.jpg', '000005.jpeg', '000005.png'], 23)
     """
     base = base_name(filename)
-    names = [filename, base]
-    for name in (filename, base):
+    names = [filename, base] if inside_folder(filename) else [base]  # never a file outside the folder
+    for name in names[:]:
         stem, dot, ext = name.rpartition(".")
         if dot and "/" not in ext and "\\" not in ext:
             names.append(f"{stem}.{ext.upper() if ext.islower() else ext.lower()}")
     if not has_image_suffix(filename):  # `000005`, or a VOC file with no <filename>: its own name
-        names += [name + suffix for name in (filename, base) for case in (str.lower, str.upper)
+        names += [name + suffix for name in names[:2] for case in (str.lower, str.upper)
                   for suffix in map(case, IMAGE_SUFFIXES)]
-    return list(dict.fromkeys(names))
+    return [name for name in dict.fromkeys(names) if inside_folder(name)]
 
 
 class _CheckChunk(beam.DoFn):
@@ -176,13 +176,20 @@ class _CheckChunk(beam.DoFn):
             folder = self._given.val_images.rstrip("/")
         join = self._filesystem_of(folder).join
         paths = [join(folder, name) for name in image_file_names(record.filename)]
+        data = None
         for path in paths:
             try:
                 data = read_bytes(path, self._filesystem_of)
                 break
             except (OSError, IOError, FileNotFoundError):
                 data = None
-        return rc.check_record(record, data, self._options, image_path=path if data is not None else paths[0])
+        if data is None and not inside_folder(record.filename):
+            return Reject(record.image_id, rj.IMAGE_OUTSIDE_FOLDER,
+                          f"image file {record.filename!r} is outside the images folder (absolute, a URL or with "
+                          f"..): it is not read; its name {base_name(record.filename)!r} is not in {folder}",
+                          record.source_ref)
+        return rc.check_record(record, data, self._options, image_path=path if data is not None else
+                               (paths[0] if paths else ""))
 
     def process(self, chunk, duplicates):
         index, records = chunk

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import posixpath
 from dataclasses import dataclass, field
 
 from beam.contract.images import IMAGE_SUFFIXES
@@ -28,6 +29,22 @@ def base_name(filename: str) -> str:
     ('raccoon-1.jpg', 'raccoon-2.jpg', 'a.jpg')
     """
     return filename.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def inside_folder(name: str) -> bool:
+    r"""Whether an annotation's file name, joined to the images folder, stays inside it: relative,
+    no `..` that climbs out, no URL. Said from the name alone (lexically), not by resolving links,
+    so a dataset whose images are symlinks into a cache keeps working.
+
+    >>> [inside_folder(n) for n in ("a.jpg", "sub/a.jpg", "sub/../a.jpg", "./a.jpg")]
+    [True, True, True, True]
+    >>> [inside_folder(n) for n in ("../outside/a.jpg", "/etc/shadow", "sub/../../a.jpg", "gs://b/a.jpg", "", "..")]
+    [False, False, False, False, False, False]
+    """
+    if not name or "://" in name or name.startswith(("/", "\\")):
+        return False
+    normal = posixpath.normpath(name)
+    return normal not in (".", "..") and not normal.startswith("../")
 
 
 def image_id_from_filename(filename: str) -> str:

@@ -104,16 +104,33 @@ def main(argv: list[str] | None = None, exit_at_once: bool = False) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_beam_args", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.verbose:
-        quiet_beam()
-    code = _run_command(args, extra)
+    code = _visibly(_logged_command, args, extra)
     if was_interrupted():  # a library that swallowed the Ctrl-C's KeyboardInterrupt and went on
         code = EXIT_INTERRUPTED
     if exit_at_once and getattr(args, "exits_at_once", False):
         _exit_at_once(code)
     return code
+
+
+def _visibly(command, *args) -> int:
+    """`command(*args)` with this process's console streams showing a dataset's control and bidi
+    characters as text (`VisibleStream`): every line a command prints, logs included."""
+    from pipeline.console import VisibleStream
+
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = VisibleStream(sys.stdout), VisibleStream(sys.stderr)
+    try:
+        return command(*args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _logged_command(args, extra: list[str]) -> int:
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        quiet_beam()
+    return _run_command(args, extra)
 
 
 def _run_command(args, extra: list[str]) -> int:

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from beam.contract.data_text import visible
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '([^']+)'")
 _END = re.compile(r"Task '([^']+)' finished with status (\w+)")
@@ -29,6 +31,29 @@ _PROGRESS = ((re.compile(r"\bEpoch (\d+)/(\d+)"), "epoch {}/{}"),
 
 def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
+
+
+class VisibleStream:
+    """A console stream (stdout, stderr) that writes what a dataset's text holds as text:
+    control characters and bidi overrides become `\\xNN` / `\\uNNNN` (beam/contract/data_text.py),
+    so a class name cannot retitle the terminal or reverse a line. New lines, tabs and carriage
+    returns stay; so does ESC on a terminal, where rich and kfp colour their lines (rich's live
+    display moves the cursor with it); a file or a pipe gets no ESC raw."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        tty = getattr(stream, "isatty", lambda: False)()
+        self._keep = "\n\r\t\x1b" if tty else "\n\r\t"
+
+    def write(self, text: str) -> int:
+        self._stream.write(visible(text, keep=self._keep))
+        return len(text)
+
+    def close(self) -> None:  # a log handler closing its stream at exit (absl's) must not close the console
+        self._stream.flush()
+
+    def __getattr__(self, name):  # flush, isatty, fileno, encoding, buffer...: the stream's own
+        return getattr(self._stream, name)
 
 
 def key_figure(task: str, outputs: dict) -> str:
@@ -88,7 +113,8 @@ class StepDisplay:
     def _line(self, step: Step) -> str:
         mark = {"running": "…", "SUCCESS": "✓", "FAILURE": "✗"}.get(step.state, "?")
         detail = step.figure if step.state != "running" else step.progress
-        return f"{mark} {step.name:<22} {step.elapsed():6.1f} s  {detail}".rstrip()
+        # visible: a figure or progress can quote a dataset (a class name), ESC included
+        return f"{mark} {step.name:<22} {step.elapsed():6.1f} s  {visible(detail)}".rstrip()
 
     def _render(self):
         from rich.text import Text

@@ -176,24 +176,31 @@ def cmd_serve(args) -> int:
         check_model_dir(model_dir)
     except (OSError, ValueError) as err:
         raise UsageError(f"--model: {err}") from None
+    from components.serve.access import listen_host, serve_token
+    try:
+        token = serve_token(args.token_file)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--token-file: {err}") from None
     from components.serve.app import Routes, ServeOptions, create_app
     from components.serve.server import run_server
 
     routes = Routes.from_env()
     port = args.port or routes.port
+    host = listen_host(args.host)
     options = ServeOptions(max_instances=args.max_instances, max_batch_size=args.max_batch_size,
-                           batch_timeout_ms=args.batch_timeout_ms, body_timeout_s=args.body_timeout_s)
+                           batch_timeout_ms=args.batch_timeout_ms, body_timeout_s=args.body_timeout_s, token=token)
     app = create_app(model_dir, routes, options)
-    print(f"serving {model_dir} on http://{args.host}:{port}{routes.predict} (health: {routes.health})",
+    guard = "a bearer token required" if token else "no token asked"
+    print(f"serving {model_dir} on http://{host}:{port}{routes.predict} (health: {routes.health}; {guard})",
           file=sys.stderr)
-    run_server(app, args.host, port)
+    run_server(app, host, port)
     return EXIT_OK
 
 
 def add_model_commands(sub) -> None:
     from components.serve.batching import DEFAULT_TIMEOUT_MS
+    from components.serve.access import ALL_INTERFACES, LOOPBACK, TOKEN_ENV, VERTEX_PORT_ENV
     from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES, MAX_BODY_BYTES, MAX_IMAGE_PIXELS
-
 
     p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving), and TFLite / ONNX files "
                                       "re-scored")
@@ -258,7 +265,11 @@ def add_model_commands(sub) -> None:
                     "then the process exits 0.")
     # Not checked by argparse: --model or $AIP_STORAGE_URI, a missing model exits 1 in one line either way.
     p.add_argument("--model", help="output folder of `detpipe export` (default: $AIP_STORAGE_URI)")
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default %(default)s)")
+    p.add_argument("--host", help=f"address to listen on (default: {ALL_INTERFACES} when ${VERTEX_PORT_ENV} is set, "
+                                  f"inside a Vertex AI container; else {LOOPBACK}, this machine only)")
+    p.add_argument("--token-file", metavar="FILE",
+                   help=f"predict requests must carry 'Authorization: Bearer TOKEN', TOKEN this file's first line "
+                        f"(default: ${TOKEN_ENV} when set, else no token); 401 without it, health stays open")
     p.add_argument("--port", type=_positive_int, help="port (default: $AIP_HTTP_PORT, else 8080)")
     p.add_argument("--max-instances", type=_positive_int, default=DEFAULT_MAX_INSTANCES,
                    help="most images in one request (default %(default)s)")

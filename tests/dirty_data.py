@@ -18,6 +18,7 @@ from pathlib import Path
 from PIL import Image
 
 from beam.contract.exif import ORIENTATION_TAG
+from beam.source_records import image_id_from_filename
 
 PREFIX = "dirty-"
 
@@ -33,6 +34,8 @@ class DirtyData:
     accepted: dict[str, str] = field(default_factory=dict)  # image id -> what is odd about it
     split_file: Path | None = None
     label_map: dict[str, int] | None = None
+    hostile_class: str | None = None  # a class named as markup, with a right-to-left override
+    hostile_file: str | None = None  # a photo's file name that is markup
     max_pixels: int | None = None
 
     @property
@@ -80,11 +83,15 @@ def refused_by_tensorflow(jpeg: bytes) -> bytes:
 
 
 def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: bool = False,
-                    label_map: bool = False, reject_empty: bool = False, max_pixels: bool = False) -> DirtyData:
+                    label_map: bool = False, reject_empty: bool = False, max_pixels: bool = False,
+                    hostile: bool = False) -> DirtyData:
     """Copy a VOC dataset to `root` and add the faults. The faults that need an option of the
     data step (`label_map`: an unknown class; `reject_empty`: an image without boxes;
     `max_pixels`: an image over the limit; `split_file`: an image the split file leaves out)
-    are added only when asked for; the returned `DirtyData` carries the option's value."""
+    are added only when asked for; the returned `DirtyData` carries the option's value.
+    `hostile`: what a stranger's export can hold: a class and a file named as markup (written:
+    every page must show them as text) and two photos named by paths outside the images folder
+    (rejected, never read)."""
     out_images, out_annotations = root / "images", root / "annotations"
     shutil.copytree(images, out_images)
     shutil.copytree(annotations, out_annotations)
@@ -108,7 +115,7 @@ def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: 
         (out_annotations / f"{xml_name or PREFIX + name}.xml").write_bytes(ET.tostring(root_el))
         if image_bytes is not None:
             (out_images / f"{PREFIX}{name}.{ext}").write_bytes(image_bytes)
-        image_id = (filename or f"{PREFIX}{name}.{ext}").rsplit(".", 1)[0]
+        image_id = image_id_from_filename(filename or f"{PREFIX}{name}.{ext}")
         if reason:
             data.image_rejects[image_id] = reason
         return image_id
@@ -182,6 +189,19 @@ def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: 
         variant("huge", _encoded(big, "JPEG"), edit=lambda r: (set_text("size/width", str(big.width))(r),
                                                              set_text("size/height", str(big.height))(r)),
                 reason="image_too_large")
+    if hostile:
+        data.hostile_class = "<script>alert(1)</script>\u202eredro"
+        data.hostile_file = '"><img src=x onerror=alert(3)>'
+        variant("markup-class", jpeg, edit=set_text("object/name", data.hostile_class))
+        if data.label_map is not None:  # a class of the model in use, as the stranger's export names it
+            data.label_map[data.hostile_class] = max(data.label_map.values()) + 1
+        (out_images / f"{data.hostile_file}.jpg").write_bytes(jpeg)
+        variant("markup-file", filename=f"{data.hostile_file}.jpg", xml_name=data.hostile_file)
+        (root / "outside").mkdir()
+        for name, written_as in (("climbs", f"../outside/{PREFIX}climbs.jpg"),
+                                 ("absolute", str(root / "outside" / f"{PREFIX}absolute.jpg"))):
+            (root / "outside" / f"{PREFIX}{name}.jpg").write_bytes(jpeg)
+            variant(name, filename=written_as, reason="image_outside_folder")
     if split_file:
         unlisted = variant("unlisted", jpeg, reason="not_in_split_file")
         ids = sorted({p.stem for p in out_annotations.glob("*.xml")} - {unlisted, "zz-" + PREFIX + "duplicate"})

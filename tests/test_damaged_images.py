@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from beam.contract.manifest import MANIFEST_FILE
+from tests.hostile_files import black_png
 
 DAMAGED = "raccoon-1.jpg"
 DAMAGED_BYTE = 36141  # the byte the issue set to 0xFF
@@ -200,6 +201,32 @@ def test_prediction_answers_the_good_photos_and_rejects_the_damaged_one(exported
     assert len(answered) == 7 and not any(name.endswith(DAMAGED) for name in answered)
     (line,) = [line for line in captured.err.splitlines() if line.startswith("detpipe:")]
     assert DAMAGED in line and "Traceback" not in captured.err
+
+
+@pytest.mark.slow
+def test_prediction_refuses_an_image_over_the_pixel_limit_unread(exported_raccoon, raccoon, tmp_path, capsys):
+    """A 169 M-pixel PNG of a few hundred kB (1.4 GB once decoded) beside a real photo: the folder
+    job answers the photo and rejects the PNG with the limit; named alone, it is one line, exit 1."""
+    from beam.contract.images import MAX_IMAGE_PIXELS
+    from components.serve.batch_job import REJECTS, read_lines
+    from pipeline.cli import EXIT_FAILED, EXIT_OK, main
+
+    folder = tmp_path / "two"
+    folder.mkdir()
+    shutil.copyfile(raccoon / "images" / "raccoon-1.jpg", folder / "raccoon-1.jpg")
+    (folder / "huge.png").write_bytes(black_png(13_000, 13_000))
+    assert (folder / "huge.png").stat().st_size < 1_000_000
+    out = tmp_path / "predictions"
+    assert main(["predict", "--model", str(exported_raccoon), "--images", str(folder), "--output", str(out)]) == EXIT_OK
+    assert "2 files: 1 predicted, 1 rejected (1 image_too_large)" in capsys.readouterr().out
+    (row,) = map(json.loads, read_lines(str(out), REJECTS))
+    assert row["image"].endswith("huge.png") and row["reason"] == "image_too_large"
+    assert f"13,000 x 13,000 pixels, over the limit of {MAX_IMAGE_PIXELS:,}" in row["message"]
+    assert main(["predict", "--model", str(exported_raccoon), str(folder / "huge.png")]) == EXIT_FAILED
+    captured = capsys.readouterr()
+    assert captured.out == "" and [line for line in captured.err.splitlines() if line.startswith("detpipe:")] == [
+        f"detpipe: {folder / 'huge.png'}: the image is too large to decode (it is 13,000 x 13,000 pixels, over the "
+        f"limit of {MAX_IMAGE_PIXELS:,})"]
 
 
 @pytest.mark.slow

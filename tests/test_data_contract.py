@@ -35,7 +35,7 @@ def _build(dirty, out: Path, **options):
 @pytest.fixture(scope="module")
 def dirty(demo_dir, tmp_path_factory):
     return make_dirty_copy(demo_dir / "images", demo_dir / "annotations", tmp_path_factory.mktemp("dirty"),
-                           split_file=True, label_map=True, reject_empty=True, max_pixels=True)
+                           split_file=True, label_map=True, reject_empty=True, max_pixels=True, hostile=True)
 
 
 @pytest.fixture(scope="module")

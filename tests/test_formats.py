@@ -257,6 +257,37 @@ def test_file_names_with_the_exporters_folders_or_another_case_are_found(demo_di
     assert "'images/nowhere.jpg' not found" in missing.message
 
 
+def test_a_file_name_that_leaves_the_images_folder_is_never_read(demo_dir, tmp_path):
+    """A hostile COCO export names a photo by `../outside/...` and one by an absolute path, both
+    real photos outside --images: each is a reject naming the path, never read into a shard.
+    A symlink inside the folder into a cache still works, and the counts reconcile."""
+    import shutil
+
+    from beam.contract.files import read_manifest, read_rejects
+
+    images, outside, cache = tmp_path / "images", tmp_path / "outside", tmp_path / "cache"
+    shutil.copytree(demo_dir / "images", images)
+    outside.mkdir()
+    cache.mkdir()
+    doc = json.loads((demo_dir / "coco.json").read_text())
+    climbing, absolute, linked = (entry["file_name"] for entry in doc["images"][:3])
+    (images / climbing).rename(outside / climbing)
+    (images / absolute).rename(outside / absolute)
+    (images / linked).rename(cache / linked)
+    (images / linked).symlink_to(cache / linked)
+    doc["images"][0]["file_name"] = f"../outside/{climbing}"
+    doc["images"][1]["file_name"] = str(outside / absolute)
+    (tmp_path / "coco.json").write_text(json.dumps(doc))
+    result = _build(images, tmp_path / "coco.json", "coco", tmp_path / "out")
+    rejects = {r.image_id: r for r in read_rejects(str(tmp_path / "out"))}
+    assert {r.reason for r in rejects.values()} == {"image_outside_folder"} and len(rejects) == 2
+    assert f"'../outside/{climbing}' is outside the images folder" in rejects[Path(climbing).stem].message
+    assert f"{str(outside / absolute)!r} is outside the images folder" in rejects[Path(absolute).stem].message
+    manifest = read_manifest(str(tmp_path / "out"))
+    assert result.manifest.written_total == len(doc["images"]) - 2  # the symlinked photo among them
+    assert manifest.rejected_by_reason == {"image_outside_folder": 2} and not manifest.reconcile_problems()
+
+
 def test_near_duplicate_boxes_are_kept_counted_and_shown(demo_dir, tmp_path, capsys):
     """The same object labelled twice (same class, IoU > 0.8) is a warning with examples, not a reject."""
     import re

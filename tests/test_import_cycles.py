@@ -107,6 +107,8 @@ INTERFACES = {
     "components.evaluate.pictures": "the names of the evaluation's picture files (the run report links them)",
     "components.registry.decision": "decision.json's definition and the promotion rule",
     "components.registry.registry": "the registry folder: versions, champion, their SavedModels",
+    "components.registry.checksums": "sha256.json: what a registered folder held (export, the champion's score and "
+                                     "the warm start check a model before loading it)",
     "components.registry.store": "Conflict: the register step's version name was taken by a concurrent run",
     "components.registry.vertex_model": "the Vertex AI Model Registry's requests (register uploads each version)",
     "components.registry.vertex_endpoint": "deploy_to_endpoint: register puts a new champion behind its endpoint",

@@ -22,9 +22,10 @@ def dirty_raccoon(raccoon, tmp_path_factory):
     """Raccoon plus a record of every fault the DAG's data step can meet (truncated JPEG,
     missing image, unparseable XML, bad boxes beside good ones, a duplicate id, a size
     mismatch, an icon file, no class name, an image the split file leaves out) and awkward
-    images it must accept (alpha PNG, greyscale PNG, a GIF, an EXIF-rotated photo)."""
+    images it must accept (alpha PNG, greyscale PNG, a GIF, an EXIF-rotated photo), and what a
+    hostile export holds (a class and a file named as markup, two photos named outside the folder)."""
     return make_dirty_copy(raccoon / "images", raccoon / "annotations", tmp_path_factory.mktemp("dirty_raccoon"),
-                           split_file=True)
+                           split_file=True, hostile=True)
 
 
 @pytest.mark.slow
@@ -73,7 +74,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
         assert sum(len(ex[K.XMIN]) for ex in examples) == manifest.boxes[split].written
     # Images with dropped boxes are written with the others (none left: a negative).
     assert {i: boxes_of[i] for i in dirty.kept_boxes} == dirty.kept_boxes
-    assert json.loads((dataset / "label_map.json").read_text()) == {"raccoon": 1}
+    assert set(json.loads((dataset / "label_map.json").read_text())) == {"raccoon", dirty.hostile_class}
 
     # The page a user opens lists every reason with its examples, and how the split file matched.
     report = (run_dir / "run_report.html").read_text()
@@ -129,7 +130,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     # The dry run turned off: the probe warns, and says how to turn it on.
     assert "| dry_run | WARN | not run (probe_dry_run false)" in (run_dir / "probe" / "report").read_text()
     assert json.loads((run_dir / "probe" / "probe_json").read_text())["dry_run"] is None
-    assert set(k for k in metrics["metrics"] if k.startswith("AP/")) == {"AP/raccoon"}
+    assert "AP/raccoon" in metrics["metrics"]
     assert all(math.isfinite(v) for v in metrics["metrics"].values())
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]
 
@@ -146,3 +147,22 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
     val_ids = {i for i, split in listed.items() if split == "val"}
     assert all(i.image in val_ids and 0 <= i.box[0] <= i.box[2] <= i.width for i in issues)
     assert 'id="review"' in report and summary_sentence(issues) in report
+
+    # Nothing a stranger's dataset says is markup on any page or report the run wrote, and the
+    # console shows a right-to-left override as text.
+    def is_page(path) -> bool:  # a page or report by its name, or a KFP HTML/Markdown artifact by its start
+        head = path.read_bytes()[:64].lower() if path.suffix == "" else b""
+        return path.suffix in (".html", ".md") or head.startswith((b"<!doctype", b"<html", b"# "))
+
+    pages = [p for p in run_dir.rglob("*") if p.is_file() and is_page(p)]
+    assert any(p.name == "run_report.html" for p in pages) and any(p.suffix == ".md" for p in pages)
+    for page_file in pages:
+        text = page_file.read_text(errors="replace")
+        for raw in ("<script>alert", "<img src=x onerror", "\u202e"):
+            assert raw not in text, (page_file, raw)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\\u202eredro" in report
+    assert "\u202e" not in out
+    # The two photos named outside the images folder: rejected with their paths, never read.
+    outside = {r.image_id: r.message for r in rejects if r.reason == "image_outside_folder"}
+    assert sorted(outside) == ["dirty-absolute", "dirty-climbs"] and "'../outside/dirty-climbs.jpg'" in outside[
+        "dirty-climbs"]

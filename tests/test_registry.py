@@ -228,3 +228,42 @@ def test_a_champion_expected_but_gone_is_a_conflict_not_a_crash(tmp_path):
                  _decision(False, None), {"sha256": "a" * 64}, "run-1")
     with pytest.raises(Conflict, match="from v9 to none"):
         registry.set_champion("v1", "pin", by="test", expected="v9")
+
+
+@pytest.mark.slow
+def test_a_registered_model_changed_by_one_byte_is_refused_by_serve_predict_and_the_warm_start(
+        tmp_path, trained_model, raccoon, capsys):
+    """Registration records the sha256 of every file of the version; a byte of the weights
+    changed afterwards: `serve` (before binding), `predict` and the warm start refuse the
+    version, each in one line naming the file."""
+    from components.export.saved_model import export_trained
+    from components.registry.checksums import CHECKSUM_FILE, ModelChanged
+    from components.registry.warm_source import warm_source
+
+    export_trained(str(trained_model), str(tmp_path / "export"))
+    files = _run_files(tmp_path)
+    registry = Registry.open(str(tmp_path / "reg"))
+    register_run(registry, str(tmp_path / "export"), str(files / "data"), str(files / "metrics.json"),
+                 _decision(True, None), {"sha256": "a" * 64}, "run-1", train_dir=str(trained_model))
+    version = tmp_path / "reg" / "detpipe" / "versions" / "v1"
+    recorded = registry.version("v1")["sha256"]
+    weights = next(p for p in (version / "saved_model" / "variables").iterdir() if p.name.startswith("variables.data"))
+    assert f"saved_model/variables/{weights.name}" in recorded and "model.keras" in recorded
+    assert json.loads((version / "saved_model" / CHECKSUM_FILE).read_text())[f"variables/{weights.name}"] == \
+        recorded[f"saved_model/variables/{weights.name}"]
+    assert warm_source("v1", registry, "v1", str(tmp_path / "w0")).folder  # untouched: it loads
+
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    photo = str(raccoon / "images" / "raccoon-1.jpg")
+    assert main(["serve", "--model", str(version / "saved_model"), "--port", "1"]) == 2
+    assert main(["predict", "--model", str(version / "saved_model"), photo]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("detpipe")]
+    assert len(lines) == 2 and all(f"{weights} changed since the registry recorded its sha256" in line
+                                   for line in lines), lines
+
+    keras_file = version / "model.keras"
+    keras_file.write_bytes(keras_file.read_bytes() + b"\0")
+    with pytest.raises(ModelChanged, match=r"model\.keras changed since the registry recorded"):
+        warm_source("v1", registry, "v1", str(tmp_path / "w1"))

@@ -24,6 +24,7 @@ from components.detector.artifacts import load_trained
 from components.detector.detect import BatchDetector
 from components.detector.records import compression_type, decode_rgb, shard_files, to_model_image
 from components.export.saved_model import export_saved_model
+from tests.hostile_files import black_png
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Non-square real photos, one of them greyscale (raccoon-150).
@@ -152,8 +153,9 @@ class Served:
         # The server's log goes to a file: a pipe nobody reads while the tests run fills up
         # (64 KiB of request lines) and then blocks the server.
         self.log = open(log_path, "w+")
+        # No --host: the default is loopback (test_serve_listens_on_loopback_unless_told_otherwise).
         self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--model", str(exported),
-                                      "--host", "127.0.0.1", "--port", str(self.port), *options],
+                                      "--port", str(self.port), *options],
                                      cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
                                      stdout=subprocess.DEVNULL, stderr=self.log, text=True)
         deadline, status = time.monotonic() + 180, None
@@ -247,23 +249,6 @@ def _jpeg_tensorflow_cannot_decode(raccoon) -> bytes:
     return bytes(data)
 
 
-def _png(width: int, height: int) -> bytes:
-    """A real black 1-bit PNG of any size, a few kB to a few hundred: the picture a zip bomb
-    sends. Written row by row with zlib (Pillow would hold the whole picture to save it)."""
-    import struct
-    import zlib
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    pack, row, rows = zlib.compressobj(9), bytes(1 + (width + 7) // 8), []
-    for _ in range(height):
-        rows.append(pack.compress(row))
-    rows.append(pack.flush())
-    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1 bit, greyscale
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"".join(rows)) + chunk(b"IEND", b"")
-
-
 BAD_REQUESTS = {
     "invalid JSON": (lambda r: b"{not json", 400, "not valid JSON"),
     "no instances": (lambda r: b'{"images": []}', 400, '"instances"'),
@@ -275,9 +260,9 @@ BAD_REQUESTS = {
     "iPhone HEIF": (lambda r: _instances(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + bytes(64)), 400,
                     "instances[0]: HEIF is not an image format the model takes"),
     "empty image": (lambda r: _instances(b""), 400, "instances[0]: empty image"),
-    "PNG of 30,000 x 30,000": (lambda r: _instances(_jpeg(r), _png(30_000, 30_000)), 400,
+    "PNG of 30,000 x 30,000": (lambda r: _instances(_jpeg(r), black_png(30_000, 30_000)), 400,
                                "instances[1]: the image is too large to decode"),
-    "zip-bomb PNG under Pillow's limit": (lambda r: _instances(_png(12_000, 12_000)), 400,
+    "zip-bomb PNG under Pillow's limit": (lambda r: _instances(black_png(12_000, 12_000)), 400,
                                           "12,000 x 12,000 pixels, over the limit of 50,000,000"),
     "JPEG Pillow reads and TensorFlow does not": (lambda r: _instances(_jpeg(r), _jpeg_tensorflow_cannot_decode(r)),
                                                   400, "instances[1]: the model's decoder refuses the image"),
@@ -620,6 +605,66 @@ def test_health_answers_503_until_the_model_has_loaded():
         while client.get("/health").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert client.get("/health").json()["status"] == "ok"
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The IPv4 addresses a socket of this process tree listens on at `port` (what `ss -ltn` reads)."""
+    addresses = set()
+    with open("/proc/net/tcp") as handle:
+        for line in list(handle)[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.split(":")
+            if state == "0A" and int(port_hex, 16) == port:  # 0A: LISTEN
+                addresses.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return addresses
+
+
+def test_serve_listens_on_loopback_unless_told_otherwise(server):
+    from components.serve.access import listen_host
+
+    assert _listening_addresses(server.port) == {"127.0.0.1"}  # started without --host
+    assert "no token asked" in server.log_text()
+    assert listen_host(None, {}) == "127.0.0.1"
+    assert listen_host(None, {"AIP_HTTP_PORT": "8080"}) == "0.0.0.0"  # Vertex's front end comes from outside
+    assert listen_host("192.0.2.7", {"AIP_HTTP_PORT": "8080"}) == "192.0.2.7"
+
+
+def test_a_token_guards_predict_and_leaves_health_open(raccoon, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from components.serve.access import serve_token
+    from components.serve.app import ServeOptions, create_app
+
+    (tmp_path / "token").write_text("s3cret-token\n")
+    token = serve_token(str(tmp_path / "token"), {"DETPIPE_SERVE_TOKEN": "not-this-one"})
+    assert token == "s3cret-token"  # the file wins over the environment
+    assert serve_token(None, {"DETPIPE_SERVE_TOKEN": "from-env"}) == "from-env"
+    assert serve_token(None, {}) is None
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="is empty"):
+        serve_token(str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="set but empty"):
+        serve_token(None, {"DETPIPE_SERVE_TOKEN": " "})
+
+    class Answers:
+        config = type("Config", (), {"model_batch": 8, "max_detections": 10})
+
+        def predict(self, images, threshold, limit):
+            return [{"num_detections": 0} for _ in images]
+
+    body = _instances((raccoon / "images" / PHOTOS[0]).read_bytes())
+    options = ServeOptions(max_batch_size=1, token=token)
+    with TestClient(create_app("unused", options=options, load=lambda _path: Answers())) as client:
+        deadline = time.monotonic() + 30
+        while client.get("/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.get("/health").status_code == 200  # no token: load balancers and Vertex send none
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"}):
+            answer = client.post("/predict", content=body, headers=headers)
+            assert answer.status_code == 401 and "bearer token" in answer.json()["error"], headers
+            assert answer.headers["www-authenticate"] == "Bearer"
+        answer = client.post("/predict", content=body, headers={"Authorization": "Bearer s3cret-token"})
+        assert answer.status_code == 200 and answer.json() == {"predictions": [{"num_detections": 0}]}
 
 
 def test_the_f1_threshold_keeps_the_right_detections():

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MISSING_IMAGE = "missing_image"
+# An annotation's file name that leaves --images (absolute, `..`, a URL) and whose base name is not inside it.
+IMAGE_OUTSIDE_FOLDER = "image_outside_folder"
 UNREADABLE_IMAGE = "unreadable_image"
 # Pillow reads it, TensorFlow's decoders (what training, evaluation and serving run) do not.
 TENSORFLOW_CANNOT_DECODE = "tensorflow_cannot_decode"

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from beam.contract.data_text import markdown_text
 from components.detector.artifacts import TrainConfigFile
 from components.detector.records import read_box_sample
 from components.evaluate.baseline import Baseline, box_prior_baseline
@@ -25,6 +26,7 @@ from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_dete
 from components.export.export_files import LABEL_MAP_FILE
 from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict, comparison_line,
                                           decide, readable)
+from components.registry.checksums import verify_folder
 from components.registry.registry import DEFAULT_MODEL_NAME, SAVED_MODEL_DIR, Registry
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ def evaluate_against_champion(model_dir: str, data_dir: str, output_dir: str, ru
     if champion:
         with tempfile.TemporaryDirectory() as tmp:
             Registry.open(registry, model_name).fetch(champion, SAVED_MODEL_DIR, tmp)
+            verify_folder(tmp)  # the champion compared is the one registered
             with open(os.path.join(tmp, LABEL_MAP_FILE)) as handle:
                 champion_labels = json.load(handle)
             logger.info("re-scoring champion %s on %d val images", champion, len(images))
@@ -138,11 +141,11 @@ def decision_markdown(record: DecisionRecord) -> str:
             theirs, mine = readable(record.champion[key + "_shared"], record.challenger[key + "_shared"])
             lines.append(f"| {name} | {theirs} | {mine} | {record.interval(key).replace('95% CI ', '')} |")
         lines += ["", "| class | ΔAP@[.5:.95] |", "|---|---|"]
-        lines += [f"| {name} | {'n/a' if v is None else f'{v:+.3f}'} |" for name, v in d["per_class"].items()]
+        lines += [f"| {markdown_text(name)} | {'n/a' if v is None else f'{v:+.3f}'} |" for name, v in d["per_class"].items()]
         classes = record.classes
         if classes["challenger_only"] or classes["champion_only"]:
-            lines += ["", f"Compared on the shared classes only; new: {', '.join(classes['challenger_only']) or 'none'}"
-                          f"; no longer present: {', '.join(classes['champion_only']) or 'none'}."]
+            lines += ["", f"Compared on the shared classes only; new: {', '.join(map(markdown_text, classes['challenger_only'])) or 'none'}"
+                          f"; no longer present: {', '.join(map(markdown_text, classes['champion_only'])) or 'none'}."]
         rule = record.rule
         lines += ["", f"Rule: promote_if={rule['promote_if']}, max_regression={rule['max_regression']}, "
                       f"min_map={rule['min_map']}; paired bootstrap over val images, {rule['resamples']} "

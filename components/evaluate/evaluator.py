@@ -17,6 +17,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from beam.contract import feature_keys as K
+from beam.contract.data_text import markdown_text
 from beam.contract.label_map import read_dataset_label_map
 from components.detector.artifacts import load_trained
 from components.detector.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
@@ -132,7 +133,7 @@ def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str], worst: l
     lines += [f"| {k} | {_fmt(v)} |" for k, v in measured.summary.items()]
     ap50 = measured.per_class_ap50
     lines += ["", "| class | AP@[.5:.95] | AP50 |", "|---|---|---|"]
-    lines += [f"| {k} | {_fmt(v)} | {_fmt(ap50.get(k, -1.0))} |" for k, v in measured.per_class.items()]
+    lines += [f"| {markdown_text(k)} | {_fmt(v)} | {_fmt(ap50.get(k, -1.0))} |" for k, v in measured.per_class.items()]
     if measured.cap:
         limit = measured.cap.max_detections
         lines += ["", f"The metrics count up to {limit} detections per image" + (
@@ -148,5 +149,5 @@ def _report(measured: EvalMetrics, gate: str, pictures: dict[str, str], worst: l
     for title, name in pictures.items():
         lines += ["", f"## {title}", "", f"![{title}]({name})"]
         if name == GALLERY_FILE and worst:
-            lines += ["", "In order: " + "; ".join(f"`{c}`" for c in worst) + "."]
+            lines += ["", "In order: " + "; ".join(markdown_text(c) for c in worst) + "."]
     return "\n".join(lines) + "\n"

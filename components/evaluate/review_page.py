@@ -9,9 +9,9 @@ import base64
 import io
 from pathlib import Path
 
-import jinja2
 from PIL import Image, ImageDraw
 
+from beam.contract.data_text import page_environment
 from components.evaluate.label_review import MISSING, LabelIssue, summary_sentence
 
 PAGE_FILE = "label_review.html"
@@ -20,9 +20,9 @@ CROP_MARGIN = 0.5  # the crop extends this many box sides beyond the box, so the
 CROP_SIDE = 220  # px: the longer side of a crop on the page
 LABEL, PREDICTION, REPEATED = (40, 170, 60), (220, 40, 40), (40, 90, 220)
 
-# Autoescape on: class and file names come from strangers' datasets (a class named `<script>...`
-# must reach the page as text); `jinja2.Template` alone does not escape.
-_TEMPLATE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
+# Class and file names come from strangers' datasets (a class named `<script>...` must reach the
+# page as text): the pages' one environment (autoescape on, control characters made visible).
+_TEMPLATE = page_environment().from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>detpipe label review</title>
 <style>
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }

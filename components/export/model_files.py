@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from components.export.export_files import SAVED_MODEL_FILE, SERVING_CONFIG_FILE
+from components.registry.checksums import verify_folder
 
 
 class ModelNotFound(FileNotFoundError):
@@ -26,3 +27,4 @@ def check_model_dir(model_dir: str) -> None:
         if not exists(f"{root}/{name}"):
             raise ModelNotFound(f"{model_dir} holds no {name}: pass the output of `detpipe export` "
                                 "(or the export step of a pipeline run)")
+    verify_folder(root)  # a folder the registry wrote (a version, the champion): the files it registered

@@ -18,8 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from beam.contract.decoding import UNREADABLE, op_error_line, pixels_problem
-from beam.contract.images import (MODEL_FORMATS, NOT_AN_IMAGE, ImageTooLarge, UnreadableFormat, inspect_image,
-                                  model_image, needs_conversion, written_format)
+from beam.contract.images import (MAX_IMAGE_PIXELS, MODEL_FORMATS, NOT_AN_IMAGE, ImageTooLarge, UnreadableFormat,
+                                  inspect_image, model_image, needs_conversion, written_format)
 from components.export.saved_model import DETECT_SIGNATURE, INPUT_NAME, ServingConfig
 from components.export.model_files import check_model_dir
 
@@ -34,6 +34,10 @@ class NotAnImage(BadImage):
     """Bytes that are no image, or one in a format the model does not take."""
 
 
+class TooLarge(BadImage):
+    """An image over the pixel limit every image reader shares (`MAX_IMAGE_PIXELS`), refused unread."""
+
+
 def _refused(fmt: str) -> NotAnImage:
     return NotAnImage(f"{fmt} is not an image format the model takes ({MODEL_FORMATS})")
 
@@ -42,17 +46,18 @@ def _undecodable(reason: str) -> BadImage:
     return BadImage(f"the image cannot be decoded (truncated or corrupt: {reason})")
 
 
-def model_image_bytes(data: bytes, max_pixels: int | None = None) -> bytes:
+def model_image_bytes(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> bytes:
     """The bytes the model gets for one input image: checked, upright when its EXIF
     orientation says it is displayed turned, as PNG when its format is not JPEG or PNG
-    (beam/contract/images.py: as the data step writes it). Raises `BadImage`, without decoding
-    it when it has more than `max_pixels`."""
+    (beam/contract/images.py: as the data step writes it). Raises `BadImage`; `TooLarge`,
+    without decoding it, when it has more than `max_pixels` (the limit the data step, serve,
+    predict and batch prediction share)."""
     if not data:
         raise NotAnImage("empty image")
     try:  # the header: the pixels are decoded below, by the decoder that will read them
         fmt, _, _, _, orientation = inspect_image(data, max_pixels, decode=False)
     except ImageTooLarge as err:
-        raise BadImage(f"the image is too large to decode ({err})") from None
+        raise TooLarge(f"the image is too large to decode ({err})") from None
     except UnreadableFormat as err:
         raise _refused(str(err)) from None
     except ValueError as err:

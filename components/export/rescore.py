@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from beam.contract.data_text import markdown_text
 from components.export.file_formats import (DECODER_FILE, FLOAT_TOLERANCE, FORMATS, INT8_TOLERANCE, decoder_path,
                                             tolerance)
 
@@ -148,7 +149,7 @@ def write_report(base: dict, scores: list[FormatScore], output_dir: str, convers
              "| format | verdict | mAP | ΔmAP | AP50 | AP75 | worst class ΔAP | top score Δ | top box Δ | size | ms/image |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {s.kind} | {'pass' if s.passed else 'FAILED'} (tolerance {s.tolerance:g}) | {s.metrics['mAP']:.4f} | "
-              f"{signed(s.map_difference)} | {s.metrics['AP50']:.4f} | {s.metrics['AP75']:.4f} | {s.worst_class or '-'} | "
+              f"{signed(s.map_difference)} | {s.metrics['AP50']:.4f} | {s.metrics['AP75']:.4f} | {markdown_text(s.worst_class or '-')} | "
               f"{s.top_score_difference:.2g} | {s.top_box_difference:.2g} | {s.size_bytes / 1e6:.2f} MB | "
               f"{s.seconds_per_image * 1000:.1f} |" for s in scores]
     lines += [f"| {kind} | FAILED: conversion: {why} |" + " |" * 9 for kind, why in sorted(conversion_errors.items())]
@@ -157,7 +158,7 @@ def write_report(base: dict, scores: list[FormatScore], output_dir: str, convers
     classes = sorted({name for s in scores for name in s.class_differences})
     if classes:
         lines += ["", "## AP@[.5:.95] per class: the file's minus the trained model's", "",
-                  "| format | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
+                  "| format | " + " | ".join(map(markdown_text, classes)) + " |", "|---|" + "---|" * len(classes)]
         lines += [f"| {s.kind} | " + " | ".join(signed(s.class_differences[n]) if n in s.class_differences
                                                else "-" for n in classes) + " |" for s in scores]
     if scores:

@@ -138,7 +138,12 @@ class Registry:
         has no weights (recorded before they were kept)."""
         from components.detector.artifacts import WARM_START_EXTRAS, WARM_START_FILES
 
+        from components.registry.checksums import CHECKSUM_FILE, verify_files
+
         found = self._fetch_files(version, WARM_START_FILES + WARM_START_EXTRAS, local_dir)
+        recorded = self.read_file(version, CHECKSUM_FILE)
+        if recorded:  # the copies are what the warm start loads; versions written before checksums have none
+            verify_files(local_dir, json.loads(recorded), names=set(found), named_as=self.path(version))
         return all(name in found for name in WARM_START_FILES)
 
     def champion_data(self, local_dir: str) -> tuple[str, dict[str, str], dict[str, int] | None]:
@@ -178,13 +183,21 @@ class Registry:
         import tempfile
         from pathlib import Path
 
+        from components.registry.checksums import folder_checksums, write_checksums
+
+        model_sums = folder_checksums(saved_model_dir)  # what serve, predict and deploy check (checksums.py)
         self.store.upload_dir(saved_model_dir, self._rel("versions", name, SAVED_MODEL_DIR))
         with tempfile.TemporaryDirectory() as tmp:
             for target, source in files.items():
                 Path(tmp, target).write_bytes(Path(source).read_bytes())
+            file_sums = folder_checksums(tmp)  # what the warm start checks
+            write_checksums(tmp, file_sums)
+            Path(tmp, SAVED_MODEL_DIR).mkdir()
+            write_checksums(str(Path(tmp, SAVED_MODEL_DIR)), model_sums)
             self.store.upload_dir(tmp, self._rel("versions", name))
         record = {**record, "version": name, "model_name": self.model_name, "created": _now(),
-                  "saved_model": self.path(name, SAVED_MODEL_DIR)}
+                  "saved_model": self.path(name, SAVED_MODEL_DIR),
+                  "sha256": {**file_sums, **{f"{SAVED_MODEL_DIR}/{rel}": digest for rel, digest in model_sums.items()}}}
         self.store.create(self._rel("versions", name, VERSION_FILE), _dump(record))
         return record
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 
+from beam.contract.data_text import page_environment
 from components.report import sections
 
 REPORT_FILE = "run_report.html"
@@ -35,10 +36,8 @@ class RunInputs:
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True)
+    return page_environment(jinja2.FileSystemLoader(Path(__file__).parent / "templates"), trim_blocks=True,
+                            lstrip_blocks=True)
 
 
 def _fmt(value) -> str:

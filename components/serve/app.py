@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
+from components.serve.access import authorized
 from components.serve.batching import Batcher, batch_policy
 from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES
 from components.export.predictor import Predictor
@@ -46,6 +47,7 @@ class ServeOptions:
     max_batch_size: int | None = None  # None: what suits the machine (batching.batch_policy)
     batch_timeout_ms: float | None = None
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    token: str | None = None  # a bearer token predict requests must carry (components/serve/access.py)
 
 
 @dataclass
@@ -145,6 +147,9 @@ def create_app(model_dir: str, routes: Routes = Routes(), options: ServeOptions 
     @app.post(routes.predict)
     async def predict(request: Request):
         predictor = state.predictor
+        if not authorized(request.headers.get("authorization"), options.token):
+            return JSONResponse({"error": "a bearer token is required: send 'Authorization: Bearer TOKEN'"},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
         if predictor is None or state.draining:
             return unavailable()
         state.in_flight += 1

@@ -32,6 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import DirectOptions
 
+from beam.contract.rejects import IMAGE_TOO_LARGE
 from beam.data_workers import default_workers, usable_cpu_count
 from beam.local_worker import failing_when_a_worker_dies
 from beam.runner import runner_and_options
@@ -44,6 +45,7 @@ REJECTS = "rejects"
 # The rejects rows' reasons: a file that cannot be read, one that is no image (or in a format the
 # model does not take), an image the model cannot take (corrupt, too large, refused by its decoder).
 UNREADABLE, NOT_AN_IMAGE, BAD_IMAGE = "unreadable", "not_an_image", "bad_image"
+TOO_LARGE = IMAGE_TOO_LARGE  # over the pixel limit every image reader shares: the data step's reason
 SUMMARY_FILE = "summary.json"
 DRAWN_DIR = "drawn"
 SUFFIX = ".jsonl"
@@ -113,7 +115,7 @@ class _ReadAndCheck(beam.DoFn):
     """A path → (path, the bytes the model gets) or, tagged `rejected`, why not."""
 
     def process(self, path: str):
-        from components.export.predictor import BadImage, NotAnImage, model_image_bytes
+        from components.export.predictor import BadImage, NotAnImage, TooLarge, model_image_bytes
 
         try:
             with FileSystems.open(path, compression_type="uncompressed") as handle:
@@ -125,7 +127,8 @@ class _ReadAndCheck(beam.DoFn):
         try:
             yield path, model_image_bytes(data)
         except BadImage as err:
-            reason = NOT_AN_IMAGE if isinstance(err, NotAnImage) else BAD_IMAGE
+            reason = (NOT_AN_IMAGE if isinstance(err, NotAnImage) else TOO_LARGE if isinstance(err, TooLarge)
+                      else BAD_IMAGE)
             yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": reason, "message": str(err)})
 
 

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 
-from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, MAX_BODY_BYTES, MAX_IMAGE_PIXELS
+from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, MAX_BODY_BYTES
 from components.export.predictor import BadImage, model_image_bytes
 
 PARAMETERS = ("score_threshold", "max_detections")
@@ -122,7 +122,7 @@ def _image(index: int, instance) -> bytes:
     except (binascii.Error, ValueError):
         raise RequestError(400, f"{where}: image_bytes.b64 is not valid base64") from None
     try:
-        return model_image_bytes(data, MAX_IMAGE_PIXELS)
+        return model_image_bytes(data)
     except BadImage as err:
         raise RequestError(400, f"{where}: {err}") from None
 
