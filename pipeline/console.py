@@ -20,6 +20,7 @@ from pathlib import Path
 from beam.contract.data_text import visible
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CSI = re.compile(r"(\x1b\[[0-9;?]*[A-Za-z])")  # a terminal's control sequence: colours, cursor moves
 _START = re.compile(r"Executing task '([^']+)'")
 _END = re.compile(r"Task '([^']+)' finished with status (\w+)")
 # Progress the steps print (Keras' "Epoch 3/8", the data step's "checked 500 records on worker 81 (2304 in the job)"),
@@ -37,16 +38,21 @@ class VisibleStream:
     """A console stream (stdout, stderr) that writes what a dataset's text holds as text:
     control characters and bidi overrides become `\\xNN` / `\\uNNNN` (beam/contract/data_text.py),
     so a class name cannot retitle the terminal or reverse a line. New lines, tabs and carriage
-    returns stay; so does ESC on a terminal, where rich and kfp colour their lines (rich's live
-    display moves the cursor with it); a file or a pipe gets no ESC raw."""
+    returns stay; on a terminal, so do the CSI sequences (ESC [ ... letter) with which rich and kfp
+    colour their lines and rich's live display moves the cursor; any other ESC (a title's OSC)
+    is written out, and a file or a pipe gets no ESC raw."""
 
     def __init__(self, stream):
         self._stream = stream
-        tty = getattr(stream, "isatty", lambda: False)()
-        self._keep = "\n\r\t\x1b" if tty else "\n\r\t"
+        self._tty = getattr(stream, "isatty", lambda: False)()
 
     def write(self, text: str) -> int:
-        self._stream.write(visible(text, keep=self._keep))
+        if self._tty:
+            parts = _CSI.split(text)  # text, sequence, text, ...: the sequences kept as they are
+            shown = "".join(part if i % 2 else visible(part, keep="\n\r\t") for i, part in enumerate(parts))
+        else:
+            shown = visible(text, keep="\n\r\t")
+        self._stream.write(shown)
         return len(text)
 
     def close(self) -> None:  # a log handler closing its stream at exit (absl's) must not close the console

@@ -79,3 +79,27 @@ def test_every_step_declares_the_figure_its_line_shows():
     assert key_figure("fingerprint-source", {"parameterValues": {"champion": "v1", "unchanged": same}}) \
         == "champion v1; unchanged data (v1's files)"
     assert key_figure("fingerprint-source", {"parameterValues": {"champion": "v1", "unchanged": ""}}) == "champion v1"
+
+
+def test_what_a_dataset_says_reaches_the_console_as_text(capsys):
+    """A class named with a right-to-left override, a bell and a terminal title escape: every
+    command's console lines show them written out; a terminal keeps colour sequences (ESC [),
+    a pipe gets no ESC raw; closing the stream (absl's handler at exit) leaves the console open."""
+    from pipeline.cli import main
+    from pipeline.console import VisibleStream
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    hostile = "raccoon\u202e\x07\x1b]0;pwned"
+    pipe, terminal = io.StringIO(), Terminal()
+    for stream in (VisibleStream(pipe), VisibleStream(terminal)):
+        stream.write(f"class {hostile}\n\tnext\r\n\x1b[92mSUCCESS\x1b[0m")
+        stream.close()
+        assert not stream.closed
+    assert pipe.getvalue() == "class raccoon\\u202e\\x07\\x1b]0;pwned\n\tnext\r\n\\x1b[92mSUCCESS\\x1b[0m"
+    assert terminal.getvalue() == "class raccoon\\u202e\\x07\\x1b]0;pwned\n\tnext\r\n\x1b[92mSUCCESS\x1b[0m"
+    assert main(["registry", "show", hostile, "--registry", "/nonexistent-registry"]) != 0
+    err = capsys.readouterr().err
+    assert "raccoon\\u202e\\x07\\x1b]0;pwned" in err and "\u202e" not in err and "\x07" not in err

@@ -2,6 +2,7 @@
 (components/export: converted.py, tflite_file.py, onnx_file.py, rescore.py; `detpipe export --format`)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -123,7 +124,7 @@ def test_an_unknown_kind_is_refused_before_any_work(trained_model, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["tflite", "onnx"])
-def test_predict_on_a_file_answers_as_the_saved_model(exported, demo_dir, capsys, kind):
+def test_predict_on_a_file_answers_as_the_saved_model(exported, demo_dir, capsys, kind, tmp_path):
     """`detpipe predict --model FILE`: the same JSON lines as the SavedModel beside it, on 4
     photos (boxes and scores within 1e-5, classes and names the same)."""
     out, _ = exported
@@ -138,6 +139,23 @@ def test_predict_on_a_file_answers_as_the_saved_model(exported, demo_dir, capsys
     for a, b in zip(saved, converted):
         assert a["image"] == b["image"] and a["num_detections"] == b["num_detections"]
         assert _matched(a, b, 1e-5) == a["num_detections"], (a["image"], kind)
+    if kind == "onnx":  # the batch job (`--images`) with the file: the lines `predict FILE` printed
+        import shutil
+
+        from components.serve.batch_job import PREDICTIONS, read_lines
+
+        folder = tmp_path / "photos"
+        folder.mkdir()
+        for photo in photos:
+            shutil.copyfile(photo, folder / os.path.basename(photo))
+        assert main(["predict", "--model", str(out / FORMATS[kind].file_name), "--images", str(folder), "--output",
+                     str(tmp_path / "batch"), "--score-threshold", "0.05", "--direct-num-workers", "1"]) == 0
+        batch = {os.path.basename(line["image"]): line for line in map(json.loads, read_lines(
+            str(tmp_path / "batch"), PREDICTIONS))}
+        assert sorted(batch) == sorted(os.path.basename(p) for p in photos)
+        for b in converted:
+            line = batch[os.path.basename(b["image"])]
+            assert line["model"] == str(out / FORMATS[kind].file_name) and _matched(b, line, 1e-6) == b["num_detections"]
 
 
 def _matched(a: dict, b: dict, tolerance: float) -> int:

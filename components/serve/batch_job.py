@@ -36,6 +36,8 @@ from beam.contract.rejects import IMAGE_TOO_LARGE
 from beam.data_workers import default_workers, usable_cpu_count
 from beam.local_worker import failing_when_a_worker_dies
 from beam.runner import runner_and_options
+from components.export.export_files import LABEL_MAP_FILE
+from components.export.file_formats import is_model_file
 from components.serve.batch_workers import IMAGES_PER_WORKER, image_pattern
 
 logger = logging.getLogger(__name__)
@@ -162,7 +164,8 @@ tf_threads_per_worker("DirectRunner", 3, 8), tf_threads_per_worker("DataflowRunn
 
 
 class DetectorHandler(ModelHandler):
-    """RunInference's model: the exported SavedModel behind `Predictor` (as `serve`).
+    """RunInference's model: the exported SavedModel behind `Predictor` (as `serve`), or a
+    converted file (TFLite, ONNX) behind `FilePredictor` (as `predict --model FILE`).
     Elements are (path, image bytes); results are (prediction line, image bytes)."""
 
     def __init__(self, model_dir: str, score_threshold: float | None, model_version: str, tf_threads: int = 0):
@@ -175,6 +178,10 @@ class DetectorHandler(ModelHandler):
 
         if self._tf_threads:
             limit_tf_threads(self._tf_threads)
+        if is_model_file(self._model_dir):
+            from components.export.file_predictor import FilePredictor
+
+            return FilePredictor.load(self._model_dir)
         return Predictor.load(self._model_dir)
 
     def run_inference(self, batch: Sequence[tuple[str, bytes]], model, inference_args=None) -> Iterable:
@@ -218,7 +225,12 @@ def predict_images(options: BatchOptions) -> BatchSummary:
 
     from components.export.model_files import check_model_dir
 
-    check_model_dir(options.model_dir)
+    if is_model_file(options.model_dir):  # a converted file: it and the label map beside it
+        for path in (options.model_dir, _beside(options.model_dir, LABEL_MAP_FILE)):
+            if not FileSystems.exists(path):
+                raise FileNotFoundError(f"{path} not found: pass a file of `detpipe export` (label_map.json beside it)")
+    else:
+        check_model_dir(options.model_dir)
     paths, nested = listed_images(options.images)
     recursive = f"--images '{options.images.rstrip('/')}/**'"
     if not paths:
@@ -316,6 +328,12 @@ def read_lines(output: str, prefix: str) -> Iterable[str]:
                     yield line
 
 
+def _beside(model: str, name: str) -> str:
+    """`name` in the export's folder: the folder itself, or the folder of a converted file."""
+    folder = model.rstrip("/").rsplit("/", 1)[0] if is_model_file(model) else model.rstrip("/")
+    return f"{folder}/{name}"
+
+
 def _num_classes(model_dir: str) -> int:
-    with FileSystems.open(f"{model_dir.rstrip('/')}/label_map.json") as handle:
+    with FileSystems.open(_beside(model_dir, LABEL_MAP_FILE)) as handle:
         return len(json.loads(handle.read()))
