@@ -115,6 +115,8 @@ INTERFACES = {
     "components.export.saved_model": "the SavedModel's serving signature and export (serve, the probe's dry run)",
     "components.export.export_files": "the names of an export's files (serve looks for them before TensorFlow)",
     "components.export.rescore": "passed_files: register records the converted files that passed with the version",
+    "components.export.file_formats": "is_model_file: batch prediction tells a converted file from a SavedModel",
+    "components.export.file_predictor": "a converted file run as `predict --model FILE` runs it (batch prediction)",
     "components.export.model_files": "check_model_dir: a folder is an export, said before TensorFlow loads",
     "components.export.predictor": "a SavedModel run as `detpipe serve` runs it (serve; the champion's score)",
     "components.train.time_budget": "the time budget's `auto`: the tune step decides on a search by the training's "

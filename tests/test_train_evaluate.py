@@ -187,7 +187,7 @@ def test_evaluate_writes_finite_metrics_and_gates(trained_model, demo_shards, tm
     # The worst images are named by their file ids, as the shards hold them.
     assert all(t.name.startswith("demo-") for t in result.truths)
     worst = report.split("In order: ", 1)[1].split("\n", 1)[0]
-    assert worst.startswith("`demo-") and " missed, " in worst
+    assert worst.startswith("demo-") and " missed, " in worst
     for picture in ("pr_curves.png", "f1_threshold.png", "confusion.png", "ap_by_size.png", "gallery.png"):
         assert f"]({picture})" in report and (tmp_path / picture).stat().st_size > 1000
     with pytest.raises(GateFailed, match="minimum 1.1"):

@@ -8,7 +8,7 @@ that retitle a terminal. One rule for every place such text is shown:
   (bidi embeddings, overrides, isolates and marks; zero-width characters) written as `\\xNN` /
   `\\uNNNN`: a console line, a log line, a cell of a page shows what the text holds.
 - `markdown_text`: `visible`, then HTML-escaped (a Markdown viewer renders inline HTML) and
-  Markdown's own marks escaped (a `|` would split a table cell).
+  the Markdown marks of links, images, code and table cells escaped (a `|` would split a cell).
 - `page_environment`: the one jinja2 environment of every HTML page: autoescape on, and every
   value `visible` before it is escaped.
 
@@ -25,7 +25,9 @@ import re
 # Invisible characters that change how the text around them is displayed.
 _FORMATTING = "\u061c\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"
 _HIDDEN = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_FORMATTING}]")
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+# What lets Markdown text become more than text: links and images ([...](...)), a table cell's
+# end (|), code (`), and the backslash that escapes them. Emphasis (*, _) only changes the look.
+_MARKDOWN = re.compile(r"([\\`\[\]|])")
 
 
 def _escape(match: re.Match) -> str:
@@ -49,8 +51,8 @@ def visible(text: str, keep: str = "") -> str:
 def markdown_text(text: object) -> str:
     r"""`text` as Markdown that shows it as it is: no markup, no table split, no link.
 
-    >>> markdown_text("<script>alert(1)</script>"), markdown_text("a|b [x](y)")
-    ('&lt;script&gt;alert\\(1\\)&lt;/script&gt;', 'a\\|b \\[x\\]\\(y\\)')
+    >>> markdown_text("<script>alert(1)</script>"), markdown_text("a|b ![x](http://y) image_size")
+    ('&lt;script&gt;alert(1)&lt;/script&gt;', 'a\\|b !\\[x\\](http://y) image_size')
     """
     return _MARKDOWN.sub(r"\\\1", html.escape(visible(str(text)), quote=False))
 

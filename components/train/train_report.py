@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from beam.contract.data_text import markdown_text
 from components.detector.artifacts import LOSS_CURVE_FILE, TENSORBOARD_DIR
 
 
 def training_report(result, losses: dict[str, list[float]], has_curve: bool) -> str:
     """The Markdown report of a `TrainResult` (trainer.py) and its per-chunk losses."""
     lines = ["# Training report", "", "| decision | value and reason |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in result.decisions.items()]
+    # A decision quotes the data (class names): as text, never markup (beam/contract/data_text.py)
+    lines += [f"| {k} | {markdown_text(v)} |" for k, v in result.decisions.items()]
     lines += ["", f"- train images: {result.num_train}", f"- steps: {result.steps}",
               f"- effective batch: {result.batch_size} images per step; micro-batch: {result.micro_batch_size}",
               f"- throughput: {result.images_per_second} images/s; " + (
