@@ -74,10 +74,10 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(demo_shards, 
     proc.wait()
     assert not (killed / "model.keras").exists()
 
-    rerun = subprocess.run(_command(demo_shards, killed), cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    resumed = re.search(r"resuming from checkpoint \S+: (\d+) step\(s\) already done", rerun.stderr)
-    assert resumed, rerun.stderr[-2000:]
+    code, said = _train_here(_command(demo_shards, killed))  # the rerun: in this process (no second TF import)
+    assert code == 0, said[-2000:]
+    resumed = re.search(r"resuming from checkpoint \S+: (\d+) step\(s\) already done", said)
+    assert resumed, said[-2000:]
     steps = int(resumed.group(1))
     assert 3 <= steps < STEPS and steps % 3 == 0  # chunks of 3: it lost at most one chunk
     config = json.loads((killed / "train_config.json").read_text())
@@ -315,9 +315,9 @@ def test_sigterm_from_outside_saves_the_current_step_and_the_rerun_resumes_there
     step = int(stopped.group(1))
     assert 3 <= step < STEPS and stopped.group(2).endswith(f"ckpt-{step}")
 
-    rerun = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert re.search(rf"resuming from checkpoint \S+ckpt-{step}: {step} step\(s\) already done", rerun.stderr)
+    code, said = _train_here(command)  # the rerun: in this process (no second TF import)
+    assert code == 0, said[-2000:]
+    assert re.search(rf"resuming from checkpoint \S+ckpt-{step}: {step} step\(s\) already done", said)
     config = json.loads((tmp_path / "train_config.json").read_text())
     assert f"resumed after step {step}" in config["result"]["decisions"]["checkpoints"]
     assert config["result"]["steps"] == STEPS

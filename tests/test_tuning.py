@@ -17,7 +17,7 @@ from components.tune.hparams_file import DEFAULTS, SEARCH_SPACE, BestHparams, lo
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 # A search small enough for the suite: 2 trials of 3 epochs of the demo shards' fit part at batch 4, 64 px.
-SMALL = ["--trials", "2", "--epochs", "3", "--batch-size", "4", "--image-size", "64", "--deterministic", "--seed", "3"]
+SMALL = ["--trials", "2", "--epochs", "2", "--batch-size", "4", "--image-size", "64", "--deterministic", "--seed", "3"]
 
 
 def test_auto_searches_only_where_it_can_pay_and_says_why():
