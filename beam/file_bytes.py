@@ -5,11 +5,14 @@ from __future__ import annotations
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam.contract.images import read_image_file
+
 
 def read_bytes(path: str, filesystem_of=FileSystems.get_filesystem) -> bytes:
-    """The file's bytes as stored (an image named .gz is not decompressed), local or gs://."""
+    """The image file's bytes as stored (an image named .gz is not decompressed), local or gs://;
+    `FileTooLarge` over the limit every image reader shares."""
     with filesystem_of(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
+        return read_image_file(handle)
 
 
 class FileSystemOf:

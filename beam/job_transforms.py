@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam import record_checks as rc
 from beam.contract import rejects as rj
-from beam.contract.images import IMAGE_SUFFIXES
+from beam.contract.images import IMAGE_SUFFIXES, FileTooLarge
 from beam.contract.label_map import derive_label_map, extend_label_map
 from beam.contract.manifest import rejects_file_name
 from beam.contract.rejects import Reject
@@ -181,6 +181,9 @@ class _CheckChunk(beam.DoFn):
             try:
                 data = read_bytes(path, self._filesystem_of)
                 break
+            except FileTooLarge as err:
+                return Reject(record.image_id, rj.IMAGE_TOO_LARGE, f"image {record.filename!r}: {err}",
+                              record.source_ref)
             except (OSError, IOError, FileNotFoundError):
                 data = None
         if data is None and not inside_folder(record.filename):

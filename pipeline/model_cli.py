@@ -104,11 +104,14 @@ def cmd_predict(args, beam_args: list[str]) -> int:
         predictor = FilePredictor.load(args.model)
     else:
         predictor = Predictor.load(args.model)
+    from beam.contract.images import FileTooLarge, read_image_file
+
     problems, ready = [], []
     for name in args.images:
         try:
-            ready.append((name, model_image_bytes(Path(name).read_bytes())))
-        except (OSError, BadImage) as err:
+            with open(name, "rb") as handle:
+                ready.append((name, model_image_bytes(read_image_file(handle))))
+        except (OSError, BadImage, FileTooLarge) as err:
             problems.append(f"{name}: {err}")
     results = []
     for start in range(0, len(ready), PREDICT_CHUNK):

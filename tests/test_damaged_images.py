@@ -204,7 +204,8 @@ def test_prediction_answers_the_good_photos_and_rejects_the_damaged_one(exported
 
 
 @pytest.mark.slow
-def test_prediction_refuses_an_image_over_the_pixel_limit_unread(exported_raccoon, raccoon, tmp_path, capsys):
+def test_prediction_refuses_an_image_over_the_pixel_limit_unread(exported_raccoon, raccoon, tmp_path, capsys,
+                                                                 monkeypatch):
     """A 169 M-pixel PNG of a few hundred kB (1.4 GB once decoded) beside a real photo: the folder
     job answers the photo and rejects the PNG with the limit; named alone, it is one line, exit 1."""
     from beam.contract.images import MAX_IMAGE_PIXELS
@@ -227,6 +228,11 @@ def test_prediction_refuses_an_image_over_the_pixel_limit_unread(exported_raccoo
     assert captured.out == "" and [line for line in captured.err.splitlines() if line.startswith("detpipe:")] == [
         f"detpipe: {folder / 'huge.png'}: the image is too large to decode (it is 13,000 x 13,000 pixels, over the "
         f"limit of {MAX_IMAGE_PIXELS:,})"]
+    # The byte limit, shared the same way: a file over it is refused before it is read whole.
+    monkeypatch.setattr("beam.contract.images.MAX_IMAGE_BYTES", 1000)
+    assert main(["predict", "--model", str(exported_raccoon), str(folder / "raccoon-1.jpg")]) == EXIT_FAILED
+    assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("detpipe:")] == [
+        f"detpipe: {folder / 'raccoon-1.jpg'}: the file is over the limit of 1,000 bytes"]
 
 
 @pytest.mark.slow

@@ -38,6 +38,10 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".we
 # The largest image the data step writes and `serve` decodes, in pixels (width x height):
 # beyond, a reject (`image_too_large`) or a 413, said from the header before any pixel is decoded.
 MAX_IMAGE_PIXELS = 50_000_000
+# The largest image file any reader takes, in bytes: a photo of MAX_IMAGE_PIXELS stored
+# uncompressed at 4 bytes a pixel is 200 MB; twice that leaves room for 16-bit TIFFs. A larger
+# file is refused after reading one byte past the limit (`read_image_file`), never held whole.
+MAX_IMAGE_BYTES = 400_000_000
 # What `inspect_image` says of bytes in no image format Pillow knows (a text file named .jpg).
 NOT_AN_IMAGE = "not an image file (no image format Pillow knows)"
 
@@ -94,6 +98,28 @@ def model_image(data: bytes, turn: bool) -> bytes:
             picture = picture.convert("RGBA" if picture.has_transparency_data else "RGB")
         picture.save(out, format="PNG")
     return out.getvalue()
+
+
+class FileTooLarge(ValueError):
+    """An image file over `MAX_IMAGE_BYTES`."""
+
+
+def read_image_file(handle, limit: int | None = None) -> bytes:
+    """The bytes of an open image file (local or Beam's), at most `limit` (`MAX_IMAGE_BYTES`):
+    raises `FileTooLarge` without reading further.
+
+    >>> import io; read_image_file(io.BytesIO(b"12345"), limit=5)
+    b'12345'
+    >>> read_image_file(io.BytesIO(b"123456"), limit=5)
+    Traceback (most recent call last):
+    ...
+    beam.contract.images.FileTooLarge: the file is over the limit of 5 bytes
+    """
+    limit = MAX_IMAGE_BYTES if limit is None else limit
+    data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLarge(f"the file is over the limit of {limit:,} bytes")
+    return data
 
 
 class ImageTooLarge(ValueError):

@@ -32,6 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import DirectOptions
 
+from beam.contract.images import FileTooLarge, read_image_file
 from beam.contract.rejects import IMAGE_TOO_LARGE
 from beam.data_workers import default_workers, usable_cpu_count
 from beam.local_worker import failing_when_a_worker_dies
@@ -47,7 +48,7 @@ REJECTS = "rejects"
 # The rejects rows' reasons: a file that cannot be read, one that is no image (or in a format the
 # model does not take), an image the model cannot take (corrupt, too large, refused by its decoder).
 UNREADABLE, NOT_AN_IMAGE, BAD_IMAGE = "unreadable", "not_an_image", "bad_image"
-TOO_LARGE = IMAGE_TOO_LARGE  # over the pixel limit every image reader shares: the data step's reason
+TOO_LARGE = IMAGE_TOO_LARGE  # over the pixel or byte limit every image reader shares: the data step's reason
 SUMMARY_FILE = "summary.json"
 DRAWN_DIR = "drawn"
 SUFFIX = ".jsonl"
@@ -121,7 +122,10 @@ class _ReadAndCheck(beam.DoFn):
 
         try:
             with FileSystems.open(path, compression_type="uncompressed") as handle:
-                data = handle.read()
+                data = read_image_file(handle)
+        except FileTooLarge as err:
+            yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": TOO_LARGE, "message": str(err)})
+            return
         except OSError as err:
             yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": UNREADABLE,
                                                      "message": str(err).splitlines()[0]})
