@@ -219,6 +219,15 @@ def test_real_collection_on_this_machine(demo_shards):
     assert "in batches of 4 at 128 px, decoded and augmented as training does on this machine" in made.reason
     assert float(made.reason.split("makes ", 1)[1].split(" images/s", 1)[0]) > 0
     assert probe_markdown(result).startswith(f"# Environment probe: {result.verdict}")
+    # A reason or the model shape quoting a class named as markup (the dry run's decisions do) stays text.
+    from dataclasses import replace
+
+    hostile = "<script>alert(1)</script>\u202e|"
+    quoting = replace(result, checks=[replace(result.checks[0], reason=f"smallest class {hostile}")],
+                      recommendations={**result.recommendations, "model_shape": f"auto: {hostile}"})
+    page = probe_markdown(quoting)
+    assert "<script>" not in page and "\u202e" not in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;\\\\u202e\\|") == 2  # in Markdown a doubled backslash shows one
 
 
 def test_cli_probe_json_and_baseline(tmp_path, capsys):

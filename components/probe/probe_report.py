@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from beam.contract.data_text import markdown_text
 from components.detector.precision import precision_for
 from components.probe.baseline_diff import compare_facts, difference_lines
 from components.probe.checks import FAIL, PASS, WARN, CheckResult, Expectations, check_gpu_memory, run_checks, verdict
@@ -160,10 +161,11 @@ def probe_markdown(result: ProbeResult) -> str:
     lines = [
         f"# Environment probe: {result.verdict}", "",
         "| check | status | reason | fix |", "|---|---|---|---|",
-        *[f"| {c.name} | {c.status} | {c.reason} | {c.fix} |" for c in result.checks],
+        # A reason and the model shape can quote the data (a class name): as text (data_text.py)
+        *[f"| {c.name} | {c.status} | {markdown_text(c.reason)} | {c.fix} |" for c in result.checks],
         "", "## For training", "",
         f"- largest safe batch: {rec['largest_safe_batch'] if rec['largest_safe_batch'] is not None else 'n/a (no GPU)'}",
-        f"- model shape the estimate assumes: {rec.get('model_shape') or 'n/a'}",
+        f"- model shape the estimate assumes: {markdown_text(rec.get('model_shape') or 'n/a')}",
         f"- precision: {rec['mixed_precision']}",
         f"- input pipeline parallelism: {rec['input_parallelism']}",
         "", "## Machine", "", "| fact | value |", "|---|---|",
