@@ -39,7 +39,10 @@ def add_compile_options(p) -> None:
                    help="customjob: the job's time limit, e.g. 24h, 90m, 2d (default 7d)")
     p.add_argument("--restart-on-worker-restart", action="store_true",
                    help="customjob: restart every replica when one restarts")
-    p.add_argument("--tensorboard", default="", help="customjob: a Vertex AI TensorBoard resource name")
+    p.add_argument("--tensorboard", default="", help="customjob: a Vertex AI TensorBoard resource name (with "
+                                                     "--job-output-dir): the training curves stream there")
+    p.add_argument("--job-output-dir", default="", metavar="gs://BUCKET/PATH",
+                   help="customjob: where Vertex AI writes the jobs' outputs (their base output directory)")
     p.add_argument("--job-service-account", default="",
                    help="customjob: service account of the custom jobs (default: the run's)")
 
@@ -56,7 +59,8 @@ def resources_from_args(args):
             evaluate_on_gpu=args.evaluate_on_gpu, train_retries=args.train_retries, train_runner=args.train_runner,
             train_replicas=args.train_replicas, train_machine_type=args.train_machine_type, spot=args.spot,
             train_timeout_s=args.train_timeout, restart_on_worker_restart=args.restart_on_worker_restart,
-            tensorboard=args.tensorboard, service_account=args.job_service_account)
+            tensorboard=args.tensorboard, job_output_dir=args.job_output_dir,
+            service_account=args.job_service_account)
     except ValueError as err:
         raise UsageError(str(err)) from None
 

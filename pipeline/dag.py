@@ -47,13 +47,24 @@ class StepResources:
     train_timeout_s: int = 7 * 24 * 3600
     restart_on_worker_restart: bool = False
     tensorboard: str = ""  # a Vertex AI TensorBoard resource name
+    # customjob: the gs:// folder under which Vertex AI writes the jobs' outputs (their
+    # base_output_directory); Vertex sets AIP_TENSORBOARD_LOG_DIR, where the trainer writes its
+    # curves, only for a job that has one.
+    job_output_dir: str = ""
     service_account: str = ""  # "" : the run's service account
 
     def __post_init__(self):
         if self.train_runner not in TRAIN_RUNNERS:
             raise ValueError(f"train_runner must be one of {', '.join(TRAIN_RUNNERS)}, got {self.train_runner!r}")
-        if self.train_runner == "task" and (self.train_replicas != 1 or self.spot):
-            raise ValueError("--train-replicas and --spot need --train-runner customjob")
+        if self.train_runner == "task" and (self.train_replicas != 1 or self.spot or self.tensorboard
+                                            or self.job_output_dir):
+            raise ValueError("--train-replicas, --spot, --tensorboard and --job-output-dir need --train-runner "
+                             "customjob")
+        if self.tensorboard and not self.job_output_dir:
+            raise ValueError("--tensorboard needs --job-output-dir gs://BUCKET/PATH: Vertex AI streams a job's "
+                             "curves to its TensorBoard only from a job with a base output directory")
+        if self.job_output_dir and not self.job_output_dir.startswith("gs://"):
+            raise ValueError(f"--job-output-dir must be a gs:// folder, got {self.job_output_dir!r}")
 
 
 TRAIN_RUNNERS = ("task", "customjob")
@@ -69,6 +80,7 @@ def as_custom_job(component, resources: StepResources, display_name: str):
         accelerator_count=resources.accelerator_count, timeout=f"{resources.train_timeout_s}s",
         restart_job_on_worker_restart=resources.restart_on_worker_restart,
         service_account=resources.service_account, tensorboard=resources.tensorboard,
+        base_output_directory=resources.job_output_dir,
         strategy="SPOT" if resources.spot else "STANDARD")
 
 

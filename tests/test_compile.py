@@ -171,6 +171,31 @@ def test_spot_without_a_custom_job_is_bad_usage(tmp_path, capsys):
     assert "need --train-runner customjob" in capsys.readouterr().err
 
 
+def test_a_tensorboard_job_gets_the_output_directory_vertex_needs_for_it(tmp_path, capsys):
+    """`--tensorboard` with `--job-output-dir`: each custom job names both, so Vertex AI sets
+    AIP_TENSORBOARD_LOG_DIR (where the trainer's curve writer goes, components/train/curve.py);
+    without the folder, or with a local one, one line and exit 2."""
+    from pipeline.cli import main
+
+    board = "projects/p/locations/us-central1/tensorboards/42"
+    out = tmp_path / "t.yaml"
+    assert main(["compile", "--output", str(out), "--train-runner", "customjob", "--tensorboard", board,
+                 "--job-output-dir", "gs://b/jobs"]) == 0
+    spec = yaml.safe_load(out.read_text())
+    tasks = spec["root"]["dag"]["tasks"]
+    for task in ("train", "tune-hyperparameters"):
+        inputs = spec["components"][tasks[task]["componentRef"]["name"]]["inputDefinitions"]["parameters"]
+        assert inputs["tensorboard"]["defaultValue"] == board
+        assert inputs["base_output_directory"]["defaultValue"] == "gs://b/jobs"
+    for bad, said in ((["--tensorboard", board], "needs --job-output-dir"),
+                      (["--tensorboard", board, "--job-output-dir", "/tmp/jobs"], "must be a gs:// folder")):
+        assert main(["compile", "--output", str(tmp_path / "x.yaml"), "--train-runner", "customjob", *bad]) == 2
+        assert said in capsys.readouterr().err
+    assert main(["compile", "--output", str(tmp_path / "x.yaml"), "--tensorboard", board,
+                 "--job-output-dir", "gs://b/jobs"]) == 2
+    assert "need --train-runner customjob" in capsys.readouterr().err
+
+
 def test_the_batch_predict_template_compiles_reproducibly(tmp_path):
     """`detpipe compile --pipeline batch-predict`: one uncached step that looks the champion
     up when it runs; every parameter described; the same bytes twice."""

@@ -4,6 +4,7 @@ weights kept, the curves written where people look, and a deadline that ends a r
 
 import doctest
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -82,15 +83,18 @@ def plateau_run(demo_shards, tmp_path_factory):
         return {"mAP": next(scores, 0.3)}
 
     out = tmp_path_factory.mktemp("plateau_run")
+    vertex = tmp_path_factory.mktemp("vertex_tensorboard")  # as Vertex sets it in a job with a TensorBoard
     real = curve.model_metrics
     curve.model_metrics = made_up
+    os.environ[curve.VERTEX_TENSORBOARD_ENV] = str(vertex)
     try:
         result = train_detector(TrainConfig(
             data_dir=str(demo_shards), output_dir=str(out), batch_size=4, image_size=64, time_budget="10m",
             patience=3, probe=ProbeAdvice(images_per_second=40.0)))
     finally:
         curve.model_metrics = real
-    return result, out, seen
+        del os.environ[curve.VERTEX_TENSORBOARD_ENV]
+    return result, out, seen, vertex
 
 
 @pytest.mark.slow
@@ -98,7 +102,7 @@ def test_a_flat_curve_stops_the_run_and_the_best_points_weights_are_kept(plateau
     from components.detector.artifacts import HistoryFile, load_trained
     from components.train.distribution import weights_digest
 
-    result, out, seen = plateau_run
+    result, out, seen, _ = plateau_run
     history = HistoryFile.read(out)
     scored = history.scored()
     assert [v for _, v in scored][:2] == [0.1, 0.5] and all(v == 0.3 for _, v in scored[2:])
@@ -122,7 +126,7 @@ def test_the_curves_are_written_where_people_look(plateau_run):
 
     from components.detector.artifacts import HistoryFile
 
-    result, out, _ = plateau_run
+    result, out, _, vertex = plateau_run
     history = json.loads((out / "history.json").read_text())
     assert {"step", "epoch", "learning_rate", "loss", "held_out_mAP"} <= set(history)
     assert len(set(len(history[k]) for k in ("step", "epoch", "learning_rate", "loss", "held_out_mAP"))) == 1
@@ -130,11 +134,12 @@ def test_the_curves_are_written_where_people_look(plateau_run):
     rates = history["learning_rate"]
     assert rates[0] < max(rates) and rates[-1] < 0.05 * max(rates)  # the warmup; after the plateau, the decay to 0
     assert "then the learning rate decayed to 0 over" in result.stopped
-    tags = set()
-    for events in (out / "tensorboard").glob("events.out.tfevents.*"):
-        for record in tf.compat.v1.train.summary_iterator(str(events)):
-            tags |= {value.tag for value in record.summary.value}
-    assert {"held_out/held_out_mAP", "epoch/learning_rate", "epoch/loss"} <= tags
+    for folder in (out / "tensorboard", vertex):  # the model's folder, and Vertex's TensorBoard directory
+        tags = set()
+        for events in folder.rglob("events.out.tfevents.*"):
+            for record in tf.compat.v1.train.summary_iterator(str(events)):
+                tags |= {value.tag for value in record.summary.value}
+        assert {"held_out/held_out_mAP", "epoch/learning_rate", "epoch/loss"} <= tags, folder
     assert (out / "loss_curve.png").stat().st_size > 10_000
     report = (out / "train_report.md").read_text()
     assert f"- stopped: {result.stopped}" in report and "held_out_curve" in report
