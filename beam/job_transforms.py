@@ -137,15 +137,16 @@ def image_file_names(filename: str) -> list[str]:
     (['000005', '000005.jpg', '000005.jpeg', '000005.png'], 23)
     """
     base = base_name(filename)
-    names = [filename, base] if inside_folder(filename) else [base]  # never a file outside the folder
-    for name in names[:]:
+    given = [filename, base] if inside_folder(filename) else [base]  # never a file outside the folder
+    names = list(given)
+    for name in given:
         stem, dot, ext = name.rpartition(".")
         if dot and "/" not in ext and "\\" not in ext:
             names.append(f"{stem}.{ext.upper() if ext.islower() else ext.lower()}")
     if not has_image_suffix(filename):  # `000005`, or a VOC file with no <filename>: its own name
-        names += [name + suffix for name in names[:2] for case in (str.lower, str.upper)
+        names += [name + suffix for name in given for case in (str.lower, str.upper)
                   for suffix in map(case, IMAGE_SUFFIXES)]
-    return [name for name in dict.fromkeys(names) if inside_folder(name)]
+    return [name for name in dict.fromkeys(names) if inside_folder(name)]  # a base name of ".." is not
 
 
 class _CheckChunk(beam.DoFn):
@@ -185,7 +186,7 @@ class _CheckChunk(beam.DoFn):
                 return Reject(record.image_id, rj.IMAGE_TOO_LARGE, f"image {record.filename!r}: {err}",
                               record.source_ref)
             except (OSError, IOError, FileNotFoundError):
-                data = None
+                continue  # not there under this name: the next
         if data is None and not inside_folder(record.filename):
             return Reject(record.image_id, rj.IMAGE_OUTSIDE_FOLDER,
                           f"image file {record.filename!r} is outside the images folder (absolute, a URL or with "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from components.export.export_files import LABEL_MAP_FILE
 from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, FLOAT_TOLERANCE, INT8_TOLERANCE,
-                                            SAVED_MODEL, SUFFIXES, is_model_file)
+                                            SAVED_MODEL, SUFFIXES, export_folder, is_model_file)
 from components.serve.batch_workers import IMAGES_PER_WORKER
 from pipeline.cli_types import UsageError, existing_file, export_formats_arg, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
@@ -126,7 +126,7 @@ def cmd_predict(args, beam_args: list[str]) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
         num_classes = max([0] + [c for r, _ in results for c in r["detection_classes"]])
-        folder = os.path.dirname(args.model) if is_model_file(args.model) else args.model
+        folder = export_folder(args.model)
         if os.path.isfile(os.path.join(folder, LABEL_MAP_FILE)):  # export writes it beside the model
             num_classes = len(json.loads(Path(folder, LABEL_MAP_FILE).read_text()))
     for result, data in results:
@@ -180,10 +180,14 @@ def cmd_serve(args) -> int:
     except (OSError, ValueError) as err:
         raise UsageError(f"--model: {err}") from None
     from components.serve.access import listen_host, serve_token
+
     try:
         token = serve_token(args.token_file)
-    except (OSError, ValueError) as err:
+    except OSError as err:
         raise UsageError(f"--token-file: {err}") from None
+    except ValueError as err:  # an empty file or variable: the message names which
+        raise UsageError(str(err)) from None
+    from components.export.predictor import Predictor
     from components.serve.app import Routes, ServeOptions, create_app
     from components.serve.server import run_server
 
@@ -192,7 +196,8 @@ def cmd_serve(args) -> int:
     host = listen_host(args.host)
     options = ServeOptions(max_instances=args.max_instances, max_batch_size=args.max_batch_size,
                            batch_timeout_ms=args.batch_timeout_ms, body_timeout_s=args.body_timeout_s, token=token)
-    app = create_app(model_dir, routes, options)
+    # checked above: the folder (and a registered one's checksums) is not read twice at start-up
+    app = create_app(model_dir, routes, options, load=lambda folder: Predictor.load(folder, checked=True))
     guard = "a bearer token required" if token else "no token asked"
     print(f"serving {model_dir} on http://{host}:{port}{routes.predict} (health: {routes.health}; {guard})",
           file=sys.stderr)

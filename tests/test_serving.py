@@ -629,6 +629,16 @@ def test_serve_listens_on_loopback_unless_told_otherwise(server):
     assert listen_host("192.0.2.7", {"AIP_HTTP_PORT": "8080"}) == "192.0.2.7"
 
 
+def test_the_examples_in_the_serving_modules_run():
+    import doctest
+
+    from components.export import file_formats
+    from components.serve import access
+
+    for module in (access, file_formats):
+        assert doctest.testmod(module).failed == 0, module.__name__
+
+
 def test_a_token_guards_predict_and_leaves_health_open(raccoon, tmp_path):
     from fastapi.testclient import TestClient
 

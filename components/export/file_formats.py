@@ -74,3 +74,13 @@ def decoder_path(int8_file: str) -> str:
 def is_model_file(path: str) -> bool:
     """A file `export` converts (`predict --model FILE`), as opposed to a SavedModel folder."""
     return path.endswith(SUFFIXES)
+
+
+def export_folder(model: str) -> str:
+    """The export's folder (label_map.json, serving_config.json) of a `--model`: the SavedModel
+    folder itself, or the folder of a converted file; local or gs://.
+
+    >>> export_folder("out/exported/"), export_folder("gs://b/exported/model.onnx"), export_folder("model.tflite")
+    ('out/exported', 'gs://b/exported', '.')
+    """
+    return (model.rpartition("/")[0] or ".") if is_model_file(model) else model.rstrip("/")

@@ -86,8 +86,11 @@ class Predictor:
     _detect: object
 
     @classmethod
-    def load(cls, model_dir: str) -> "Predictor":
-        check_model_dir(model_dir)
+    def load(cls, model_dir: str, checked: bool = False) -> "Predictor":
+        """The export in `model_dir`, after `check_model_dir` (its files, and a registered folder's
+        checksums) unless the caller `checked` it already in this process (`serve`, before binding)."""
+        if not checked:
+            check_model_dir(model_dir)
         loaded = tf.saved_model.load(model_dir)
         return cls(ServingConfig.read(model_dir), loaded.signatures[DETECT_SIGNATURE])
 

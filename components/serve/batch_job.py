@@ -38,7 +38,7 @@ from beam.data_workers import default_workers, usable_cpu_count
 from beam.local_worker import failing_when_a_worker_dies
 from beam.runner import runner_and_options
 from components.export.export_files import LABEL_MAP_FILE
-from components.export.file_formats import is_model_file
+from components.export.file_formats import export_folder, is_model_file
 from components.serve.batch_workers import IMAGES_PER_WORKER, image_pattern
 
 logger = logging.getLogger(__name__)
@@ -46,9 +46,9 @@ logger = logging.getLogger(__name__)
 PREDICTIONS = "predictions"
 REJECTS = "rejects"
 # The rejects rows' reasons: a file that cannot be read, one that is no image (or in a format the
-# model does not take), an image the model cannot take (corrupt, too large, refused by its decoder).
+# model does not take), an image the model cannot take (corrupt, refused by its decoder); and one
+# over the pixel or byte limit every image reader shares, IMAGE_TOO_LARGE, the data step's reason.
 UNREADABLE, NOT_AN_IMAGE, BAD_IMAGE = "unreadable", "not_an_image", "bad_image"
-TOO_LARGE = IMAGE_TOO_LARGE  # over the pixel or byte limit every image reader shares: the data step's reason
 SUMMARY_FILE = "summary.json"
 DRAWN_DIR = "drawn"
 SUFFIX = ".jsonl"
@@ -124,7 +124,7 @@ class _ReadAndCheck(beam.DoFn):
             with FileSystems.open(path, compression_type="uncompressed") as handle:
                 data = read_image_file(handle)
         except FileTooLarge as err:
-            yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": TOO_LARGE, "message": str(err)})
+            yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": IMAGE_TOO_LARGE, "message": str(err)})
             return
         except OSError as err:
             yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": UNREADABLE,
@@ -133,7 +133,7 @@ class _ReadAndCheck(beam.DoFn):
         try:
             yield path, model_image_bytes(data)
         except BadImage as err:
-            reason = (NOT_AN_IMAGE if isinstance(err, NotAnImage) else TOO_LARGE if isinstance(err, TooLarge)
+            reason = (NOT_AN_IMAGE if isinstance(err, NotAnImage) else IMAGE_TOO_LARGE if isinstance(err, TooLarge)
                       else BAD_IMAGE)
             yield beam.pvalue.TaggedOutput(REJECTS, {"image": path, "reason": reason, "message": str(err)})
 
@@ -230,7 +230,7 @@ def predict_images(options: BatchOptions) -> BatchSummary:
     from components.export.model_files import check_model_dir
 
     if is_model_file(options.model_dir):  # a converted file: it and the label map beside it
-        for path in (options.model_dir, _beside(options.model_dir, LABEL_MAP_FILE)):
+        for path in (options.model_dir, f"{export_folder(options.model_dir)}/{LABEL_MAP_FILE}"):
             if not FileSystems.exists(path):
                 raise FileNotFoundError(f"{path} not found: pass a file of `detpipe export` (label_map.json beside it)")
     else:
@@ -332,12 +332,6 @@ def read_lines(output: str, prefix: str) -> Iterable[str]:
                     yield line
 
 
-def _beside(model: str, name: str) -> str:
-    """`name` in the export's folder: the folder itself, or the folder of a converted file."""
-    folder = model.rstrip("/").rsplit("/", 1)[0] if is_model_file(model) else model.rstrip("/")
-    return f"{folder}/{name}"
-
-
 def _num_classes(model_dir: str) -> int:
-    with FileSystems.open(_beside(model_dir, LABEL_MAP_FILE)) as handle:
+    with FileSystems.open(f"{export_folder(model_dir)}/{LABEL_MAP_FILE}") as handle:
         return len(json.loads(handle.read()))
