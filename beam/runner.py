@@ -9,19 +9,23 @@ import logging
 from apache_beam.options.pipeline_options import PipelineOptions
 
 
-def step_beam_args(beam_options: str, runner: str, image: str) -> tuple[str, ...]:
-    """A pipeline step's Beam arguments: its `beam_options` string split as a shell does,
-    plus, on Dataflow, the step's own image for the workers (they run the same code).
+def step_beam_args(beam_options: str, runner: str, image: str, dataflow: dict) -> tuple[str, ...]:
+    """A pipeline step's Beam arguments: its Dataflow settings (`dataflow_*` parameters, checked:
+    ValueError, one line a problem) with, on Dataflow, the step's own image for the workers
+    (they run the same code), then its `beam_options` string split as a shell does.
 
-    >>> step_beam_args("--project=p --region=r", "DataflowRunner", "img:1")
-    ('--project=p', '--region=r', '--sdk_container_image=img:1')
+    >>> step_beam_args("--disk_size_gb=50", "DataflowRunner", "img:1", {"dataflow_project": "my-proj",
+    ...                "dataflow_region": "r", "dataflow_temp_location": "gs://b/t"})
+    ('--project=my-proj', '--region=r', '--temp_location=gs://b/t', '--sdk_container_image=img:1', '--disk_size_gb=50')
     """
     import shlex
 
-    args = shlex.split(beam_options)
-    if runner == "DataflowRunner":
-        args.append(f"--sdk_container_image={image}")
-    return tuple(args)
+    from beam.dataflow import pipeline_settings
+
+    settings, problems = pipeline_settings(dataflow, runner, image, beam_options)
+    if problems:
+        raise ValueError("\n".join(problems))
+    return settings.beam_args() + tuple(shlex.split(beam_options))
 
 
 def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int, worker_env: dict[str, str] | None = None,

@@ -7,8 +7,8 @@ from kfp.dsl import Dataset, Output
 
 
 def batch_predict(images: str, registry: str, model_name: str, version: str, pipeline_root: str,
-                  score_threshold: float, runner: str, beam_options: str, sdk_container_image: str,
-                  predictions: Output[Dataset]) -> NamedTuple(
+                  score_threshold: float, runner: str, dataflow: dict, beam_options: str,
+                  sdk_container_image: str, predictions: Output[Dataset]) -> NamedTuple(
         "BatchOutputs", [("version", str), ("images_in", int), ("predicted", int), ("rejected", int)]):
     """Predict every image under `images` with the registry's champion (or `version`),
     looked up when the run starts; predictions, rejects and summary.json in `predictions`.
@@ -31,7 +31,7 @@ def batch_predict(images: str, registry: str, model_name: str, version: str, pip
     summary = predict_images(BatchOptions(
         model_dir=models.path(chosen, SAVED_MODEL_DIR), images=images, output=predictions.path, model_version=chosen,
         score_threshold=None if score_threshold < 0 else score_threshold, runner=runner,
-        beam_args=step_beam_args(beam_options, runner, sdk_container_image)))
+        beam_args=step_beam_args(beam_options, runner, sdk_container_image, dataflow)))
     predictions.metadata.update({"model_version": chosen, "images_in": summary.images_in,
                                  "predicted": summary.predicted, "rejected": summary.rejected,
                                  "registry": models.uri})

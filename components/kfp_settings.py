@@ -35,29 +35,30 @@ from typing import Callable
 SETTINGS = "settings"  # the template's parameter the declared settings replace
 
 
-def with_settings(template: Callable, settings: dict[str, type]) -> Callable:
-    """`template` with its `settings: dict` parameter written out as one parameter per entry of
-    `settings` (name → bool/int/float/str), and the dict gathered again as its body's first line."""
+def with_settings(template: Callable, settings: dict[str, type], parameter: str = SETTINGS) -> Callable:
+    """`template` with its `parameter: dict` (default `settings: dict`) written out as one
+    parameter per entry of `settings` (name → bool/int/float/str), and the dict gathered again
+    as its body's first line."""
     source = textwrap.dedent(inspect.getsource(template))
     source = source[source.index("def "):]  # the decorators, if any, as kfp leaves them out
     function = ast.parse(source).body[0]
-    marker = next((a for a in function.args.args if a.arg == SETTINGS), None)
+    marker = next((a for a in function.args.args if a.arg == parameter), None)
     if marker is None or marker.annotation is None or marker.lineno != marker.annotation.end_lineno:
-        raise TypeError(f"{template.__name__} needs a parameter `{SETTINGS}: dict` on one line")
+        raise TypeError(f"{template.__name__} needs a parameter `{parameter}: dict` on one line")
     clash = sorted(set(settings) & {a.arg for a in function.args.args})
     if clash:
         raise TypeError(f"{template.__name__} already has parameters named {', '.join(clash)}")
     lines = source.splitlines(keepends=True)
     first = function.body[1] if ast.get_docstring(function) is not None else function.body[0]
     gather = "{" + ", ".join(f"{name!r}: {name}" for name in settings) + "}"
-    lines.insert(first.lineno - 1, " " * first.col_offset + f"{SETTINGS} = {gather}\n")
+    lines.insert(first.lineno - 1, " " * first.col_offset + f"{parameter} = {gather}\n")
     row = marker.lineno - 1
     written = ", ".join(f"{name}: {kind.__name__}" for name, kind in settings.items())
     lines[row] = lines[row][:marker.col_offset] + written + lines[row][marker.annotation.end_col_offset:]
     text = "".join(lines)
     # inspect.getsource (which kfp calls) finds a file's lines in linecache; an entry without a
     # modification time is one it never evicts.
-    filename = f"<{template.__module__}.{template.__name__} with settings>"
+    filename = f"<{template.__module__}.{template.__name__} with {parameter}>"
     linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
     namespace = dict(template.__globals__)
     exec(compile(text, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 - the template's own source, rewritten

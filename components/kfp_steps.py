@@ -78,6 +78,7 @@ def validate_and_convert(
     exif: str,
     tile: str,
     data_runner: str,
+    dataflow: dict,
     beam_options: str,
     sdk_container_image: str,
     dataset: Output[Dataset],
@@ -112,7 +113,7 @@ def validate_and_convert(
             allow_anomalies=allow_anomalies, exif=exif,
             overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
-            runner=data_runner, beam_args=step_beam_args(beam_options, data_runner, sdk_container_image)),
+            runner=data_runner, beam_args=step_beam_args(beam_options, data_runner, sdk_container_image, dataflow)),
             count_tiles=partial(count_tiles, mode=tile))
     m = result.manifest
     dataset.metadata.update({"records_in": m.records_in, "written": m.written_total, "rejected": m.rejected,
@@ -420,13 +421,18 @@ class Steps:
     report: object
 
 
-def make_steps(image: str, training: dict[str, type]) -> Steps:
+def make_steps(image: str, training: dict[str, type], dataflow: dict[str, type]) -> Steps:
     """The components with `image` as their base image; the probe, tune and train steps take
-    the `training` settings (name → type: pipeline/params.py's TRAINING) as their `settings`."""
+    the `training` settings (name → type: pipeline/params.py's TRAINING) as their `settings`,
+    the data step the Dataflow settings (DATAFLOW) as its `dataflow`."""
     def component(func):
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
-    trained = {probe, tune_hyperparameters, train}
-    return Steps(*(component(with_settings(f, training) if f in trained else f)
+    def declared(func):
+        if func in (probe, tune_hyperparameters, train):
+            return with_settings(func, training)
+        return with_settings(func, dataflow, "dataflow") if func is validate_and_convert else func
+
+    return Steps(*(component(declared(f))
                    for f in (fingerprint_source, validate_and_convert, probe, tune_hyperparameters, train, evaluate,
                              review, export, register, report)))

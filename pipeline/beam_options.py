@@ -39,3 +39,41 @@ def check_beam_args(beam_args: list[str], command: str) -> None:
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither a `{command}` nor an Apache Beam "
                          "option)")
+
+
+# The typed Dataflow settings (beam/dataflow.py) as options of `data build` and `predict --images`:
+# one option a field, named for it (the image: --worker-image, beside predict's --images).
+def _dataflow_option(name: str) -> str:
+    return "--worker-image" if name == "image" else "--" + name.replace("_", "-")
+
+
+def add_dataflow_options(parser) -> None:
+    """One option per Dataflow setting, in its own group of `--help`: the pipeline parameter's
+    type, check and help (`dataflow_project` → `--project`), the image's own."""
+    from dataclasses import fields
+
+    from beam.dataflow import PARAMETER_PREFIX, DataflowSettings
+    from pipeline.params import BY_NAME, declared
+
+    group = parser.add_argument_group("Dataflow (with --runner DataflowRunner; checked before the job is submitted)")
+    for f in fields(DataflowSettings):
+        name = PARAMETER_PREFIX + f.name
+        kwargs = declared(name) if name in BY_NAME else {"dest": name, "default": f.default, "help": f.metadata["help"]}
+        group.add_argument(_dataflow_option(f.name), metavar=f.name.upper(), **kwargs)
+
+
+def dataflow_beam_args(args, runner: str, beam_args: list[str]) -> tuple[str, ...]:
+    """The Beam arguments of a job: the Dataflow settings the options give, checked (UsageError,
+    one line a problem), then the Beam options passed through."""
+    from dataclasses import fields
+
+    from beam.dataflow import DataflowSettings, beam_flags_of_settings
+    from pipeline.cli_types import UsageError
+
+    settings = DataflowSettings(**{f.name: getattr(args, f"dataflow_{f.name}") for f in fields(DataflowSettings)})
+    lines = [f"{_dataflow_option(name)}: {text}" for name, text in settings.problems(runner)]
+    lines += [f"{flag}: give it as {_dataflow_option(name)}, which is checked before the job is submitted"
+              for name, flag in beam_flags_of_settings(beam_args)]
+    if lines:
+        raise UsageError("\n".join(lines))
+    return settings.beam_args() + tuple(beam_args)

@@ -145,7 +145,8 @@ def _run_command(args, extra: list[str]) -> int:
 def _reported(err: Exception) -> int:
     """One line (or the check's lines) for a command's error; its exit status."""
     if isinstance(err, UsageError):
-        print(f"detpipe: error: {err}", file=sys.stderr)
+        for line in str(err).splitlines() or [""]:  # one line a problem
+            print(f"detpipe: error: {line}", file=sys.stderr)
         return EXIT_USAGE
     if isinstance(err, CheckFailed):
         for line in str(err).splitlines():

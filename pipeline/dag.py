@@ -17,7 +17,7 @@ from kfp import dsl
 
 from components.kfp_steps import make_steps
 from components.tune.vertex_job import TrialMachine
-from pipeline.params import PARAMS, REQUIRED, TRAINING, pipeline_docstring, pipeline_signature
+from pipeline.params import DATAFLOW, TRAINING, in_signature_order, pipeline_docstring, pipeline_signature
 
 PIPELINE_NAME = "detpipe"
 # The project image (infra/Dockerfile); set the pushed tag with `detpipe compile --image`.
@@ -104,8 +104,8 @@ def _data_steps(steps, p, image: str, resources: StepResources):
         max_reject_fraction=p.max_reject_fraction,
         allow_anomalies=p.allow_anomalies, allow_new_classes=p.allow_new_classes,
         drift_threshold=p.drift_threshold, exif=p.exif, tile=p.tile, data_runner=p.data_runner,
-        beam_options=p.beam_options,
-        sdk_container_image=image)
+        beam_options=p.beam_options, sdk_container_image=image,
+        **{name: getattr(p, name) for name in DATAFLOW})
     data.set_display_name("validate-and-convert")
     data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)
     return source, data
@@ -114,14 +114,14 @@ def _data_steps(steps, p, image: str, resources: StepResources):
 def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepResources()):
     """The @dsl.pipeline function with every step on `image`. Its parameters are
     `pipeline.params.PARAMS` (kfp reads the signature and the docstring)."""
-    steps = make_steps(image, TRAINING)
+    steps = make_steps(image, TRAINING, DATAFLOW)
     custom = resources.train_runner == "customjob"
     # The tuner scores every trial between trials, on one machine: it runs on the chief alone
     # (several replicas would train each short trial together and then all evaluate it).
     tune_step = as_custom_job(steps.tune_hyperparameters, replace(resources, train_replicas=1), "detpipe-tune") \
         if custom else steps.tune_hyperparameters
     train_step = as_custom_job(steps.train, resources, "detpipe-train") if custom else steps.train
-    names = [p.name for p in sorted(PARAMS, key=lambda p: p.default is not REQUIRED)]
+    names = [p.name for p in in_signature_order()]
     # A Vertex AI tuning job's trials run on the training's machine and image (components/tune/vertex_job.py).
     trial_machine = json.dumps(asdict(TrialMachine(
         image=image, machine_type=resources.train_machine_type, accelerator_type=resources.accelerator_type,

@@ -10,6 +10,8 @@ from pathlib import Path
 from beam.contract.manifest import output_folder_problem
 from beam.data_workers import RECORDS_PER_WORKER
 from beam.options import ConvertOptions
+from beam.dataflow import RUNNERS
+from pipeline.beam_options import add_dataflow_options
 from pipeline.cli_types import EXIT_OK, UsageError, count_range, existing_file, existing_path
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.cli_types import images_dir, output_dir, pixel_range
@@ -28,21 +30,23 @@ def cmd_demo_data(args) -> int:
     return EXIT_OK
 
 
-def _check_data_build_usage(args, beam_args: list[str]) -> None:
-    """What the command line alone can tell, before Beam and TensorFlow load."""
+def _check_data_build_usage(args, beam_args: list[str]) -> list[str]:
+    """What the command line alone can tell, before Beam and TensorFlow load; the job's Beam
+    arguments (the Dataflow settings, then Beam's own options)."""
     problem = annotations_problem(args.annotations, args.format)
     if problem:
         raise UsageError(f"--annotations {problem}")
     val_problem = given_split_problem(args.format, args.val_annotations, args.val_images, args.split_file)
     if val_problem:
         raise UsageError(val_problem)
-    from pipeline.beam_options import check_beam_args
+    from pipeline.beam_options import check_beam_args, dataflow_beam_args
 
     check_beam_args(beam_args, "detpipe data build")
+    return list(dataflow_beam_args(args, args.runner, beam_args))
 
 
 def cmd_data_build(args, beam_args: list[str]) -> int:
-    _check_data_build_usage(args, beam_args)
+    beam_args = _check_data_build_usage(args, beam_args)
     if "://" not in args.output and os.path.isdir(args.output):
         problem = output_folder_problem(args.output, os.listdir(args.output), args.overwrite,
                                         args.overwrite_unrecognised)
@@ -134,8 +138,8 @@ def add_data_commands(sub):
     p = data.add_parser(
         "build", help="validate a dataset and write sharded TFRecords",
         description="Validate every record, write the rejects (rejects-*.jsonl), TFDV statistics/schema/anomalies and "
-                    "sharded TFRecords. Unknown options are passed to Beam (e.g. --project, --region, "
-                    "--temp_location, --sdk_container_image for DataflowRunner).")
+                    "sharded TFRecords. On Dataflow: --runner DataflowRunner with the Dataflow options below "
+                    "(docs/data.md); any other option is passed to Beam as its own.")
     p.add_argument("--format", choices=("voc", "coco", "csv"), required=True, help="annotation format")
     p.add_argument("--images", required=True, type=images_dir, help="folder of images (local or gs://)")
     p.add_argument("--annotations", required=True, type=existing_path,
@@ -177,12 +181,13 @@ def add_data_commands(sub):
                    help="with --schema: accept classes the schema does not list (and skip the class drift check)")
     p.add_argument("--allow-anomalies", action="store_true",
                    help="write the dataset and exit 0 despite anomalies (they are still reported)")
-    p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default=ConvertOptions.runner,
+    p.add_argument("--runner", choices=RUNNERS, default=ConvertOptions.runner,
                    help="Beam runner (default %(default)s)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
                    help="DirectRunner: check and write in N worker processes, as Dataflow does; 1 runs in this "
                         f"process (default: one per {RECORDS_PER_WORKER:,} records, at most one per usable CPU). "
                         "The shards are the same for any N")
+    add_dataflow_options(p)
     p.set_defaults(func=cmd_data_build, takes_beam_args=True, exits_at_once=True)
 
     return data

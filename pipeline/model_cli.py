@@ -15,6 +15,8 @@ from components.export.export_files import LABEL_MAP_FILE
 from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, FLOAT_TOLERANCE, INT8_TOLERANCE,
                                             SAVED_MODEL, SUFFIXES, export_folder, is_model_file)
 from components.serve.batch_workers import IMAGES_PER_WORKER
+from beam.dataflow import RUNNERS
+from pipeline.beam_options import add_dataflow_options
 from pipeline.cli_types import UsageError, existing_file, export_formats_arg, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, shards_dir, trained_model_dir
@@ -90,8 +92,10 @@ def cmd_predict(args, beam_args: list[str]) -> int:
         raise UsageError(f"unrecognized arguments: {' '.join(beam_args)} (Beam options need --images)")
     if not args.images:
         raise UsageError("give IMAGE files, or --images DIR|gs://PREFIX|GLOB --output DIR for a batch job")
-    if args.runner != "DirectRunner" or args.draw or args.direct_num_workers:
-        raise UsageError("--runner, --draw and --direct-num-workers are options of the batch job (--images)")
+    dataflow = any(getattr(args, name) not in ("", 0) for name in vars(args) if name.startswith("dataflow_"))
+    if args.runner != "DirectRunner" or args.draw or args.direct_num_workers or dataflow:
+        raise UsageError("--runner, --draw, --direct-num-workers and the Dataflow options are options of the batch "
+                         "job (--images)")
     missing = [name for name in args.images if not os.path.isfile(name)]
     if len(missing) == len(args.images):  # said at once, before TensorFlow loads the model (seconds)
         raise fail_lines([f"{name}: no such file" for name in missing])
@@ -144,7 +148,7 @@ def _predict_batch(args, beam_args: list[str]) -> int:
     """`detpipe predict --images ...`: the Beam job (components/serve/batch_job.py), its
     worker processes started while this process imports Beam and TensorFlow."""
     from components.serve.batch_workers import prestarted_predict_workers
-    from pipeline.beam_options import check_beam_args
+    from pipeline.beam_options import check_beam_args, dataflow_beam_args
 
     if args.images:  # with Beam options, IMAGE may hold an option's value written after a space
         raise UsageError("give either IMAGE files or --images, not both" + (
@@ -153,6 +157,7 @@ def _predict_batch(args, beam_args: list[str]) -> int:
     if not args.output:
         raise UsageError("--images needs --output: the folder for the predictions")
     check_beam_args(beam_args, "detpipe predict")
+    beam_args = list(dataflow_beam_args(args, args.runner, beam_args))
     if args.draw and "://" in args.output:
         raise UsageError("--draw writes local files: give a local --output")
     with prestarted_predict_workers(args.images_source, args.runner, beam_args, args.direct_num_workers):
@@ -234,8 +239,8 @@ def add_model_commands(sub) -> None:
         description="Two ways. `detpipe predict --model M IMAGE...`: detections for a few files, printed as "
                     "JSON, drawn on copies with --output. `detpipe predict --model M --images DIR|gs://PREFIX|GLOB "
                     "--output DIR`: a Beam job over every file there (locally in worker processes, as Dataflow "
-                    "runs it; --runner DataflowRunner with Beam's options such as --project, --region, "
-                    "--temp_location, --sdk_container_image): OUTPUT/predictions-*.jsonl, one line per image; "
+                    "runs it; on Dataflow: --runner DataflowRunner with the Dataflow options below, any other option "
+                    "passed to Beam as its own): OUTPUT/predictions-*.jsonl, one line per image; "
                     "files that are not usable images in OUTPUT/rejects-*.jsonl with the reason; "
                     "OUTPUT/summary.json with counts that reconcile. Every image is checked, turned upright by its "
                     "EXIF orientation and preprocessed as `detpipe serve` does.")
@@ -254,12 +259,13 @@ def add_model_commands(sub) -> None:
                                                        "(e.g. the registry version of --model)")
     p.add_argument("--draw", action="store_true", help="--images: also OUTPUT/drawn/, copies with the boxes drawn "
                                                        "(for small local runs)")
-    p.add_argument("--runner", choices=("DirectRunner", "DataflowRunner"), default="DirectRunner",
+    p.add_argument("--runner", choices=RUNNERS, default="DirectRunner",
                    help="--images: Beam runner (default %(default)s)")
     p.add_argument("--direct-num-workers", type=_positive_int, metavar="N",
                    help="--images, DirectRunner: predict in N worker processes, each loading the model (default: "
                         f"one per {IMAGES_PER_WORKER:,} images, at most one per usable CPU: a second worker pays only on "
                         "larger sets); 1 runs in this process")
+    add_dataflow_options(p)
     p.set_defaults(func=cmd_predict, takes_beam_args=True, exits_at_once=True)
 
     p = sub.add_parser(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from beam.contract.exif import EXIF_MODES
+from beam.dataflow import PARAMETER_PREFIX, RUNNERS, DataflowSettings
 from beam.options import FORMATS, ConvertOptions, GateOptions
 from beam.record_checks import BAD_BOX_MODES, CheckOptions
 from components.detector.box_losses import BOX_LOSSES
@@ -83,9 +84,12 @@ PARAMS: tuple[Param, ...] = (
     Param("exif", str, CheckOptions.exif, "Photos with an EXIF orientation: auto (the annotated size decides), apply (as "
           "displayed) or ignore (as stored).", choices=EXIF_MODES),
     Param("data_runner", str, ConvertOptions.runner, "DirectRunner (inside the step) or DataflowRunner (the step "
-          "launches a Dataflow job).", local=False),
-    Param("beam_options", str, "", 'Extra Beam options for Dataflow, e.g. "--project=P --region=R '
-          '--temp_location=gs://b/tmp".', local=False),
+          "launches a Dataflow job).", local=False, choices=RUNNERS),
+    *(Param(PARAMETER_PREFIX + f.name, f.type, f.default, f.metadata["help"], local=False,
+            cli_type=cli_types.non_negative_int if f.type is int else None)
+      for f in fields(DataflowSettings) if f.name != "image"),  # the workers run the step's own image
+    Param("beam_options", str, "", "Other Beam options for Dataflow than the dataflow_* parameters, e.g. "
+          '"--disk_size_gb=100 --experiments=use_runner_v2".', local=False),
     Param("epochs", int, TrainConfig.epochs, "Passes over the whole training split; 0: as many as time_budget buys "
           "on this machine, on the train split less holdout, stopped by the held-out curve (patience).",
           cli_type=cli_types.non_negative_int),
@@ -206,19 +210,26 @@ BY_NAME = {p.name: p for p in PARAMS}
 # offer each as an option, and each reaches TrainConfig by its name: adding one is its Param here
 # and the TrainConfig field it sets.
 TRAINING: dict[str, type] = {p.name: p.type for p in PARAMS if p.name in {f.name for f in fields(TrainConfig)}}
+# The Dataflow settings of the data step (beam/dataflow.py), one parameter a field.
+DATAFLOW: dict[str, type] = {p.name: p.type for p in PARAMS if p.name.startswith(PARAMETER_PREFIX)}
 DEFAULT_REGISTRY_DIR = "registry"  # under the pipeline root
 
 
-def pipeline_signature() -> inspect.Signature:
+def in_signature_order(params: tuple[Param, ...] = PARAMS) -> list[Param]:
+    """The parameters as a pipeline function takes them: the required ones first."""
+    return sorted(params, key=lambda p: p.default is not REQUIRED)
+
+
+def pipeline_signature(params: tuple[Param, ...] = PARAMS) -> inspect.Signature:
     return inspect.Signature([
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=p.default, annotation=p.type)
-        for p in sorted(PARAMS, key=lambda p: p.default is not REQUIRED)])
+        for p in in_signature_order(params)])
 
 
-def pipeline_docstring(summary: str) -> str:
+def pipeline_docstring(summary: str, params: tuple[Param, ...] = PARAMS) -> str:
     """Google-style docstring: kfp reads the descriptions of the parameters from `Args:`."""
     lines = [summary, "", "Args:"]
-    lines += [f"    {p.name}: {p.help}" for p in sorted(PARAMS, key=lambda p: p.default is not REQUIRED)]
+    lines += [f"    {p.name}: {p.help}" for p in in_signature_order(params)]
     return "\n".join(lines) + "\n"
 
 
@@ -354,4 +365,17 @@ def typed_values(pairs: list[str]) -> dict[str, object]:
             raise cli_types.UsageError(f"--param {key}: {err}") from None
         except ValueError:
             raise cli_types.UsageError(f"--param {key}: must be a {param.type.__name__}, got {raw!r}") from None
+    _check_dataflow(values)
     return values
+
+
+def _check_dataflow(values: dict[str, object]) -> None:
+    """The data step's Dataflow settings among `values` (the others at their defaults), checked
+    as the step checks them: before a run is submitted, not minutes into it."""
+    from beam.dataflow import pipeline_settings
+
+    given = {name: values.get(name, BY_NAME[name].default) for name in DATAFLOW}
+    _, problems = pipeline_settings(given, values.get("data_runner", BY_NAME["data_runner"].default),
+                                    "the step's image", values.get("beam_options", BY_NAME["beam_options"].default))
+    if problems:
+        raise cli_types.UsageError("\n".join(f"--param {line}" for line in problems))

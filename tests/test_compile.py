@@ -28,7 +28,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: the export step takes the dataset and the new `export_*` parameters and
 # returns its threshold and a line on the converted files; the report step reads its folder (issue 71).
-GOLDEN_SHA256 = "f6c4bea5f8d86af8ff128253a9d16ef5d83421f3a8bdd6871d1a3b07e2bc032f"
+GOLDEN_SHA256 = "4c84d10fd7cd833c9fe9ac7d478b7f980e809c7b1778c648ce5c6793f03af4f3"
 
 
 def test_golden_compile(tmp_path):
@@ -204,7 +204,11 @@ def test_the_batch_predict_template_compiles_reproducibly(tmp_path):
     spec = yaml.safe_load((tmp_path / "a.yaml").read_text())
     assert spec["pipelineInfo"]["name"] == "detpipe-batch-predict"
     params = spec["root"]["inputDefinitions"]["parameters"]
-    assert set(params) == {"images", "registry", "model_name", "version", "score_threshold", "runner", "beam_options"}
+    dataflow = {f"dataflow_{name}" for name in ("project", "region", "temp_location", "machine_type", "max_workers",
+                                                 "service_account", "network", "subnetwork")}
+    assert set(params) == {"images", "registry", "model_name", "version", "score_threshold", "runner", "beam_options",
+                           *dataflow}
+    assert params["dataflow_max_workers"]["parameterType"] == "NUMBER_INTEGER"
     assert all(p.get("description") for p in params.values())
     (task,) = spec["root"]["dag"]["tasks"].values()
     assert task["cachingOptions"] == {}

@@ -203,6 +203,7 @@ BEAM_PLUMBING = {
 BEAM_ENTRY = {
     "beam.convert_job": "build_dataset: the data step",
     "beam.options": "ConvertOptions, GateOptions: the data step's settings, declared once",
+    "beam.dataflow": "DataflowSettings: where the Beam jobs run on Dataflow, declared once",
     "beam.record_checks": "CheckOptions and BAD_BOX_MODES: the checks' settings and --bad-box's choices",
     "beam.split": "given_split_conflict: the pre-flight check of a dataset that comes split",
 }

@@ -168,6 +168,11 @@ def test_vertex_help_explains_every_option(command, capsys):
     assert "usage:" in capsys.readouterr().out
 
 
+DATAFLOW_SAMPLES = {"dataflow_project": "my-project", "dataflow_temp_location": "gs://bucket/tmp",
+                    "dataflow_service_account": "dataflow@my-project.iam.gserviceaccount.com",
+                    "dataflow_subnetwork": "regions/europe-west4/subnetworks/workers", "beam_options": "--disk_size_gb=50"}
+
+
 def _sample(param) -> str:
     """A valid command-line value of each declared type."""
     if param.choices:
@@ -184,6 +189,8 @@ def _sample(param) -> str:
         return "saved_model,onnx"
     if param.name == "time_budget":  # auto or a duration
         return "20m"
+    if param.name in DATAFLOW_SAMPLES:  # checked together with data_runner (DataflowRunner here)
+        return DATAFLOW_SAMPLES[param.name]
     return {int: "3", float: "0.5"}.get(param.type, "gs://bucket/x")
 
 
