@@ -10,8 +10,9 @@ module has no side effects.
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint, VertexModel
 from kfp import dsl
-from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
 from components.kfp_settings import with_settings
 
@@ -218,13 +219,16 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     the data and the options, so unchanged data is not retrained only because the
     champion moved."""
     import logging
+    import os
     import shutil
     import tempfile
     from collections import namedtuple
 
-    from components.detector.artifacts import REPORT_FILE
+    from components.detector.artifacts import REPORT_FILE, TENSORBOARD_DIR
     from components.registry.registry import Registry
+    from components.registry.vertex_experiment import experiment_name
     from components.registry.warm_source import warm_source
+    from components.train.tensorboard_upload import TENSORBOARD_ENV, upload_curves
     from components.train.time_budget import budget_after
     from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
     from components.tune.hparams_file import BEST_FILE, load_hparams, search_seconds
@@ -246,7 +250,10 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
         result.images_per_second, started_from, result.length_line)
     if not result.is_chief:  # another replica of a custom job: the chief's files are not there yet
         return outputs
-    model.metadata.update({"images_per_second": result.images_per_second, "batch_size": result.batch_size,
+    if os.environ.get(TENSORBOARD_ENV):  # a task (a custom job's curves went to AIP_TENSORBOARD_LOG_DIR)
+        upload_curves(os.environ[TENSORBOARD_ENV], f"{model.path}/{TENSORBOARD_DIR}", experiment_name(model_name))
+    model.metadata.update({"images_per_second": result.images_per_second, "train_seconds": result.seconds,
+                           "epochs": result.epochs, "batch_size": result.batch_size,
                            "micro_batch_size": result.micro_batch_size,
                            "warm_start": result.warm_start["line"],
                            **{f"shape/{k}": v for k, v in result.shape.items()},
@@ -271,16 +278,19 @@ KEY_FIGURES["train"] = _train_figure
 
 def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_name: str, champion: str,
              promote_if: str, max_regression: float, min_map: float, seed: int, metrics: Output[Metrics],
-             report: Output[Markdown], metrics_json: Output[Artifact], decision: Output[Artifact],
-             evaluation: Output[Artifact]) -> float:
+             confusion_matrix: Output[ClassificationMetrics], report: Output[Markdown],
+             metrics_json: Output[Artifact], decision: Output[Artifact], evaluation: Output[Artifact]) -> float:
     """COCO metrics on the val split; the champion's SavedModel re-scored on the same images,
-    a bootstrap interval of the difference and the promotion decision. Returns mAP@[.5:.95]."""
+    a bootstrap interval of the difference and the promotion decision. Returns mAP@[.5:.95].
+    `metrics` carries the figures Vertex AI Experiments compares runs by (with the training's
+    cost, from the model's metadata), `confusion_matrix` the matrix its console draws."""
     import logging
     import shutil
 
     from components.evaluate.champion import evaluate_against_champion
     from components.evaluate.evaluator import REPORT_FILE
     from components.evaluate.metrics_file import METRICS_FILE
+    from components.evaluate.pictures import CONFUSION_DATA_FILE, read_confusion
     from components.registry.decision import DECISION_FILE, PromotionRule
 
     logging.basicConfig(level=logging.INFO)
@@ -293,6 +303,10 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     for key, value in (record.delta or {}).get("mAP", {}).items():
         metrics.log_metric(f"vs_champion/mAP_{key}", value)
     metrics.log_metric("blessed", 1.0 if record.blessed else 0.0)
+    for key in ("train_seconds", "images_per_second"):  # what the training cost
+        if key in model.metadata:
+            metrics.log_metric(f"train/{key}", float(model.metadata[key]))
+    confusion_matrix.log_confusion_matrix(*read_confusion(f"{out}/{CONFUSION_DATA_FILE}"))
     decision.metadata.update({"verdict": record.verdict, "reason": record.reason,
                               "champion": (record.champion or {}).get("version", "none")})
     shutil.copyfile(f"{out}/{REPORT_FILE}", report.path)
@@ -363,12 +377,17 @@ KEY_FIGURES["export"] = lambda out: f"threshold {out.get('threshold', 0):.2f}" +
 def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input[Artifact], decision: Input[Artifact],
              data: Input[Dataset], source: Input[Artifact], registry: str, model_name: str, vertex_model: str,
              vertex_region: str, vertex_endpoint: str, endpoint_machine_type: str, endpoint_accelerator: str,
-             endpoint_min_replicas: int, endpoint_max_replicas: int, serving_image: str, run_id: str) -> NamedTuple(
+             endpoint_min_replicas: int, endpoint_max_replicas: int, serving_image: str, run_id: str,
+             experiment: str, pipeline_job: str, uploaded_model: Output[VertexModel],
+             serving_endpoint: Output[VertexEndpoint]) -> NamedTuple(
         "RegisterOutputs", [("version", str), ("status", str), ("champion", str)]):
     """Record the version in the registry (with the trained weights, for warm starts); the
-    champion moves only when blessed. With
-    `vertex_model`, also a Vertex AI Model Registry version. Fails the run (after
-    recording) when the challenger is below min_map."""
+    champion moves only when blessed. With `vertex_model`, also a Vertex AI Model Registry
+    version (`uploaded_model`, GCPC's google.VertexModel, which links the run to it in Vertex
+    AI's lineage) and, with `vertex_endpoint` for a blessed one, the endpoint it serves behind
+    (`serving_endpoint`, google.VertexEndpoint); without, they name nothing (resourceName "").
+    With `experiment`, this run (`pipeline_job`) joins that Vertex AI experiment.
+    Fails the run (after recording) when the challenger is below min_map."""
     import json
     import logging
     from collections import namedtuple
@@ -376,6 +395,7 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
     from components.registry.decision import DecisionRecord
     from components.register.register import register_and_upload
     from components.registry.vertex_endpoint import EndpointSpec
+    from components.registry.vertex_model import resource_uri
 
     logging.basicConfig(level=logging.INFO)
     verdict = DecisionRecord.read(decision.path)
@@ -386,6 +406,14 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
                                serving_image=serving_image, endpoint=EndpointSpec.parse(
                                    vertex_endpoint, endpoint_machine_type, endpoint_accelerator,
                                    endpoint_min_replicas, endpoint_max_replicas))
+    if experiment:
+        from components.registry.vertex_experiment import join_experiment
+
+        join_experiment(experiment, pipeline_job)
+    for artifact, name in ((uploaded_model, done.vertex_model), (serving_endpoint, done.vertex_endpoint)):
+        artifact.metadata["resourceName"] = name  # GCPC's key, read by its own components downstream
+        if name:
+            artifact.uri = resource_uri(name)
     if verdict.below_min_map:
         raise RuntimeError(f"gate failed: {verdict.reason} (recorded as {done.version}, rejected)")
     return namedtuple("RegisterOutputs", ["version", "status", "champion"])(done.version, done.status, done.champion)

@@ -12,6 +12,8 @@ EXIT_OK = 0
 
 
 def add_compile_options(p) -> None:
+    from pipeline.dag import MAX_NOTIFY
+
     p.add_argument("--image", default=None, help="container image of every step (default detpipe:latest)")
     p.add_argument("--data-cpu", default="4", type=cpu_arg, help="CPU limit of the data step (default %(default)s)")
     p.add_argument("--data-memory", default="16G", type=memory_arg, help="memory limit of the data step (default %(default)s)")
@@ -39,12 +41,16 @@ def add_compile_options(p) -> None:
                    help="customjob: the job's time limit, e.g. 24h, 90m, 2d (default 7d)")
     p.add_argument("--restart-on-worker-restart", action="store_true",
                    help="customjob: restart every replica when one restarts")
-    p.add_argument("--tensorboard", default="", help="customjob: a Vertex AI TensorBoard resource name (with "
-                                                     "--job-output-dir): the training curves stream there")
+    p.add_argument("--tensorboard", default="", metavar="projects/P/locations/L/tensorboards/ID",
+                   help="a Vertex AI TensorBoard for the training curves: a custom job (with --job-output-dir) "
+                        "streams them there, a train task uploads them when training ends")
     p.add_argument("--job-output-dir", default="", metavar="gs://BUCKET/PATH",
                    help="customjob: where Vertex AI writes the jobs' outputs (their base output directory)")
     p.add_argument("--job-service-account", default="",
                    help="customjob: service account of the custom jobs (default: the run's)")
+    p.add_argument("--notify", action="append", default=[], metavar="EMAIL",
+                   help=f"email EMAIL when a run ends, failed or not (Vertex AI's notification in an exit handler); "
+                        f"repeatable, at most {MAX_NOTIFY}")
 
 
 def resources_from_args(args):
@@ -60,7 +66,7 @@ def resources_from_args(args):
             train_replicas=args.train_replicas, train_machine_type=args.train_machine_type, spot=args.spot,
             train_timeout_s=args.train_timeout, restart_on_worker_restart=args.restart_on_worker_restart,
             tensorboard=args.tensorboard, job_output_dir=args.job_output_dir,
-            service_account=args.job_service_account)
+            service_account=args.job_service_account, notify=tuple(args.notify))
     except ValueError as err:
         raise UsageError(str(err)) from None
 

@@ -9,13 +9,16 @@ there; when `tune_trials` is 0 or `auto` decides against a search it only writes
 compile-time options (`StepResources`); the local runner ignores them.
 """
 
+import contextlib
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 from types import SimpleNamespace
 
 from kfp import dsl
 
 from components.kfp_steps import make_steps
+from components.train.tensorboard_upload import TENSORBOARD_ENV, tensorboard_parts
 from components.tune.vertex_job import TrialMachine
 from pipeline.params import DATAFLOW, TRAINING, in_signature_order, pipeline_docstring, pipeline_signature
 
@@ -46,21 +49,33 @@ class StepResources:
     spot: bool = False
     train_timeout_s: int = 7 * 24 * 3600
     restart_on_worker_restart: bool = False
-    tensorboard: str = ""  # a Vertex AI TensorBoard resource name
+    # A Vertex AI TensorBoard resource name: a custom job streams the curves there; a train task
+    # uploads them when training ends (components/train/tensorboard_upload.py).
+    tensorboard: str = ""
     # customjob: the gs:// folder under which Vertex AI writes the jobs' outputs (their
     # base_output_directory); Vertex sets AIP_TENSORBOARD_LOG_DIR, where the trainer writes its
     # curves, only for a job that has one.
     job_output_dir: str = ""
     service_account: str = ""  # "" : the run's service account
+    # Who is told by email how each run ended, failed ones included: the Vertex DAG runs inside
+    # an exit handler whose exit task is GCPC's email notification (Vertex AI only; the local
+    # runner has no exit handler, and `run --local` never sets this).
+    notify: tuple[str, ...] = ()
 
     def __post_init__(self):
+        bad = [email for email in self.notify if not _EMAIL.fullmatch(email)]
+        if bad:
+            raise ValueError(f"--notify takes email addresses, got {', '.join(map(repr, bad))}")
+        if len(self.notify) > MAX_NOTIFY:
+            raise ValueError(f"--notify: at most {MAX_NOTIFY} addresses (Vertex AI's email notification), got "
+                             f"{len(self.notify)}")
         if self.train_runner not in TRAIN_RUNNERS:
             raise ValueError(f"train_runner must be one of {', '.join(TRAIN_RUNNERS)}, got {self.train_runner!r}")
-        if self.train_runner == "task" and (self.train_replicas != 1 or self.spot or self.tensorboard
-                                            or self.job_output_dir):
-            raise ValueError("--train-replicas, --spot, --tensorboard and --job-output-dir need --train-runner "
-                             "customjob")
-        if self.tensorboard and not self.job_output_dir:
+        if self.train_runner == "task" and (self.train_replicas != 1 or self.spot or self.job_output_dir):
+            raise ValueError("--train-replicas, --spot and --job-output-dir need --train-runner customjob")
+        if self.tensorboard:
+            tensorboard_parts(self.tensorboard)  # ValueError naming the expected form
+        if self.tensorboard and self.train_runner == "customjob" and not self.job_output_dir:
             raise ValueError("--tensorboard needs --job-output-dir gs://BUCKET/PATH: Vertex AI streams a job's "
                              "curves to its TensorBoard only from a job with a base output directory")
         if self.job_output_dir and not self.job_output_dir.startswith("gs://"):
@@ -68,6 +83,8 @@ class StepResources:
 
 
 TRAIN_RUNNERS = ("task", "customjob")
+MAX_NOTIFY = 3  # recipients GCPC's VertexNotificationEmailOp takes
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 
 
 def as_custom_job(component, resources: StepResources, display_name: str):
@@ -111,9 +128,23 @@ def _data_steps(steps, p, image: str, resources: StepResources):
     return source, data
 
 
-def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepResources()):
+def _exit_handler(notify: tuple[str, ...]):
+    """The steps' context: inside an exit handler that emails `notify` when the run ends, or
+    none (a linear DAG)."""
+    if not notify:
+        return contextlib.nullcontext()
+    from google_cloud_pipeline_components.v1.vertex_notification_email import VertexNotificationEmailOp
+
+    return dsl.ExitHandler(VertexNotificationEmailOp(recipients=list(notify)), name="detpipe-steps")
+
+
+def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepResources(), local: bool = False):
     """The @dsl.pipeline function with every step on `image`. Its parameters are
-    `pipeline.params.PARAMS` (kfp reads the signature and the docstring)."""
+    `pipeline.params.PARAMS` (kfp reads the signature and the docstring). `local`: for kfp's
+    local runner, which resolves no pipeline job resource name (the register step then gets
+    none: the local run joins no Vertex AI experiment) and has no exit handler."""
+    if local and resources.notify:
+        raise ValueError("the local runner has no exit handler: --notify is for Vertex AI")
     steps = make_steps(image, TRAINING, DATAFLOW)
     custom = resources.train_runner == "customjob"
     # The tuner scores every trial between trials, on one machine: it runs on the chief alone
@@ -129,6 +160,10 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
 
     def detpipe(*values):
         p = SimpleNamespace(**dict(zip(names, values)))
+        with _exit_handler(resources.notify):
+            _steps_of(p)
+
+    def _steps_of(p):
         training = {name: getattr(p, name) for name in TRAINING}  # each step input by its parameter's name
         source, data = _data_steps(steps, p, image, resources)
         registry, champion = source.outputs["registry"], source.outputs["champion"]
@@ -148,6 +183,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         if not custom:  # a custom job's machines are in its worker pool specs
             _on_accelerator(tuned, resources)
             _on_accelerator(trained, resources)
+            if resources.tensorboard:
+                trained.set_env_variable(TENSORBOARD_ENV, resources.tensorboard)
         for step in (tuned, trained):  # a preempted search or training goes on from its checkpoints
             step.set_retry(num_retries=resources.train_retries, backoff_duration="60s", backoff_factor=2)
         evaluated = steps.evaluate(model=trained.outputs["model"], data=dataset, registry=registry,
@@ -168,7 +205,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             vertex_region=p.vertex_region, vertex_endpoint=p.vertex_endpoint,
             endpoint_machine_type=p.endpoint_machine_type, endpoint_accelerator=p.endpoint_accelerator,
             endpoint_min_replicas=p.endpoint_min_replicas, endpoint_max_replicas=p.endpoint_max_replicas,
-            serving_image=image, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+            serving_image=image, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, experiment=p.experiment,
+            pipeline_job="" if local else dsl.PIPELINE_JOB_RESOURCE_NAME_PLACEHOLDER)
         registered.set_caching_options(False)  # the registry may have moved since a cached run
         reported = steps.report(
             data=dataset, probe_json=advice, hparams=tuned.outputs["hparams"], model=trained.outputs["model"],

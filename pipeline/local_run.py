@@ -209,7 +209,7 @@ def _run_routed(params: dict, logs: Path, run_dir, console, quiet: bool) -> None
                         echo=None if quiet else sys.stdout)
     try:
         with display, contextlib.redirect_stdout(router), contextlib.redirect_stderr(router):
-            make_pipeline()(**params)
+            make_pipeline(local=True)(**params)
     except RuntimeError as err:
         if router.failed is None:
             raise

@@ -202,6 +202,9 @@ PARAMS: tuple[Param, ...] = (
           "empty: none.", local=False),
     Param("endpoint_min_replicas", int, 1, "Endpoint replicas at least.", local=False),
     Param("endpoint_max_replicas", int, 1, "Endpoint replicas at most (autoscaling between).", local=False),
+    Param("experiment", str, "", "Vertex AI Experiments experiment the run joins from its register step, to be "
+          "compared there with the others (schedule create sets it; submit has Vertex AI join the run itself); "
+          "empty: none.", local=False),
 )
 
 BY_NAME = {p.name: p for p in PARAMS}

@@ -13,6 +13,8 @@ def quiet_libraries() -> None:
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
+    # aiplatform's notice that it will want google-cloud-storage 3 (a pin of uv.lock, not the user's)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="google.cloud.aiplatform.models")
     # The same for the processes this one starts (a local Beam job's workers print it once
     # for each Google library they import).
     os.environ.setdefault("PYTHONWARNINGS", f"ignore::FutureWarning:{PYTHON_VERSION_NOTICE}")

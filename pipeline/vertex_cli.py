@@ -7,7 +7,7 @@ components/registry (vertex_batch.py, vertex_endpoint.py).
 
 from pathlib import Path
 
-from pipeline.cli_types import cron_arg, gs_uri, key_value, kfp_repo
+from pipeline.cli_types import UsageError, cron_arg, gs_uri, key_value, kfp_repo
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.compile_cli import add_compile_options, resources_from_args
 
@@ -36,13 +36,32 @@ def _template(args) -> str:
     return str(path)
 
 
+def _experiment(args, params: dict) -> str:
+    """The experiment the run joins: --experiment, else one named for the model (the
+    model_name parameter); "" with --no-experiment."""
+    from components.registry.vertex_experiment import experiment_name, experiment_problem
+    from pipeline.params import BY_NAME
+
+    if "experiment" in params:
+        raise UsageError("give the experiment as --experiment (or --no-experiment), not --param experiment")
+    if args.no_experiment:
+        return ""
+    name = args.join_experiment or experiment_name(str(params.get("model_name", BY_NAME["model_name"].default)))
+    problem = experiment_problem(name)
+    if problem:
+        raise UsageError(f"--experiment: {problem}")
+    return name
+
+
 def cmd_submit(args) -> int:
     from pipeline.params import typed_values
     from pipeline.vertex_jobs import submit
 
     params = typed_values(args.param)  # before compiling: a wrong name or value is answered at once
-    url = submit(_vertex_target(args), _template(args), params, display_name=args.display_name)
-    print(f"submitted: {url}")
+    experiment = _experiment(args, params)
+    url = submit(_vertex_target(args), _template(args), params, display_name=args.display_name,
+                 experiment=experiment)
+    print(f"submitted: {url}" + (f" (a run of experiment {experiment})" if experiment else ""))
     return EXIT_OK
 
 
@@ -53,6 +72,9 @@ def cmd_schedule(args) -> int:
     target = _vertex_target(args)
     if args.action == "create":
         params = typed_values(args.param)
+        experiment = _experiment(args, params)
+        if experiment:  # each run's register step joins it (Vertex AI's schedules have no experiment)
+            params["experiment"] = experiment
         name = vertex_jobs.create_schedule(target, _template(args), params, args.cron,
                                            display_name=args.display_name, max_concurrent_runs=args.max_concurrent)
         print(f"created schedule {name}")
@@ -89,6 +111,13 @@ def add_vertex_options(p, root: bool, template: bool = True) -> None:
                        help="pipeline parameter, repeatable (e.g. --param images=gs://b/imgs --param epochs=20)")
 
 
+def _add_experiment_options(p) -> None:
+    p.add_argument("--experiment", dest="join_experiment", metavar="NAME",
+                   help="Vertex AI Experiments experiment the run(s) join, created when missing, to compare them "
+                        "there (default: named for the model_name parameter)")
+    p.add_argument("--no-experiment", action="store_true", help="join no experiment")
+
+
 def _vertex_model(args) -> str:
     """--model as a resource name at the champion alias unless it names a version: a
     display name is looked up (its newest model)."""
@@ -121,7 +150,7 @@ def cmd_deploy(args) -> int:
     deployed = deploy_to_endpoint(model, EndpointSpec(args.endpoint, args.machine_type, kind, count,
                                                       args.min_replicas, args.max_replicas),
                                   project=args.project, location=args.region)
-    print(f"{model} serves all traffic of endpoint {args.endpoint} (deployed model {deployed}); earlier "
+    print(f"{model} serves all traffic of endpoint {args.endpoint} (deployed model {deployed.deployed_model_id}); earlier "
           "deployments were removed once it answered its health route")
     return EXIT_OK
 
@@ -141,6 +170,7 @@ def add_vertex_commands(sub) -> None:
     """Add the submit, schedule and upload subcommands to the `detpipe` parser."""
     p = sub.add_parser("submit", help="submit one run to Vertex AI Pipelines and print its console URL")
     add_vertex_options(p, root=True)
+    _add_experiment_options(p)
     p.add_argument("--display-name", default="detpipe", help="name of the run in the console (default %(default)s)")
     p.set_defaults(func=cmd_submit)
 
@@ -148,6 +178,7 @@ def add_vertex_commands(sub) -> None:
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="create|list|pause|resume|delete")
     q = actions.add_parser("create", help="run the pipeline on a cron schedule")
     add_vertex_options(q, root=True)
+    _add_experiment_options(q)
     q.add_argument("--cron", required=True, type=cron_arg, help="five cron fields with an optional TZ= prefix, "
                                                  "e.g. 'TZ=Europe/Berlin 0 3 * * 1'")
     q.add_argument("--display-name", default="detpipe-schedule", help="name of the schedule (default %(default)s)")

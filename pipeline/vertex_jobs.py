@@ -51,10 +51,11 @@ def build_job(target: VertexTarget, template: str, params: dict[str, object], di
 
 
 def submit(target: VertexTarget, template: str, params: dict[str, object], display_name: str = "detpipe",
-           enable_caching: bool | None = None) -> str:
-    """Submit one run; returns the console URL of the run."""
+           enable_caching: bool | None = None, experiment: str = "") -> str:
+    """Submit one run, a run of `experiment` (Vertex AI Experiments; created when missing)
+    unless it is empty; returns the console URL of the run."""
     job = build_job(target, template, params, display_name, enable_caching)
-    job.submit(service_account=target.service_account)
+    job.submit(service_account=target.service_account, experiment=experiment or None)
     return job._dashboard_uri()
 
 

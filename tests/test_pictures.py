@@ -7,7 +7,7 @@ import numpy as np
 from PIL import Image
 
 from components.detector.coco_metrics import ImageDetections, ImageTruth
-from components.evaluate.pictures import confusion, draw_evaluation, worst_images
+from components.evaluate.pictures import CONFUSION_DATA_FILE, confusion, draw_evaluation, read_confusion, worst_images
 from tests.scenes import NAMES, scene
 
 TRUTH = [ImageTruth(1, 100, 100, [(0.1, 0.1, 0.4, 0.4), (0.5, 0.5, 0.9, 0.9), (0.0, 0.6, 0.2, 0.8)], [1, 2, 3],
@@ -52,3 +52,13 @@ def test_every_picture_is_written(tmp_path):
     assert captions == [f"IMG_{e.image_id:04d}.jpg: {e.missed} missed, {e.false} false" for e in worst]
     (tmp_path / "x").mkdir()
     assert "Worst val images" not in draw_evaluation(tmp_path / "x", truths, found, NAMES, metrics, 0.5, None)[0]
+    # The counts behind confusion.png, as the pipeline hands them to Vertex AI's console (a
+    # system.ClassificationMetrics: kfp's own class takes them).
+    from kfp.dsl import ClassificationMetrics
+
+    labels, matrix = read_confusion(tmp_path / CONFUSION_DATA_FILE)
+    assert labels == [NAMES[c] for c in sorted(NAMES)] + ["background"]
+    assert matrix == confusion(truths, found, NAMES, 0.5)[0].tolist()
+    drawn = ClassificationMetrics()
+    drawn.log_confusion_matrix(labels, matrix)
+    assert [row["row"] for row in drawn.metadata["confusionMatrix"]["rows"]] == matrix

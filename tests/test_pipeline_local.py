@@ -116,6 +116,16 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     metrics = json.loads((run_dir / "evaluate" / "metrics_json").read_text())
     assert math.isfinite(metrics["metrics"]["mAP"]) and math.isfinite(metrics["metrics"]["AP50"])
     assert summary["metrics"]["mAP"] == metrics["metrics"]["mAP"]
+    # What Vertex AI's console draws and links, written by the local runner too: the confusion
+    # matrix (every class and background), and the register step's Vertex resources, none here.
+    outputs = json.loads((run_dir / "evaluate" / "executor_output.json").read_text())["artifacts"]
+    drawn = outputs["confusion_matrix"]["artifacts"][0]["metadata"]["confusionMatrix"]
+    names = [spec["displayName"] for spec in drawn["annotationSpecs"]]
+    assert names[:-1] == [k[3:] for k in metrics["metrics"] if k.startswith("AP/")] and names[-1] == "background"
+    assert all(len(row["row"]) == len(names) for row in drawn["rows"]) and len(drawn["rows"]) == len(names)
+    registered = json.loads((run_dir / "register" / "executor_output.json").read_text())["artifacts"]
+    assert {name: a["artifacts"][0]["metadata"] for name, a in registered.items()} == {
+        "uploaded_model": {"resourceName": ""}, "serving_endpoint": {"resourceName": ""}}
     saved_model = run_dir / "export" / "saved_model"
     assert (saved_model / "saved_model.pb").exists() and summary["saved_model"] == str(saved_model)
     serving = json.loads((saved_model / "serving_config.json").read_text())

@@ -14,6 +14,7 @@ matplotlib with the Agg backend: no display needed.
 from __future__ import annotations
 
 import io
+import json
 import math
 from dataclasses import dataclass
 
@@ -29,6 +30,10 @@ from components.evaluate.threshold import f1_curve, iou  # noqa: E402
 
 PR_FILE, F1_FILE, CONFUSION_FILE, SIZE_FILE, GALLERY_FILE = (
     "pr_curves.png", "f1_threshold.png", "confusion.png", "ap_by_size.png", "gallery.png")
+# The confusion matrix's counts beside its picture: {"labels": [class..., "background"],
+# "matrix": rows of counts (truth) by columns (prediction), "threshold": score}. The pipeline's
+# evaluate step hands them to Vertex AI as a system.ClassificationMetrics, which the console draws.
+CONFUSION_DATA_FILE = "confusion.json"
 TRUTH_COLOUR, PREDICTION_COLOUR = "#2ca02c", "#ff7f0e"
 
 
@@ -120,6 +125,19 @@ def confusion(truths, detections, names: dict[int, str], threshold: float,
     return matrix, errors
 
 
+def write_confusion(matrix: np.ndarray, names: dict[int, str], threshold: float, path) -> None:
+    labels = [names[c] for c in sorted(names)] + ["background"]
+    with open(path, "w") as handle:
+        json.dump({"labels": labels, "matrix": matrix.tolist(), "threshold": float(threshold)}, handle)
+
+
+def read_confusion(path) -> tuple[list[str], list[list[int]]]:
+    """The labels and the matrix `write_confusion` wrote."""
+    with open(path) as handle:
+        found = json.load(handle)
+    return found["labels"], found["matrix"]
+
+
 def draw_confusion(matrix: np.ndarray, names: dict[int, str], threshold: float, path) -> None:
     labels = [names[c] for c in sorted(names)] + ["background"]
     size = 1.2 + 0.7 * len(labels)
@@ -208,6 +226,7 @@ def draw_evaluation(out, truths, detections, names: dict[int, str], metrics: dic
     draw_f1_threshold(truths, detections, threshold, out / F1_FILE)
     matrix, errors = confusion(truths, detections, names, threshold)
     draw_confusion(matrix, names, threshold, out / CONFUSION_FILE)
+    write_confusion(matrix, names, threshold, out / CONFUSION_DATA_FILE)
     draw_ap_by_size(metrics, out / SIZE_FILE)
     files = {"Precision-recall per class": PR_FILE, "F1 against the score threshold": F1_FILE,
              "Confusion matrix": CONFUSION_FILE, "AP by object size": SIZE_FILE}

@@ -27,6 +27,8 @@ class Registered:
     reason: str
     champion: str  # the champion after this step
     record: dict
+    vertex_model: str = ""  # the Vertex AI Model Registry version uploaded, MODEL@ID
+    vertex_endpoint: str = ""  # the Vertex AI endpoint it was deployed behind
 
 
 def model_sha256(saved_model_dir: str) -> str:
@@ -113,10 +115,11 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
         parent = find_parent_model(vertex_model, project=None, location=vertex_region or None)
         model = upload_version(version, location=vertex_region or None, parent_model=parent)
         logger.info("Vertex AI model version %s (%s)", getattr(model, "version_id", "?"), model.resource_name)
+        done.vertex_model = f"{model.resource_name}@{model.version_id}"
         if endpoint is not None and done.status == "blessed":
             from components.registry.vertex_endpoint import deploy_to_endpoint
 
             _, project, _, location, *_ = model.resource_name.split("/")  # projects/P/locations/L/models/ID
-            deploy_to_endpoint(f"{model.resource_name}@{model.version_id}", endpoint, project, location,
-                               registry_version=done.version)
+            done.vertex_endpoint = deploy_to_endpoint(done.vertex_model, endpoint, project, location,
+                                                      registry_version=done.version).endpoint
     return done

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from components.registry.vertex_model import label_value, regional_client
 
@@ -138,11 +139,16 @@ def serving_spec(endpoint, name: str) -> EndpointSpec | None:
                         low, max(low, resources.max_replica_count))
 
 
+class Deployed(NamedTuple):
+    endpoint: str  # the endpoint's resource name, projects/P/locations/L/endpoints/ID
+    deployed_model_id: str
+
+
 def deploy_to_endpoint(model: str, spec: EndpointSpec, project: str, location: str, registry_version: str = "",
-                       credentials=None, client=None) -> str:
+                       credentials=None, client=None) -> Deployed:
     """Deploy `model` to the endpoint of `spec` and undeploy the endpoint's earlier models
-    once it serves; returns the new deployed model's id. A failed deployment raises and
-    leaves the earlier ones serving."""
+    once it serves; returns the endpoint and the new deployed model's id. A failed deployment
+    raises and leaves the earlier ones serving."""
     problems = spec.problems()
     if problems:
         raise ValueError("; ".join(problems))
@@ -154,4 +160,4 @@ def deploy_to_endpoint(model: str, spec: EndpointSpec, project: str, location: s
     logger.info("deployed %s to %s as %s; undeploying %s", model, endpoint.name, new_id, previous or "nothing")
     for request in undeploy_requests(endpoint.name, previous, new_id):
         client.undeploy_model(request=request).result(timeout=DEPLOY_TIMEOUT_S)
-    return new_id
+    return Deployed(endpoint.name, new_id)

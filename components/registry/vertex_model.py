@@ -89,6 +89,17 @@ def upload_version(version: ModelVersion, project: str | None = None, location: 
         project=project, location=location, credentials=credentials, sync=True)
 
 
+def resource_uri(resource_name: str) -> str:
+    """The REST address of a Vertex AI resource (projects/P/locations/L/...), the `uri` GCPC
+    gives its google.VertexModel and google.VertexEndpoint artifacts.
+
+    >>> resource_uri("projects/p/locations/europe-west4/models/12@3")
+    'https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4/models/12@3'
+    """
+    location = resource_name.split("/")[3]
+    return f"https://{location}-aiplatform.googleapis.com/v1/{resource_name}"
+
+
 def regional_client(client_class, location: str, credentials=None):
     """A Vertex AI GAPIC client (`client_class`, e.g. EndpointServiceClient) for the
     regional endpoint of `location`."""
