@@ -320,6 +320,13 @@ def _finish(options: ConvertOptions, sources: list, started: float, split_of: di
                               "num_workers")},
         seconds=round(time.monotonic() - started, 1),
     )
+    _write_manifest(out, manifest, label_map, options.allow_anomalies)
+    return ConvertResult(out, manifest, anomalies, allowed=options.allow_anomalies)
+
+
+def _write_manifest(out: str, manifest: Manifest, label_map: dict[str, int], allow_anomalies: bool) -> None:
+    """Check that the counts reconcile, then write the label map and, last, the manifest; say
+    the near duplicates and the anomalies."""
     if manifest.near_duplicates["pairs"]:
         logger.warning("%s", near_duplicate_line(manifest))
     problems = manifest.reconcile_problems()
@@ -327,8 +334,6 @@ def _finish(options: ConvertOptions, sources: list, started: float, split_of: di
         raise DataBuildError("counts do not reconcile: " + "; ".join(problems))
     write_json(FileSystems.join(out, LABEL_MAP_FILE), label_map)
     write_json(FileSystems.join(out, MANIFEST_FILE), manifest.to_dict())
-    if anomalies:
-        log = logger.warning if options.allow_anomalies else logger.error
-        for line in anomalies:
-            log("dataset anomaly: %s", line)
-    return ConvertResult(out, manifest, anomalies, allowed=options.allow_anomalies)
+    log = logger.warning if allow_anomalies else logger.error
+    for line in manifest.anomalies:
+        log("dataset anomaly: %s", line)

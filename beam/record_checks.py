@@ -52,6 +52,14 @@ def _unsupported(record: SourceRecord, fmt: str) -> Reject:
     return _reject(record, UNSUPPORTED_FORMAT, message)
 
 
+def _notes(mode: str, orientation: int, applied: bool, fmt: str) -> tuple[str, ...]:
+    """What a written record says of how its image was taken: a colour mode other than RGB, an
+    EXIF orientation (applied or ignored), a format converted to PNG."""
+    return (() if mode == "RGB" else (f"color_mode:{mode}",)) + (
+        () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",)) + (
+        (f"converted:{fmt}:png",) if needs_conversion(fmt) else ())
+
+
 def check_record(
     record: SourceRecord, image_bytes: bytes | None, options: CheckOptions, image_path: str = ""
 ) -> CheckedRecord | Reject:
@@ -99,9 +107,6 @@ def check_record(
         why = f"all {len(dropped)} box(es) dropped (first: {dropped[0].message})" if dropped else "no boxes"
         return _reject(record, NO_BOXES, f"{why} (negatives are rejected by option)")
     converted = needs_conversion(fmt)
-    notes = (() if mode == "RGB" else (f"color_mode:{mode}",)) + (
-        () if orientation == 1 else (f"exif_orientation:{orientation}:{'applied' if applied else 'ignored'}",)) + (
-        (f"converted:{fmt}:png",) if converted else ())
     # A name given without its suffix (`000005`) is written as the file found (`000005.jpg`).
     found, named = base_name(image_path), base_name(record.filename)
     return CheckedRecord(
@@ -110,7 +115,8 @@ def check_record(
         image_sha256=hashlib.sha256(image_bytes).hexdigest(), image_size=len(image_bytes),
         image_format=image_format, width=width, height=height, color_mode=mode,
         boxes=tuple(boxes), class_texts=tuple(texts), difficult=tuple(difficult),
-        source_ref=record.source_ref, notes=notes, exif_orientation=orientation, orientation_applied=applied,
+        source_ref=record.source_ref, notes=_notes(mode, orientation, applied, fmt), exif_orientation=orientation,
+        orientation_applied=applied,
         dropped_boxes=tuple(dropped), converted_from=fmt if converted else "",
     )
 

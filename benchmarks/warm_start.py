@@ -46,12 +46,12 @@ from beam.options import ConvertOptions
 from components.detector.artifacts import TrainConfigFile
 from components.evaluate.champion import evaluate_against_champion
 from components.evaluate.evaluator import evaluate_detector
-from components.evaluate.metrics_file import METRICS_FILE
+from components.evaluate.metrics_file import METRICS_FILE, chosen_threshold
 from components.export.saved_model import export_trained
-from components.registry.decision import PromotionRule
+from components.model_registry.decision import PromotionRule
 from components.register.register import register_run
-from components.registry.registry import Registry
-from components.registry.warm_source import warm_source
+from components.model_registry.registry import Registry
+from components.model_registry.warm_source import warm_source
 from components.train import plan
 from components.train.trainer import TrainConfig, train_detector
 from pipeline.demo_data import write_demo_dataset
@@ -114,7 +114,7 @@ def _champion(registry: Registry, model: Path, data: Path, work: Path) -> str:
     if not registry.champion_version():
         evaluation = work / f"eval-{model.name}-own"
         _, first = evaluate_against_champion(str(model), str(data), str(evaluation), RULE, registry=registry.store.uri)
-        export_trained(str(model), str(work / f"{model.name}-saved"), metrics_file=str(evaluation / METRICS_FILE))
+        export_trained(str(model), str(work / f"{model.name}-saved"), *chosen_threshold(str(evaluation / METRICS_FILE)))
         done = register_run(registry, str(work / f"{model.name}-saved"), str(data), str(evaluation / METRICS_FILE),
                             first, {"sha256": model.name}, model.name, train_dir=str(model))
         if done.status == "rejected":  # a weak first model (few images): promoted by hand, as a person can

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 from kfp import dsl
 
-from components.kfp_batch_steps import batch_predict
-from components.kfp_settings import with_settings
-from pipeline.dag import DEFAULT_IMAGE
+from pipeline.kfp_batch_steps import batch_predict
+from pipeline.kfp_settings import with_settings
+from pipeline.dag import DEFAULT_IMAGE, call_with_params
 from pipeline.params import (BY_NAME, DATAFLOW, REQUIRED, Param, in_signature_order, pipeline_docstring,
                              pipeline_signature)
 
@@ -35,10 +35,7 @@ def make_batch_pipeline(image: str = DEFAULT_IMAGE):
 
     def detpipe_batch_predict(*values):
         p = SimpleNamespace(**dict(zip(names, values)))
-        task = step(images=p.images, registry=p.registry, model_name=p.model_name, version=p.version,
-                    pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER, score_threshold=p.score_threshold, runner=p.runner,
-                    beam_options=p.beam_options, sdk_container_image=image,
-                    **{name: getattr(p, name) for name in DATAFLOW})
+        task = call_with_params(step, p, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER, sdk_container_image=image)
         task.set_display_name("batch-predict")
         task.set_caching_options(False)  # new images arrive under the same prefix, and the champion moves
 

@@ -31,14 +31,25 @@ def unknown_beam_options(args: list[str]) -> list[str]:
     return unknown
 
 
-def check_beam_args(beam_args: list[str], command: str) -> None:
-    """UsageError naming the arguments neither `command` nor Beam takes."""
+def check_beam_args(beam_args: list[str], command: str, options: tuple[str, ...] = ()) -> None:
+    """UsageError naming the arguments neither `command` (whose `options` they are) nor Beam
+    takes, with the option of `command` one is closest to."""
+    import difflib
+
     from pipeline.cli_types import UsageError
 
     unknown = unknown_beam_options(beam_args) if beam_args else []
     if unknown:
+        close = [(name, found[0]) for name in (arg.split("=", 1)[0] for arg in unknown if arg.startswith("--"))
+                 for found in [difflib.get_close_matches(name, options, n=1, cutoff=0.75)] if found]
+        guess = "".join(f"; {name}: did you mean {option}?" for name, option in close)
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither a `{command}` nor an Apache Beam "
-                         "option)")
+                         f"option{guess})")
+
+
+def option_strings(parser) -> tuple[str, ...]:
+    """Every option `parser` takes, for `check_beam_args`'s guesses."""
+    return tuple(option for action in parser._actions for option in action.option_strings)
 
 
 # The typed Dataflow settings (beam/dataflow.py) as options of `data build` and `predict --images`:

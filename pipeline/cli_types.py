@@ -87,7 +87,7 @@ def open_fraction(value: str) -> float:
 
 def warm_start_arg(value: str) -> str:
     """auto, never or a registry version (v3)."""
-    from components.registry.warm_source import check_request
+    from components.model_registry.warm_source import check_request
 
     try:
         return check_request(value)

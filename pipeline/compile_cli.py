@@ -12,7 +12,7 @@ EXIT_OK = 0
 
 
 def add_compile_options(p) -> None:
-    from pipeline.dag import MAX_NOTIFY
+    from pipeline.vertex_jobs import MAX_NOTIFY
 
     p.add_argument("--image", default=None, help="container image of every step (default detpipe:latest)")
     p.add_argument("--data-cpu", default="4", type=cpu_arg, help="CPU limit of the data step (default %(default)s)")

@@ -64,8 +64,8 @@ class VisibleStream:
 
 def key_figure(task: str, outputs: dict) -> str:
     """What a finished step says in one phrase, from its output parameters: the figure the
-    step declares next to itself (components/kfp_steps.py KEY_FIGURES); "" for none."""
-    from components.kfp_steps import KEY_FIGURES
+    step declares next to itself (pipeline/kfp_steps.py KEY_FIGURES); "" for none."""
+    from pipeline.kfp_steps import KEY_FIGURES
 
     figure = KEY_FIGURES.get(task)
     return figure(outputs.get("parameterValues", {})) if figure else ""

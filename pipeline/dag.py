@@ -11,16 +11,16 @@ compile-time options (`StepResources`); the local runner ignores them.
 
 import contextlib
 import json
-import re
 from dataclasses import asdict, dataclass, replace
 from types import SimpleNamespace
 
 from kfp import dsl
 
-from components.kfp_steps import make_steps
+from pipeline.kfp_steps import make_steps
 from components.train.tensorboard_upload import TENSORBOARD_ENV, tensorboard_parts
 from components.tune.vertex_job import TrialMachine
 from pipeline.params import DATAFLOW, TRAINING, in_signature_order, pipeline_docstring, pipeline_signature
+from pipeline.vertex_jobs import EMAIL, MAX_NOTIFY
 
 PIPELINE_NAME = "detpipe"
 # The project image (infra/Dockerfile); set the pushed tag with `detpipe compile --image`.
@@ -63,7 +63,7 @@ class StepResources:
     notify: tuple[str, ...] = ()
 
     def __post_init__(self):
-        bad = [email for email in self.notify if not _EMAIL.fullmatch(email)]
+        bad = [email for email in self.notify if not EMAIL.fullmatch(email)]
         if bad:
             raise ValueError(f"--notify takes email addresses, got {', '.join(map(repr, bad))}")
         if len(self.notify) > MAX_NOTIFY:
@@ -83,8 +83,6 @@ class StepResources:
 
 
 TRAIN_RUNNERS = ("task", "customjob")
-MAX_NOTIFY = 3  # recipients GCPC's VertexNotificationEmailOp takes
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 
 
 def as_custom_job(component, resources: StepResources, display_name: str):
@@ -106,26 +104,52 @@ def _on_accelerator(task, resources: StepResources):
             .set_accelerator_type(resources.accelerator_type).set_accelerator_limit(resources.accelerator_count))
 
 
+def call_with_params(step, p, inputs_of=None, **wired):
+    """`step` with the `wired` inputs (other steps' outputs, placeholders, compile-time values)
+    and every other input of its function (`inputs_of`, default `step`) that is named for a
+    pipeline parameter, from `p`: a setting reaches each step that takes it by its name alone,
+    so the DAG passes none by hand."""
+    names = (inputs_of or step).component_spec.inputs
+    return step(**wired, **{name: getattr(p, name) for name in names if name not in wired and hasattr(p, name)})
+
+
 def _data_steps(steps, p, image: str, resources: StepResources):
     """fingerprint-source and validate-and-convert, given the pipeline's parameters `p`."""
-    source = steps.fingerprint_source(images=p.images, annotations=p.annotations, split_file=p.split_file,
-                                      val_annotations=p.val_annotations, val_images=p.val_images,
-                                      registry=p.registry, model_name=p.model_name,
-                                      pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
+    source = call_with_params(steps.fingerprint_source, p, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
     source.set_caching_options(False)  # it exists to look at the files again on every run
-    data = steps.validate_and_convert(
-        images=p.images, annotations=p.annotations, source_fingerprint=source.outputs["fingerprint"],
-        registry=source.outputs["registry"], model_name=p.model_name, data_format=p.data_format,
-        val_fraction=p.val_fraction, split_file=p.split_file, val_annotations=p.val_annotations,
-        val_images=p.val_images, bad_box=p.bad_box, seed=p.seed,
-        max_reject_fraction=p.max_reject_fraction,
-        allow_anomalies=p.allow_anomalies, allow_new_classes=p.allow_new_classes,
-        drift_threshold=p.drift_threshold, exif=p.exif, tile=p.tile, data_runner=p.data_runner,
-        beam_options=p.beam_options, sdk_container_image=image,
-        **{name: getattr(p, name) for name in DATAFLOW})
+    data = call_with_params(steps.validate_and_convert, p, source_fingerprint=source.outputs["fingerprint"],
+                            registry=source.outputs["registry"], sdk_container_image=image)
     data.set_display_name("validate-and-convert")
     data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)
     return source, data
+
+
+def _release_steps(steps, p, source, dataset, advice, tuned, model, image: str, resources: StepResources,
+                   local: bool) -> None:
+    """evaluate, review, export, register and report, after training `model`."""
+    registry = source.outputs["registry"]
+    evaluated = call_with_params(steps.evaluate, p, model=model, data=dataset, registry=registry,
+                                 champion=source.outputs["champion"])
+    if resources.evaluate_on_gpu:
+        _on_accelerator(evaluated, resources)
+    reviewed = call_with_params(steps.review, p, model=model, data=dataset,
+                                evaluation=evaluated.outputs["evaluation"])
+    exported = call_with_params(steps.export, p, model=model, metrics_json=evaluated.outputs["metrics_json"],
+                                data=dataset)
+    registered = call_with_params(
+        steps.register, p, saved_model=exported.outputs["saved_model"], model=model,
+        metrics_json=evaluated.outputs["metrics_json"], decision=evaluated.outputs["decision"], data=dataset,
+        source=source.outputs["source"], registry=registry, serving_image=image,
+        run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+        pipeline_job="" if local else dsl.PIPELINE_JOB_RESOURCE_NAME_PLACEHOLDER)
+    registered.set_caching_options(False)  # the registry may have moved since a cached run
+    reported = call_with_params(
+        steps.report, p, data=dataset, probe_json=advice, hparams=tuned.outputs["hparams"], model=model,
+        evaluation=evaluated.outputs["evaluation"], label_review=reviewed.outputs["label_review"],
+        decision=evaluated.outputs["decision"], saved_model=exported.outputs["saved_model"],
+        version=registered.outputs["version"], status=registered.outputs["status"],
+        champion=registered.outputs["champion"], run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+    reported.set_caching_options(False)  # it names this run
 
 
 def _exit_handler(notify: tuple[str, ...]):
@@ -164,22 +188,17 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
             _steps_of(p)
 
     def _steps_of(p):
-        training = {name: getattr(p, name) for name in TRAINING}  # each step input by its parameter's name
         source, data = _data_steps(steps, p, image, resources)
-        registry, champion = source.outputs["registry"], source.outputs["champion"]
-        dataset = data.outputs["dataset"]
-        probe = steps.probe(data=dataset, require_gpu=p.require_gpu, probe_dry_run=p.probe_dry_run, **training)
+        dataset, registry = data.outputs["dataset"], source.outputs["registry"]
+        probe = call_with_params(steps.probe, p, data=dataset)
         probe.set_caching_options(False)  # the machine may differ from one run to the next
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]
-        tuned = tune_step(
-            data=dataset, probe_json=advice, tune_trials=p.tune_trials, tune_trial_epochs=p.tune_trial_epochs,
-            tune_parallel_trials=p.tune_parallel_trials, tune_backend=p.tune_backend,
-            trial_machine=trial_machine, vertex_region=p.vertex_region, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
-            **training)
+        tuned = call_with_params(tune_step, p, steps.tune_hyperparameters, data=dataset, probe_json=advice,
+                                 trial_machine=trial_machine, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
         tuned.set_display_name("tune")
-        trained = train_step(data=dataset, hparams=tuned.outputs["hparams"], probe_json=advice, registry=registry,
-                             model_name=p.model_name, warm_start=p.warm_start, **training)
+        trained = call_with_params(train_step, p, steps.train, data=dataset, hparams=tuned.outputs["hparams"],
+                                   probe_json=advice, registry=registry)
         if not custom:  # a custom job's machines are in its worker pool specs
             _on_accelerator(tuned, resources)
             _on_accelerator(trained, resources)
@@ -187,34 +206,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
                 trained.set_env_variable(TENSORBOARD_ENV, resources.tensorboard)
         for step in (tuned, trained):  # a preempted search or training goes on from its checkpoints
             step.set_retry(num_retries=resources.train_retries, backoff_duration="60s", backoff_factor=2)
-        evaluated = steps.evaluate(model=trained.outputs["model"], data=dataset, registry=registry,
-                                   model_name=p.model_name, champion=champion, promote_if=p.promote_if,
-                                   max_regression=p.max_regression, min_map=p.min_map, seed=p.seed)
-        if resources.evaluate_on_gpu:
-            _on_accelerator(evaluated, resources)
-        reviewed = steps.review(model=trained.outputs["model"], data=dataset, evaluation=evaluated.outputs["evaluation"])
-        exported = steps.export(model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
-                                data=dataset, export_formats=p.export_formats,
-                                export_max_map_loss=p.export_max_map_loss,
-                                export_max_int8_map_loss=p.export_max_int8_map_loss,
-                                export_calibration_images=p.export_calibration_images)
-        registered = steps.register(
-            saved_model=exported.outputs["saved_model"], model=trained.outputs["model"], metrics_json=evaluated.outputs["metrics_json"],
-            decision=evaluated.outputs["decision"], data=dataset, source=source.outputs["source"],
-            registry=registry, model_name=p.model_name, vertex_model=p.vertex_model,
-            vertex_region=p.vertex_region, vertex_endpoint=p.vertex_endpoint,
-            endpoint_machine_type=p.endpoint_machine_type, endpoint_accelerator=p.endpoint_accelerator,
-            endpoint_min_replicas=p.endpoint_min_replicas, endpoint_max_replicas=p.endpoint_max_replicas,
-            serving_image=image, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, experiment=p.experiment,
-            pipeline_job="" if local else dsl.PIPELINE_JOB_RESOURCE_NAME_PLACEHOLDER)
-        registered.set_caching_options(False)  # the registry may have moved since a cached run
-        reported = steps.report(
-            data=dataset, probe_json=advice, hparams=tuned.outputs["hparams"], model=trained.outputs["model"],
-            evaluation=evaluated.outputs["evaluation"], label_review=reviewed.outputs["label_review"],
-            decision=evaluated.outputs["decision"], saved_model=exported.outputs["saved_model"],
-            version=registered.outputs["version"], status=registered.outputs["status"],
-            champion=registered.outputs["champion"], run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
-        reported.set_caching_options(False)  # it names this run
+        _release_steps(steps, p, source, dataset, advice, tuned, trained.outputs["model"], image, resources, local)
 
     detpipe.__signature__ = pipeline_signature()
     detpipe.__doc__ = pipeline_docstring(

@@ -11,7 +11,7 @@ from beam.contract.manifest import output_folder_problem
 from beam.data_workers import RECORDS_PER_WORKER
 from beam.options import ConvertOptions
 from beam.dataflow import RUNNERS
-from pipeline.beam_options import add_dataflow_options
+from pipeline.beam_options import add_dataflow_options, option_strings
 from pipeline.cli_types import EXIT_OK, UsageError, count_range, existing_file, existing_path
 from pipeline.cli_types import fail_lines as _fail_lines
 from pipeline.cli_types import images_dir, output_dir, pixel_range
@@ -41,7 +41,7 @@ def _check_data_build_usage(args, beam_args: list[str]) -> list[str]:
         raise UsageError(val_problem)
     from pipeline.beam_options import check_beam_args, dataflow_beam_args
 
-    check_beam_args(beam_args, "detpipe data build")
+    check_beam_args(beam_args, "detpipe data build", args.known_options)
     return list(dataflow_beam_args(args, args.runner, beam_args))
 
 
@@ -188,6 +188,6 @@ def add_data_commands(sub):
                         f"process (default: one per {RECORDS_PER_WORKER:,} records, at most one per usable CPU). "
                         "The shards are the same for any N")
     add_dataflow_options(p)
-    p.set_defaults(func=cmd_data_build, takes_beam_args=True, exits_at_once=True)
+    p.set_defaults(func=cmd_data_build, takes_beam_args=True, exits_at_once=True, known_options=option_strings(p))
 
     return data

@@ -15,7 +15,7 @@ from kfp import local
 from beam.contract.files import read_manifest
 from components.detector.artifacts import TrainConfigFile
 from components.evaluate.metrics_file import EvalMetrics
-from components.registry.decision import DecisionRecord, comparison_line
+from components.model_registry.decision import DecisionRecord, comparison_line
 from components.tune.search import WORK_DIR
 from pipeline.console import StepDisplay, StepRouter, error_lines, read_outputs
 from pipeline.dag import make_pipeline
@@ -131,7 +131,7 @@ def _review_summary(run_dir: Path) -> str | None:
 
 def _top_level_review(run_dir: Path) -> Path | None:
     """The review step's page, copied to RUN/label_review.html beside the run report."""
-    from components.evaluate.review_page import PAGE_FILE
+    from components.review.review_page import PAGE_FILE
 
     source = run_dir / "review" / "review_page"
     if not source.is_file():

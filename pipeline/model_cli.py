@@ -16,7 +16,7 @@ from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, 
                                             SAVED_MODEL, SUFFIXES, export_folder, is_model_file)
 from components.serve.batch_workers import IMAGES_PER_WORKER
 from beam.dataflow import RUNNERS
-from pipeline.beam_options import add_dataflow_options
+from pipeline.beam_options import add_dataflow_options, option_strings
 from pipeline.cli_types import UsageError, existing_file, export_formats_arg, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, shards_dir, trained_model_dir
@@ -40,16 +40,16 @@ PREDICT_CHUNK = 16  # images per call of the model in `detpipe predict`
 
 
 def cmd_export(args) -> int:
-    from components.evaluate.metrics_file import METRICS_FILE
+    from components.evaluate.metrics_file import METRICS_FILE, chosen_threshold
     from components.export.saved_model import export_trained
 
     converted = [kind for kind in args.format if kind != SAVED_MODEL]
     if converted and not args.data:
         raise UsageError(f"--format {','.join(converted)}: each file is re-scored on the val split: give --data")
     if SAVED_MODEL in args.format:
-        metrics_file = str(Path(args.evaluation) / METRICS_FILE) if args.evaluation else None
-        config = export_trained(args.model, args.output, metrics_file=metrics_file,
-                                score_threshold=args.score_threshold)
+        chosen = chosen_threshold(str(Path(args.evaluation) / METRICS_FILE)) \
+            if args.evaluation and args.score_threshold is None else (args.score_threshold, "given")
+        config = export_trained(args.model, args.output, *chosen)
         print(f"exported -> {args.output}: signature serving_default({config.input_name}), default score threshold "
               f"{config.score_threshold:g} ({config.threshold_source}); try it: detpipe predict --model "
               f"{args.output} IMAGE")
@@ -156,7 +156,7 @@ def _predict_batch(args, beam_args: list[str]) -> int:
             if beam_args else ""))
     if not args.output:
         raise UsageError("--images needs --output: the folder for the predictions")
-    check_beam_args(beam_args, "detpipe predict")
+    check_beam_args(beam_args, "detpipe predict", args.known_options)
     beam_args = list(dataflow_beam_args(args, args.runner, beam_args))
     if args.draw and "://" in args.output:
         raise UsageError("--draw writes local files: give a local --output")
@@ -211,10 +211,13 @@ def cmd_serve(args) -> int:
 
 
 def add_model_commands(sub) -> None:
-    from components.serve.batching import DEFAULT_TIMEOUT_MS
-    from components.serve.access import ALL_INTERFACES, LOOPBACK, TOKEN_ENV, VERTEX_PORT_ENV
-    from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES, MAX_BODY_BYTES, MAX_IMAGE_PIXELS
+    """Add export, predict and serve to the `detpipe` parser."""
+    _add_export_command(sub)
+    _add_predict_command(sub)
+    _add_serve_command(sub)
 
+
+def _add_export_command(sub) -> None:
     p = sub.add_parser("export", help="write a SavedModel that takes image bytes (for serving), and TFLite / ONNX files "
                                       "re-scored")
     p.add_argument("--model", required=True, type=trained_model_dir, help="output folder of `detpipe train`")
@@ -234,6 +237,8 @@ def add_model_commands(sub) -> None:
                    help="train images the INT8 file's value ranges are calibrated on (default %(default)s)")
     p.set_defaults(func=cmd_export)
 
+
+def _add_predict_command(sub) -> None:
     p = sub.add_parser(
         "predict", help="detections for image files, or for a folder or bucket as a Beam job (--images)",
         description="Two ways. `detpipe predict --model M IMAGE...`: detections for a few files, printed as "
@@ -266,7 +271,14 @@ def add_model_commands(sub) -> None:
                         f"one per {IMAGES_PER_WORKER:,} images, at most one per usable CPU: a second worker pays only on "
                         "larger sets); 1 runs in this process")
     add_dataflow_options(p)
-    p.set_defaults(func=cmd_predict, takes_beam_args=True, exits_at_once=True)
+    p.set_defaults(func=cmd_predict, takes_beam_args=True, exits_at_once=True, known_options=option_strings(p))
+
+
+def _add_serve_command(sub) -> None:
+    from components.serve.access import ALL_INTERFACES, LOOPBACK, TOKEN_ENV, VERTEX_PORT_ENV
+    from components.export.export_files import EXPORT_BATCH
+    from components.serve.batching import DEFAULT_TIMEOUT_MS, GPU_CHUNKS
+    from components.serve.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_INSTANCES, MAX_BODY_BYTES, MAX_IMAGE_PIXELS
 
     p = sub.add_parser(
         "serve", help="HTTP predictions on Vertex AI's custom-container contract",
@@ -289,8 +301,8 @@ def add_model_commands(sub) -> None:
                    help="most images in one request (default %(default)s)")
     p.add_argument("--max-batch-size", type=_positive_int, metavar="N",
                    help="most images in one call of the model, gathered from concurrent requests; 1 turns "
-                        "batching off (default: on a CPU 7, the model's chunk of 8 less its last slot; with a GPU 32). A "
-                        "request is never split")
+                        f"batching off (default: on a CPU {EXPORT_BATCH - 1}, the model's chunk of {EXPORT_BATCH} less "
+                        f"its last slot; with a GPU {GPU_CHUNKS * EXPORT_BATCH}). A request is never split")
     p.add_argument("--batch-timeout-ms", type=non_negative_float, metavar="MS",
                    help=f"the longest a request waits for others to share its call (default {DEFAULT_TIMEOUT_MS:g})")
     p.add_argument("--body-timeout-s", type=positive_float, default=DEFAULT_BODY_TIMEOUT_S, metavar="S",

@@ -17,13 +17,14 @@ from beam.dataflow import PARAMETER_PREFIX, RUNNERS, DataflowSettings
 from beam.options import FORMATS, ConvertOptions, GateOptions
 from beam.record_checks import BAD_BOX_MODES, CheckOptions
 from components.detector.box_losses import BOX_LOSSES
+from components.detector.geometry import FAIL_COVERAGE
 from components.detector.precision import PRECISIONS, XLA_MODES
 from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, FLOAT_TOLERANCE, INT8_TOLERANCE,
                                             SAVED_MODEL)
-from components.registry.decision import RULES, PromotionRule
-from components.registry.registry import DEFAULT_MODEL_NAME
+from components.model_registry.decision import CONFIDENCE_LEVEL, RULES, PromotionRule
+from components.model_registry.registry import DEFAULT_MODEL_NAME
 from components.train.config import TrainConfig
-from components.train.plan import FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
+from components.train.plan import EMA_WINDOW_SHARE, FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
 from components.train.time_budget import CPU_AUTO_SECONDS, GPU_AUTO_SECONDS, MAX_BUDGET_EPOCHS
 from components.tune.search import TuneConfig
 from components.tune.vertex_job import BACKENDS
@@ -111,7 +112,7 @@ PARAMS: tuple[Param, ...] = (
           "overlapping by OVERLAP px.",
           cli_type=cli_types.tile_arg),
     Param("allow_poor_anchors", bool, TrainConfig.allow_poor_anchors, "Train (and tune) even when, after fitting the input size, levels "
-          "and anchors, fewer than 75% of some class's training boxes can match an anchor (tiny objects in large "
+          f"and anchors, fewer than {FAIL_COVERAGE:.0%} of some class's training boxes can match an anchor (tiny objects in large "
           "images); the train report warns. A larger image_size is the better fix."),
     Param("warm_start", str, "auto", "Where training starts: auto (from the champion's weights when its model can "
           "be continued, on a shorter, gentler schedule), never (from scratch), or a registry version (e.g. v3).",
@@ -126,7 +127,7 @@ PARAMS: tuple[Param, ...] = (
     Param("box_loss", str, TrainConfig.box_loss, "Box regression loss: " + "; ".join(
           f"{name}: {what}" for name, what in BOX_LOSSES.items()) + ".", choices=tuple(BOX_LOSSES)),
     Param("ema", bool, TrainConfig.ema, "Evaluate and export a moving average of the weights over about the last "
-          "tenth of training; false: the last step's weights."),
+          f"{EMA_WINDOW_SHARE:.0%} of training; false: the last step's weights."),
     Param("flip", bool, TrainConfig.flip, "Horizontal flips when augmenting; false for text or classes that "
           "differ left from right."),
     Param("preset", str, "", "A KerasHub RetinaNet preset (retinanet_resnet50_fpn_coco, a kaggle:// or gs:// "
@@ -165,7 +166,7 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.non_negative_int),
     Param("tune_parallel_trials", int, TuneConfig.parallel, "Tuning trials at once, each in its own process; 0: one per "
           "GPU of the machine (one on a CPU).", cli_type=cli_types.non_negative_int),
-    Param("tune_backend", str, "auto", "Where tuning trials run: local (in the tune step), vertex (a Vertex AI "
+    Param("tune_backend", str, TuneConfig.backend, "Where tuning trials run: local (in the tune step), vertex (a Vertex AI "
           "tuning job, each trial on a training machine of its own, tune_parallel_trials at once) or auto (vertex "
           "when the pipeline runs on Vertex AI).", choices=BACKENDS,
           local=False),
@@ -173,7 +174,7 @@ PARAMS: tuple[Param, ...] = (
           "pipeline root. Each run records a version there and compares with the champion.",
           cli_default="", path=True, cli_type=cli_types.output_dir),
     Param("model_name", str, DEFAULT_MODEL_NAME, "Name of the model in the registry (its folder)."),
-    Param("promote_if", str, PromotionRule.promote_if, "Promotion rule: not_worse (blessed unless the 95% interval of the "
+    Param("promote_if", str, PromotionRule.promote_if, f"Promotion rule: not_worse (blessed unless the {CONFIDENCE_LEVEL:.0%} interval of the "
           "mAP difference lies entirely below -max_regression) or better (the interval must lie above 0).",
           choices=RULES),
     Param("max_regression", float, PromotionRule.max_regression, "How far below the champion's mAP the whole interval of the "
@@ -209,7 +210,7 @@ PARAMS: tuple[Param, ...] = (
 
 BY_NAME = {p.name: p for p in PARAMS}
 # The training settings: every parameter named for a field of TrainConfig. The probe's dry run, the
-# tune step and the train step take them together (components/kfp_settings.py), `train` and `tune`
+# tune step and the train step take them together (pipeline/kfp_settings.py), `train` and `tune`
 # offer each as an option, and each reaches TrainConfig by its name: adding one is its Param here
 # and the TrainConfig field it sets.
 TRAINING: dict[str, type] = {p.name: p.type for p in PARAMS if p.name in {f.name for f in fields(TrainConfig)}}

@@ -1,6 +1,6 @@
 """`detpipe registry list | show VERSION | promote VERSION --reason TEXT`: look into the
 model registry, and pin or roll back the champion by hand (the reason is recorded; with
-`--vertex-model [--endpoint]` on Vertex AI too, components/registry/rollback.py).
+`--vertex-model [--endpoint]` on Vertex AI too, components/model_registry/rollback.py).
 
 Reads only JSON files: no TensorFlow is imported, so these answer at once.
 """
@@ -18,7 +18,7 @@ DEFAULT_REGISTRY = "local_outputs/registry"  # where `detpipe run --local` puts 
 
 
 def _registry(args):
-    from components.registry.registry import Registry
+    from components.model_registry.registry import Registry
 
     return Registry.open(args.registry, args.model_name)
 
@@ -46,7 +46,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from components.registry.decision import DECISION_FILE, DecisionRecord, comparison_line
+    from components.model_registry.decision import DECISION_FILE, DecisionRecord, comparison_line
 
     registry = _registry(args)
     version = registry.version(args.version)
@@ -61,7 +61,7 @@ def cmd_show(args) -> int:
 
 
 def _vertex_promotion(args):
-    from components.registry.rollback import VertexPromotion
+    from components.model_registry.rollback import VertexPromotion
 
     if not args.vertex_model:
         if args.endpoint:
@@ -79,7 +79,7 @@ def cmd_promote(args) -> int:
     promotion = _vertex_promotion(args)
     current = registry.champion_version() or None
     if promotion is not None:
-        from components.registry.rollback import promote_on_vertex
+        from components.model_registry.rollback import promote_on_vertex
 
         served = promote_on_vertex(promotion, args.version)
         where = f" and serves all traffic of endpoint {promotion.endpoint}" if promotion.endpoint else ""

@@ -37,8 +37,8 @@ def _hparams_over_defaults(args) -> dict:
 def _init_from(args, fetched: str) -> dict:
     """TrainConfig's warm-start fields for `--init-from`: a train output folder as it is, a
     registry version fetched into `fetched`."""
-    from components.registry.registry import Registry
-    from components.registry.warm_source import warm_source
+    from components.model_registry.registry import Registry
+    from components.model_registry.warm_source import warm_source
 
     request = args.init_from
     if not request:
@@ -68,11 +68,10 @@ def cmd_train(args) -> int:
         advice = ProbeAdvice.from_probe_file(args.probe) if args.probe else ProbeAdvice()
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise _fail_lines([f"--probe {args.probe}: not a probe.json of `detpipe probe --json` ({err!r})"]) from err
-    augment = settings["flip"] or settings["augment_strength"] > 0  # with neither, nothing is left to augment
     try:
         with _fetch_folder(args) as fetched:
             result = train_detector(TrainConfig(
-                data_dir=args.data, output_dir=args.output, verify_shards=args.verify_shards, augment=augment, probe=advice,
+                data_dir=args.data, output_dir=args.output, verify_shards=args.verify_shards, probe=advice,
                 **_init_from(args, fetched), **settings))
     except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects
         print(f"detpipe: {stopped}", file=sys.stderr)
@@ -98,7 +97,7 @@ def cmd_tune(args) -> int:
 
     try:
         result = tune(TuneConfig(data_dir=args.data, output_dir=args.output, trials=args.tune_trials,
-                                 trial_epochs=args.tune_trial_epochs,
+                                 trial_epochs=args.tune_trial_epochs, backend="local",  # no trial machine here
                                  parallel=args.tune_parallel_trials, seed=args.seed, train=training_values(args),
                                  start={name: getattr(args, name) for name in HPARAMS_OPTIONS}))
     except (Preempted, SearchStopped) as stopped:  # as `train`: the code a restarting scheduler expects
@@ -138,10 +137,10 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_review(args) -> int:
-    from components.evaluate.review import review_model
+    from components.review.review import review_model
 
     if args.review_folds:
-        from components.evaluate.fold_review import fold_cost
+        from components.review.fold_review import fold_cost
 
         print(f"reviewing the train split too: {fold_cost(args.model, args.review_folds, args.fold_epochs)}",
               flush=True)

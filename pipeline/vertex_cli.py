@@ -2,7 +2,7 @@
 Registry commands.
 
 Thin adapters over pipeline/vertex_jobs.py, pipeline/template_registry.py and
-components/registry (vertex_batch.py, vertex_endpoint.py).
+components/model_registry (vertex_batch.py, vertex_endpoint.py).
 """
 
 from pathlib import Path
@@ -39,7 +39,7 @@ def _template(args) -> str:
 def _experiment(args, params: dict) -> str:
     """The experiment the run joins: --experiment, else one named for the model (the
     model_name parameter); "" with --no-experiment."""
-    from components.registry.vertex_experiment import experiment_name, experiment_problem
+    from components.model_registry.vertex_experiment import experiment_name, experiment_problem
     from pipeline.params import BY_NAME
 
     if "experiment" in params:
@@ -121,15 +121,15 @@ def _add_experiment_options(p) -> None:
 def _vertex_model(args) -> str:
     """--model as a resource name at the champion alias unless it names a version: a
     display name is looked up (its newest model)."""
-    from components.registry.vertex_batch import champion_of
-    from components.registry.vertex_model import model_resource
+    from components.model_registry.vertex_batch import champion_of
+    from components.model_registry.vertex_model import model_resource
 
     return champion_of(model_resource(args.model, project=args.project, location=args.region))
 
 
 def cmd_batch_predict(args) -> int:
-    from components.registry.vertex_batch import BatchPredictionSpec, submit_batch_prediction
-    from components.registry.vertex_endpoint import parse_accelerator
+    from components.model_registry.vertex_batch import BatchPredictionSpec, submit_batch_prediction
+    from components.model_registry.vertex_endpoint import parse_accelerator
 
     kind, count = parse_accelerator(args.accelerator)
     spec = BatchPredictionSpec(model=_vertex_model(args), source=args.source, destination=args.destination,
@@ -143,7 +143,7 @@ def cmd_batch_predict(args) -> int:
 
 
 def cmd_deploy(args) -> int:
-    from components.registry.vertex_endpoint import EndpointSpec, deploy_to_endpoint, parse_accelerator
+    from components.model_registry.vertex_endpoint import EndpointSpec, deploy_to_endpoint, parse_accelerator
 
     kind, count = parse_accelerator(args.accelerator)
     model = _vertex_model(args)
@@ -167,7 +167,19 @@ def _add_machine_options(p, what: str) -> None:
 
 
 def add_vertex_commands(sub) -> None:
-    """Add the submit, schedule and upload subcommands to the `detpipe` parser."""
+    """Add submit, schedule, batch-predict, deploy and upload to the `detpipe` parser."""
+    _add_run_commands(sub)
+    _add_model_commands(sub)
+    p = sub.add_parser("upload", help="upload the pipeline template to Artifact Registry (a KFP repository)")
+    p.add_argument("--repo", required=True, type=kfp_repo, help="https://REGION-kfp.pkg.dev/PROJECT/REPO")
+    p.add_argument("--tag", action="append", required=True, help="tag of this version, repeatable (e.g. v3, latest)")
+    p.add_argument("--template", help="compiled YAML to upload (default: compile this checkout now, with the "
+                                      "options below)")
+    add_compile_options(p)
+    p.set_defaults(func=cmd_upload)
+
+
+def _add_run_commands(sub) -> None:
     p = sub.add_parser("submit", help="submit one run to Vertex AI Pipelines and print its console URL")
     add_vertex_options(p, root=True)
     _add_experiment_options(p)
@@ -193,6 +205,8 @@ def add_vertex_commands(sub) -> None:
         q.add_argument("schedule", help="schedule ID or full resource name (from `schedule list`)")
         q.set_defaults(func=cmd_schedule)
 
+
+def _add_model_commands(sub) -> None:
     p = sub.add_parser("batch-predict", help="a Vertex AI batch prediction job with the champion (--vertex)",
                        description="Vertex AI batch prediction with a model of the Vertex AI Model Registry (the "
                                    "champion unless --model names a version), on machines running the project "
@@ -222,14 +236,6 @@ def add_vertex_commands(sub) -> None:
     p.add_argument("--min-replicas", type=_positive_int, default=1, help="machines at least (default %(default)s)")
     p.add_argument("--max-replicas", type=_positive_int, default=1, help="machines at most: autoscaling (default %(default)s)")
     p.set_defaults(func=cmd_deploy)
-
-    p = sub.add_parser("upload", help="upload the pipeline template to Artifact Registry (a KFP repository)")
-    p.add_argument("--repo", required=True, type=kfp_repo, help="https://REGION-kfp.pkg.dev/PROJECT/REPO")
-    p.add_argument("--tag", action="append", required=True, help="tag of this version, repeatable (e.g. v3, latest)")
-    p.add_argument("--template", help="compiled YAML to upload (default: compile this checkout now, with the "
-                                      "options below)")
-    add_compile_options(p)
-    p.set_defaults(func=cmd_upload)
 
 
 def cloud_error_line(err: Exception) -> str | None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 logger = logging.getLogger(__name__)
 
 LABELS = {"app": "detpipe"}
+MAX_NOTIFY = 3  # recipients of a run's email (GCPC's VertexNotificationEmailOp, compile --notify)
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 _CRON = re.compile(r"^(TZ=[\w/+-]+ )?(\S+ ){4}\S+$")
 
 

@@ -108,6 +108,9 @@ def _usage_table(tmp_path):
           str(tmp_path / "o")], 2, "/nope does not exist"),
         (build + ["--format", "voc", "--annotations", str(voc), "--val-fracton", "0.5", "--gzipp"], 2,
          "--val-fracton 0.5 --gzipp"),
+        # An unknown option goes to Beam, which has none so named: the detpipe option one typo away is named.
+        (build + ["--format", "voc", "--annotations", str(voc), "--val-fration=0.5"], 2,
+         "--val-fration: did you mean --val-fraction?"),
         (build + ["--format", "voc", "--annotations", str(voc), "--val-fraction", "abc"], 2, "in [0, 1)"),
         (["train", "--data", str(shards), "--output", str(tmp_path / "m"), "--hparams", "/nope.json"], 2,
          "/nope.json does not exist"),

@@ -56,7 +56,7 @@ def test_verbose_echo_has_no_colour_codes_in_a_file(tmp_path):
 
 def test_every_step_declares_the_figure_its_line_shows():
     """Each step of the DAG has its key figure declared next to it; the console only looks it up."""
-    from components.kfp_steps import KEY_FIGURES, Steps
+    from pipeline.kfp_steps import KEY_FIGURES, Steps
     from pipeline.console import key_figure
 
     tasks = {f.replace("_", "-") for f in Steps.__dataclass_fields__}
@@ -73,7 +73,7 @@ def test_every_step_declares_the_figure_its_line_shows():
     assert key_figure("report", {}) == ""
     assert key_figure("review", {"parameterValues": {"Output": "3 likely label problems: 3 misplaced raccoon boxes"}}) \
         == "3 likely label problems"
-    from components.registry.fingerprint import unchanged_data_line
+    from components.fingerprint.fingerprint import unchanged_data_line
 
     same = unchanged_data_line("v1", {"sha256": "ab" * 32}, "ab" * 32)
     assert key_figure("fingerprint-source", {"parameterValues": {"champion": "v1", "unchanged": same}}) \

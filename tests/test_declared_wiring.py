@@ -3,7 +3,7 @@ compiled pipeline itself: a KFP step input named for a declared parameter has th
 type and is fed that pipeline parameter and no other; the probe, tune and train steps take every
 training setting; and a command option of that name takes the declaration's type, default and
 choices. The steps' settings and the DAG's calls are made from the declaration
-(components/kfp_settings.py), the other steps' inputs by hand: this test is what fails when one
+(pipeline/kfp_settings.py), the other steps' inputs by hand: this test is what fails when one
 drifts from the declaration."""
 
 import pytest
@@ -144,7 +144,7 @@ def test_a_drift_from_the_declaration_would_be_found():
 def test_settings_are_written_into_a_step_as_typed_parameters():
     import doctest
 
-    from components import kfp_settings
+    from pipeline import kfp_settings
 
     assert doctest.testmod(kfp_settings).failed == 0
 
@@ -181,3 +181,13 @@ def test_train_tune_and_probe_offer_every_training_setting_and_hand_it_to_train_
     config = TrainConfig("d", "o", **given)
     assert {name: getattr(config, name) for name in given} == {name: getattr(TrainConfig("d", "o"), name)
                                                                 for name in given}
+
+
+def test_a_rule_about_settings_lives_in_the_config_so_every_adapter_gets_it():
+    """Augmentation off when neither flip nor a strength is left: in TrainConfig itself, so `train`,
+    `tune`, the probe's dry run and the KFP steps (which all make a TrainConfig) agree."""
+    from components.train.config import TrainConfig
+
+    assert not TrainConfig(data_dir="d", output_dir="o", flip=False, augment_strength=0.0).augment
+    assert TrainConfig(data_dir="d", output_dir="o", flip=False, augment_strength=0.1).augment
+    assert TrainConfig(data_dir="d", output_dir="o", flip=True, augment_strength=0.0).augment

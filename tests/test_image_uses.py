@@ -97,7 +97,7 @@ def test_every_step_on_the_image_names_its_command_and_dataflow_gets_the_image(t
 def test_the_tuning_trials_and_the_served_model_name_their_command():
     from google.cloud.aiplatform.compat.types import custom_job as gca_custom_job
 
-    from components.registry.vertex_model import ModelVersion, upload_version
+    from components.model_registry.vertex_model import ModelVersion, upload_version
     from components.tune.vertex_job import TrialMachine, tuning_job
 
     sent = []

@@ -77,7 +77,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_is_seen_whole():
     graph = import_graph()
-    assert "components.train.trainer" in graph["components.kfp_steps"]  # a KFP component body's import
+    assert "components.train.trainer" in graph["pipeline.kfp_steps"]  # a KFP component body's import
     assert "pipeline.local_run" in graph["pipeline.run_cli"]  # a deferred CLI import
 
 
@@ -92,26 +92,28 @@ def test_a_cycle_would_be_found():
 # The steps' packages. Each builds on components.detector (the detector core) and reaches
 # another step only through one of INTERFACES: modules that define a file or a contract
 # the two share, or the one function a step lends another.
-STEPS = ("train", "tune", "evaluate", "export", "serve", "probe", "registry", "register", "report")
+STEPS = ("fingerprint", "train", "tune", "evaluate", "review", "export", "serve", "probe", "model_registry",
+         "register", "report")
 CORE = "components.detector"
 INTERFACES = {
     "components.tune.hparams_file": "best_hparams.json's definition (the run report shows the tune step's choice)",
     "components.tune.tune_report": "the names of the tune step's pictures (the run report shows them)",
     "components.tune.trials": "trials.jsonl's definition (the run report reads the tune step's trials)",
     "components.evaluate.metrics_file": "metrics.json's definition (export, register, report read it)",
-    "components.evaluate.threshold": "the score threshold used when evaluation chose none",
-    "components.evaluate.label_review": "label_review.jsonl's definition (the run report reads it)",
+    "components.review.label_review": "label_review.jsonl's definition (the run report reads it)",
+    "components.evaluate.evaluator": "val_images: the review reads the val photos as evaluation does",
+    "components.evaluate.detections_file": "detections.jsonl's definition: the review scores evaluation's detections",
     "components.train.trainer": "train_detector: the label review's fold models, the tuner's trials and the probe's "
                                 "dry run train as the train step does",
     "components.train.distribution": "training_devices: the probe's dry run names the devices training would use",
     "components.evaluate.pictures": "the names of the evaluation's picture files (the run report links them)",
-    "components.registry.decision": "decision.json's definition and the promotion rule",
-    "components.registry.registry": "the registry folder: versions, champion, their SavedModels",
-    "components.registry.checksums": "sha256.json: what a registered folder held (export, the champion's score and "
+    "components.model_registry.decision": "decision.json's definition and the promotion rule",
+    "components.model_registry.registry": "the registry folder: versions, champion, their SavedModels",
+    "components.model_registry.checksums": "sha256.json: what a registered folder held (export, the champion's score and "
                                      "the warm start check a model before loading it)",
-    "components.registry.store": "Conflict: the register step's version name was taken by a concurrent run",
-    "components.registry.vertex_model": "the Vertex AI Model Registry's requests (register uploads each version)",
-    "components.registry.vertex_endpoint": "deploy_to_endpoint: register puts a new champion behind its endpoint",
+    "components.model_registry.store": "Conflict: the register step's version name was taken by a concurrent run",
+    "components.model_registry.vertex_model": "the Vertex AI Model Registry's requests (register uploads each version)",
+    "components.model_registry.vertex_endpoint": "deploy_to_endpoint: register puts a new champion behind its endpoint",
     "components.export.saved_model": "the SavedModel's serving signature and export (serve, the probe's dry run)",
     "components.export.export_files": "the names of an export's files (serve looks for them before TensorFlow)",
     "components.export.rescore": "passed_files: register records the converted files that passed with the version",
@@ -129,13 +131,12 @@ INTERFACES = {
 # below. Training and the registry's files are the base; evaluation reads both; the tuner,
 # the export and the checks above them; serving, registering and the probe (which runs a
 # training and an export) over those; the run report reads everything.
-LAYERS = {"train": 1, "registry": 1, "evaluate": 2, "tune": 3, "export": 3, "probe": 4, "serve": 4, "register": 4,
-          "report": 5}
-# The imports that run up a layer, by step pair, each with its reason.
-UPWARD = {
-    ("evaluate", "export"): "the champion's SavedModel is re-scored on the same val images as `serve` answers "
-                            "(export's predictor), not through a second reader of the export",
-}
+LAYERS = {"fingerprint": 1, "train": 1, "model_registry": 1, "export": 2, "evaluate": 3, "tune": 3, "review": 4, "probe": 4, "serve": 4,
+          "register": 4, "report": 5}
+# The imports that run up a layer, by step pair, each with its reason: none. (Evaluation
+# re-scores the champion's SavedModel as `serve` answers, through export's predictor, below it;
+# the export takes the threshold evaluation chose from its adapters, not from evaluate.)
+UPWARD: dict[tuple[str, str], str] = {}
 
 
 def upward_imports() -> dict[tuple[str, str], list[tuple[str, str]]]:
@@ -153,7 +154,7 @@ def test_at_most_one_step_pair_imports_up_a_layer_and_it_says_why():
     assert set(LAYERS) == set(STEPS)
     found = upward_imports()
     assert set(found) == set(UPWARD), {pair: found[pair] for pair in set(found) - set(UPWARD)}
-    assert len(UPWARD) <= 1
+    assert UPWARD == {}
 
 
 def _step(module: str) -> str | None:
@@ -186,13 +187,13 @@ def test_a_step_reaches_another_only_through_a_declared_interface():
 
 def test_an_undeclared_import_between_steps_would_be_found():
     assert _step("components.train.model") == "train" and _step("components.detector.model") is None
-    assert _step("components.kfp_steps") is None and _step("pipeline.cli") is None
+    assert _step("pipeline.kfp_steps") is None and _step("pipeline.cli") is None
 
 
 # The Beam side. beam/contract/ is the shard contract (feature keys, codec, manifest, label map,
 # rejects rows, images): everything a step knows of a dataset comes from there. Besides it, a
 # step may use only the plumbing every Beam job of the project runs on (the batch prediction
-# job is one), and only the pipeline's adapters (pipeline/, components/kfp_*.py) start the
+# job is one), and only the pipeline's adapters (pipeline/: the CLI and the KFP steps) start the
 # data job itself through its entry modules.
 CONTRACT = "beam.contract"
 BEAM_PLUMBING = {
@@ -207,7 +208,7 @@ BEAM_ENTRY = {
     "beam.record_checks": "CheckOptions and BAD_BOX_MODES: the checks' settings and --bad-box's choices",
     "beam.split": "given_split_conflict: the pre-flight check of a dataset that comes split",
 }
-ADAPTERS = ("pipeline.", "components.kfp_steps", "components.kfp_batch_steps")
+ADAPTERS = ("pipeline.",)
 
 
 def _beam_imports_allowed(importer: str, dep: str) -> bool:
@@ -252,3 +253,15 @@ def test_an_import_of_the_job_s_internals_would_be_found():
     assert not _beam_imports_allowed("components.train.trainer", "beam.convert_job")
     assert _beam_imports_allowed("pipeline.cli", "beam.convert_job")
     assert not _beam_imports_allowed("pipeline.cli", "beam.job_transforms")
+
+
+def test_the_steps_logic_imports_no_kfp():
+    """components/ holds the steps' logic as plain functions; their KFP adapters are pipeline/'s."""
+    found = []
+    for path in (ROOT / "components").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(ROOT)}: {name}" for name in names
+                      if name.split(".")[0] in ("kfp", "google_cloud_pipeline_components")]
+    assert found == []

@@ -1,4 +1,4 @@
-"""The label review (components/evaluate/label_review.py) on raccoon's real boxes: planted
+"""The label review (components/review/label_review.py) on raccoon's real boxes: planted
 label errors (removed, relabelled, shifted boxes) are found near the top and untouched labels
 are rarely flagged. The detections are a stand-in for a good detector's, made from the clean
 labels (each object found at IoU ~0.8 with a high score, a faint guess of the other class,
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from components.detector.coco_metrics import ImageDetections, ImageTruth
-from components.evaluate.label_review import (DUPLICATE, MISPLACED, MISSING, WRONG_CLASS, Evidence, LabelIssue,
+from components.review.label_review import (DUPLICATE, MISPLACED, MISSING, WRONG_CLASS, Evidence, LabelIssue,
                                               read_review, review_labels, summary_line, summary_sentence, write_review)
 
 PLANTED = 5  # of each kind: removed, relabelled, shifted, drawn twice
@@ -129,7 +129,7 @@ def test_planted_label_errors_are_found_near_the_top_and_untouched_labels_rarely
     assert first["image"].startswith("raccoon-") and first["kind"] in KINDS
     assert 0 <= first["box"][0] < first["box"][2] <= first["width"]
     # What people look at: a crop of each flagged issue, in the ranked order, embedded.
-    from components.evaluate.review_page import write_review_page
+    from components.review.review_page import write_review_page
 
     page = write_review_page(issues, images, tmp_path / "label_review.html", "raccoon reviewed").read_text()
     assert page.count("<figure>") == len(lines) and page.count("data:image/png;base64,") == len(lines)
@@ -143,7 +143,7 @@ def test_the_review_page_shows_hostile_class_and_file_names_as_text(tmp_path):
 
     from PIL import Image
 
-    from components.evaluate.review_page import write_review_page
+    from components.review.review_page import write_review_page
 
     buffer = io.BytesIO()
     Image.new("RGB", (40, 40)).save(buffer, format="PNG")
@@ -233,7 +233,7 @@ def test_review_folds_predict_every_train_image_once_with_a_model_that_did_not_s
     import tensorflow as tf
 
     from components.detector.records import count_records, read_records, shard_files
-    from components.evaluate.fold_review import fold_of, fold_train_config, predict_folds, write_fold
+    from components.review.fold_review import fold_of, fold_train_config, predict_folds, write_fold
 
     train = [r.numpy() for r in read_records(shard_files(str(raccoon_shards), "train"), deterministic=True)]
     # Fold k's val is the train records of fold k, its train every other one: disjoint, all of them.
@@ -260,7 +260,7 @@ def test_review_folds_must_leave_a_fold_to_train_on(raccoon_model, raccoon_shard
         main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(tmp_path),
               "--review-folds", "1"])
     assert "at least 2: one fold leaves no other fold to train on" in capsys.readouterr().err
-    from components.evaluate.fold_review import fold_cost
+    from components.review.fold_review import fold_cost
 
     assert fold_cost(str(raccoon_model), 5, 2).startswith("5 models of 2 epochs, each on 4/5 of the 157 train images: "
                                                           "1256 images trained, about ")

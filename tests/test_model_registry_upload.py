@@ -10,7 +10,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
 from google.cloud.aiplatform_v1.types import model as gca_model
 
-from components.registry.vertex_model import ModelVersion, find_parent_model, label_value, upload_version
+from components.model_registry.vertex_model import ModelVersion, find_parent_model, label_value, upload_version
 
 REFUSED = "recorded by the test, not sent"
 PARENT = "projects/proj/locations/europe-west4/models/1234"

@@ -136,7 +136,7 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
 
     # The label review of the val split, from evaluation's detections (no second prediction pass):
     # the list for a labelling tool, the page beside the run report, the line in the summary.
-    from components.evaluate.label_review import read_review, summary_line, summary_sentence
+    from components.review.label_review import read_review, summary_line, summary_sentence
 
     issues = read_review(run_dir / "review" / "label_review" / "label_review.jsonl")
     assert all(i.flagged for i in issues) and summary["review"] == summary_line(issues)

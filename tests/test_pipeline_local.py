@@ -22,9 +22,9 @@ def _seed_champion(demo_dir, demo_shards, work, registry) -> dict:
     Returns v1's decision."""
     from components.evaluate.champion import evaluate_against_champion
     from components.register.register import register_run
-    from components.registry.decision import PromotionRule
-    from components.registry.fingerprint import fingerprint_source
-    from components.registry.registry import Registry
+    from components.model_registry.decision import PromotionRule
+    from components.fingerprint.fingerprint import fingerprint_source
+    from components.model_registry.registry import Registry
 
     model, evaluation, exported = work / "model", work / "eval", work / "exported"
     assert main(["train", "--data", str(demo_shards), "--output", str(model), "--epochs", "1", "--max-steps", "2",

@@ -7,10 +7,10 @@ import pytest
 
 from components.evaluate.bootstrap import match_table, paired_bootstrap, resample_weights, weighted_scores
 from components.evaluate.champion import compare_and_decide, decision_markdown
-from components.registry.decision import comparison_line
+from components.model_registry.decision import comparison_line
 from components.detector.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.baseline import box_prior_baseline, prototypes
-from components.registry.decision import DeltaInterval, PromotionRule, decide, readable
+from components.model_registry.decision import DeltaInterval, PromotionRule, decide, readable
 from tests.scenes import NAMES, pycocotools_evaluation
 from tests.scenes import scene as _scene
 
@@ -183,8 +183,10 @@ def test_numbers_that_round_to_zero_are_printed_with_digits_to_read():
 def test_the_examples_in_the_promotion_modules_run():
     import doctest
 
-    from components.evaluate import baseline, detections_file, fold_review, label_review
-    from components.registry import decision, fingerprint
+    from components.evaluate import baseline, detections_file
+    from components.fingerprint import fingerprint
+    from components.model_registry import decision
+    from components.review import fold_review, label_review
 
     for module in (baseline, decision, fingerprint, label_review, detections_file, fold_review):
         assert doctest.testmod(module).failed == 0, module.__name__

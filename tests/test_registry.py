@@ -7,11 +7,11 @@ import pytest
 
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics, Gate
 from components.evaluate.threshold import ThresholdChoice
-from components.registry.decision import DecisionRecord, Verdict
-from components.registry.fingerprint import fingerprint_source
+from components.model_registry.decision import DecisionRecord, Verdict
+from components.fingerprint.fingerprint import fingerprint_source
 from components.register.register import register_run
-from components.registry.registry import Registry, RegistryError
-from components.registry.store import Conflict, GcsStore, LocalStore
+from components.model_registry.registry import Registry, RegistryError
+from components.model_registry.store import Conflict, GcsStore, LocalStore
 from pipeline.cli import main
 from tests.fake_gcs import FakeClient
 
@@ -237,8 +237,8 @@ def test_a_registered_model_changed_by_one_byte_is_refused_by_serve_predict_and_
     changed afterwards: `serve` (before binding), `predict` and the warm start refuse the
     version, each in one line naming the file."""
     from components.export.saved_model import export_trained
-    from components.registry.checksums import CHECKSUM_FILE, ModelChanged
-    from components.registry.warm_source import warm_source
+    from components.model_registry.checksums import CHECKSUM_FILE, ModelChanged
+    from components.model_registry.warm_source import warm_source
 
     export_trained(str(trained_model), str(tmp_path / "export"))
     files = _run_files(tmp_path)

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from components.registry.decision import DecisionRecord
+from components.model_registry.decision import DecisionRecord
 from components.report.run_report import RunInputs, write_run_report
 
 
@@ -42,7 +42,7 @@ def check_self_contained(html: str) -> _Resources:
 @pytest.fixture(scope="module")
 def evaluated(trained_model, demo_shards, tmp_path_factory):
     from components.evaluate.champion import evaluate_against_champion
-    from components.registry.decision import PromotionRule
+    from components.model_registry.decision import PromotionRule
 
     out = tmp_path_factory.mktemp("evaluation")
     evaluate_against_champion(str(trained_model), str(demo_shards), str(out), PromotionRule())

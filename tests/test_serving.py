@@ -679,7 +679,8 @@ def test_a_token_guards_predict_and_leaves_health_open(raccoon, tmp_path):
 
 def test_the_f1_threshold_keeps_the_right_detections():
     from components.detector.coco_metrics import ImageDetections, ImageTruth
-    from components.evaluate.threshold import FALLBACK_THRESHOLD, best_f1_threshold
+    from components.evaluate.threshold import best_f1_threshold
+    from components.export.export_files import DEFAULT_SCORE_THRESHOLD
 
     truth = [ImageTruth(1, 10, 10, [(0.0, 0.0, 0.4, 0.4), (0.5, 0.5, 0.9, 0.9)], [1, 1], [0, 0])]
     found = [ImageDetections(1, [(0.0, 0.0, 0.4, 0.4), (0.6, 0.0, 0.9, 0.3), (0.5, 0.5, 0.9, 0.9)],
@@ -687,7 +688,7 @@ def test_the_f1_threshold_keeps_the_right_detections():
     choice = best_f1_threshold(truth, found)
     assert choice.score == 0.5 and choice.recall == 1.0 and abs(choice.f1 - 0.8) < 1e-9  # 2 hits, 1 miss
     wrong_class = [ImageDetections(1, found[0].boxes, found[0].scores, [2, 2, 2])]
-    assert best_f1_threshold(truth, wrong_class).score == FALLBACK_THRESHOLD
+    assert best_f1_threshold(truth, wrong_class).score == DEFAULT_SCORE_THRESHOLD
 
 
 def test_drawn_detections_colour_each_class_and_tag_it_readably(tmp_path):
@@ -849,7 +850,7 @@ def test_the_batch_predict_pipeline_predicts_with_the_champion_in_the_local_runn
     from kfp import local
 
     from components.register.register import register_run
-    from components.registry.registry import Registry
+    from components.model_registry.registry import Registry
     from components.serve.batch_job import PREDICTIONS, BatchSummary, read_lines
     from pipeline.batch_dag import make_batch_pipeline
     from tests.test_registry import _decision, _run_files

@@ -127,7 +127,7 @@ def test_submit_makes_the_run_one_of_an_experiment_named_for_the_model(recorded,
 
 
 def test_each_scheduled_run_joins_the_experiment_from_its_register_step(recorded, compiled, tmp_path):
-    from components.registry.vertex_experiment import join_experiment
+    from components.model_registry.vertex_experiment import join_experiment
 
     template = tmp_path / "t.yaml"
     template.write_text(yaml.safe_dump(compiled["plain"]))

@@ -14,11 +14,11 @@ from google.cloud.aiplatform_v1.types import endpoint as gca_endpoint
 from google.cloud.aiplatform_v1.types import machine_resources
 from google.cloud.aiplatform_v1.types import model as gca_model
 
-from components.registry.vertex_batch import BatchPredictionSpec, champion_of, submit_batch_prediction
+from components.model_registry.vertex_batch import BatchPredictionSpec, champion_of, submit_batch_prediction
 from components.register.register import register_run
-from components.registry.registry import Registry
-from components.registry.rollback import VertexPromotion, promote_on_vertex
-from components.registry.vertex_endpoint import EndpointSpec, deploy_to_endpoint, serving_spec, undeploy_requests
+from components.model_registry.registry import Registry
+from components.model_registry.rollback import VertexPromotion, promote_on_vertex
+from components.model_registry.vertex_endpoint import EndpointSpec, deploy_to_endpoint, serving_spec, undeploy_requests
 from pipeline.cli import main
 from tests.test_registry import _decision, _run_files
 
@@ -211,7 +211,7 @@ def test_registry_promote_with_an_endpoint_redeploys_first_and_moves_nothing_whe
 def test_the_examples_in_the_serving_modules_run():
     import doctest
 
-    from components.registry import rollback, vertex_endpoint, vertex_model
+    from components.model_registry import rollback, vertex_endpoint, vertex_model
     from components.serve import batch_job, batch_workers
 
     for module in (rollback, vertex_endpoint, vertex_model, batch_job, batch_workers):

@@ -16,8 +16,8 @@ from components.detector.records import read_box_sample
 from components.detector.geometry import BoxSample
 from components.detector.model import ModelConfig, build_detector, model_config_for
 from components.register.register import register_run
-from components.registry.registry import Registry, RegistryError
-from components.registry.warm_source import warm_source
+from components.model_registry.registry import Registry, RegistryError
+from components.model_registry.warm_source import warm_source
 from components.train.config import TrainConfig
 from components.train.plan import MachineFacts, plan_training
 from components.train.warm_start import WarmStart, apply_warm_weights, choose_warm_start, warm_weights
@@ -238,7 +238,7 @@ def test_a_warm_start_with_a_new_class_keeps_the_known_classes(with_new_class, t
     running the same command again resumes from its own checkpoint."""
     from components.evaluate.champion import compare_and_decide
     from components.evaluate.evaluator import evaluate_detector
-    from components.registry.decision import PromotionRule
+    from components.model_registry.decision import PromotionRule
     from components.train.trainer import train_detector
 
     out = tmp_path / "warm"
@@ -272,7 +272,7 @@ def test_the_examples_in_the_definitions_run():
     import doctest
 
     from components.detector import fitted_shape
-    from components.registry import vertex_batch, vertex_endpoint
+    from components.model_registry import vertex_batch, vertex_endpoint
     from components.train import plan, warm_start
 
     for module in (warm_start, plan, vertex_batch, vertex_endpoint, fitted_shape):

@@ -11,7 +11,6 @@ import hashlib
 import math
 import struct
 import zlib
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import google_crc32c
@@ -106,10 +105,3 @@ class ShardWriter:
         self.info = ShardInfo(self.path.rsplit("/", 1)[-1], self.split, self.records, self._size,
                               self._digest.hexdigest())
 
-
-def write_shard(path: str, split: str, records: Iterable[bytes]) -> ShardInfo:
-    """Write `records` in the given order and return the shard's facts."""
-    with ShardWriter(path, split) as writer:
-        for record in records:
-            writer.write(record)
-    return writer.info

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.detector.coco_metrics import ImageDetections, ImageTruth, detections_counted, to_coco
-from components.registry.decision import DeltaInterval
+from components.model_registry.decision import CONFIDENCE_LEVEL, DeltaInterval
 
 _REC_THRS = np.linspace(0.0, 1.00, 101)
 _NUM_IOU = 10  # COCO's IoU thresholds 0.50:0.05:0.95
@@ -184,7 +184,7 @@ class PairedResult:
 
 
 def paired_bootstrap(challenger: MatchTable, champion: MatchTable, resamples: int = 1000, seed: int = 0,
-                     level: float = 0.95) -> PairedResult:
+                     level: float = CONFIDENCE_LEVEL) -> PairedResult:
     """Both tables must be on the same images and classes."""
     if challenger.num_images != champion.num_images or challenger.class_ids != champion.class_ids:
         raise ValueError("the paired bootstrap needs both models scored on the same images and classes")

@@ -24,10 +24,10 @@ from components.evaluate.bootstrap import match_table, paired_bootstrap
 from components.detector.coco_metrics import ImageDetections, ImageTruth
 from components.evaluate.evaluator import REPORT_FILE, EvalResult, evaluate_detector
 from components.export.export_files import LABEL_MAP_FILE
-from components.registry.decision import (DECISION_FILE, DecisionRecord, PromotionRule, Verdict, comparison_line,
-                                          decide, readable)
-from components.registry.checksums import verify_folder
-from components.registry.registry import DEFAULT_MODEL_NAME, SAVED_MODEL_DIR, Registry
+from components.model_registry.decision import (CONFIDENCE_LEVEL, DECISION_FILE, DecisionRecord, PromotionRule, Verdict,
+                                          comparison_line, decide, readable)
+from components.model_registry.checksums import verify_folder
+from components.model_registry.registry import DEFAULT_MODEL_NAME, SAVED_MODEL_DIR, Registry
 
 logger = logging.getLogger(__name__)
 
@@ -136,10 +136,10 @@ def decision_markdown(record: DecisionRecord) -> str:
         lines += [record.floor_line(), ""]
     if record.delta:
         d = record.delta
-        lines += ["| | champion | challenger | Δ (95% CI) |", "|---|---|---|---|"]
+        lines += [f"| | champion | challenger | Δ ({CONFIDENCE_LEVEL:.0%} CI) |", "|---|---|---|---|"]
         for key, name in (("mAP", "mAP@[.5:.95]"), ("AP50", "AP50")):
             theirs, mine = readable(record.champion[key + "_shared"], record.challenger[key + "_shared"])
-            lines.append(f"| {name} | {theirs} | {mine} | {record.interval(key).replace('95% CI ', '')} |")
+            lines.append(f"| {name} | {theirs} | {mine} | {record.interval(key).replace(f'{CONFIDENCE_LEVEL:.0%} CI ', '')} |")
         lines += ["", "| class | ΔAP@[.5:.95] |", "|---|---|"]
         lines += [f"| {markdown_text(name)} | {'n/a' if v is None else f'{v:+.3f}'} |" for name, v in d["per_class"].items()]
         classes = record.classes

@@ -114,3 +114,9 @@ class EvalMetrics:
     @classmethod
     def read(cls, path: str | Path) -> "EvalMetrics":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def chosen_threshold(metrics_file: str) -> tuple[float, str]:
+    """The score threshold evaluation chose (its metrics.json) and where it came from, as
+    `export_trained` takes them."""
+    return EvalMetrics.read(metrics_file).threshold.score, "evaluation (max F1 at IoU 0.5)"

@@ -21,10 +21,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from components.detector.coco_metrics import ImageDetections, ImageTruth
+from components.export.export_files import DEFAULT_SCORE_THRESHOLD
 
-# Nothing to choose from (no detections or no truth boxes), or no evaluation at all: the
-# exported model's default then (components/export).
-FALLBACK_THRESHOLD = 0.3
 
 
 @dataclass(frozen=True)
@@ -103,11 +101,11 @@ def best_f1_threshold(truths: list[ImageTruth], detections: list[ImageDetections
     """The score threshold (keep detections with score >= it) with the highest F1."""
     curve = f1_curve(truths, detections, iou_threshold)
     if curve is None:
-        return ThresholdChoice(FALLBACK_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
+        return ThresholdChoice(DEFAULT_SCORE_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
     scores, f1 = curve.scores, curve.f1
     last_of_tie = np.append(scores[1:] != scores[:-1], True)  # a threshold keeps every equal score
     best = int(np.argmax(np.where(last_of_tie, f1, -1.0)))
     if f1[best] == 0:  # nothing found is right: no threshold is better than another
-        return ThresholdChoice(FALLBACK_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
+        return ThresholdChoice(DEFAULT_SCORE_THRESHOLD, 0.0, 0.0, 0.0, iou_threshold)
     return ThresholdChoice(float(scores[best]), float(f1[best]), float(curve.precision[best]),
                            float(curve.recall[best]), iou_threshold)

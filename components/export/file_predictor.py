@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from beam.contract.label_map import read_label_map
-from components.export.export_files import LABEL_MAP_FILE, SERVING_CONFIG_FILE
+from components.export.export_files import DEFAULT_SCORE_THRESHOLD, LABEL_MAP_FILE, SERVING_CONFIG_FILE
 from components.export.file_detector import FileDetector, open_detector
 from components.export.predictor import BadImage
-from components.export.saved_model import DEFAULT_SCORE_THRESHOLD, ServingConfig, class_names
+from components.export.saved_model import ServingConfig, class_names
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from components.export.export_files import SAVED_MODEL_FILE, SERVING_CONFIG_FILE
-from components.registry.checksums import verify_folder
+from components.model_registry.checksums import verify_folder
 
 
 class ModelNotFound(FileNotFoundError):

@@ -32,16 +32,13 @@ from components.detector.detect import detect
 from components.detector.records import decode_at_least, decode_rgb, to_model_image
 from components.detector.tile_choice import Tiling
 from components.detector.tiles import detect_tiled
-from components.evaluate.threshold import FALLBACK_THRESHOLD
-from components.export.export_files import LABEL_MAP_FILE, SERVING_CONFIG_FILE
+from components.export.export_files import DEFAULT_SCORE_THRESHOLD, EXPORT_BATCH, LABEL_MAP_FILE, SERVING_CONFIG_FILE
 
 logger = logging.getLogger(__name__)
 
 EXPORT_DIR = "saved_model"  # where `detpipe train` exports, inside its output folder
 INPUT_NAME = "image_bytes"  # ends in _bytes: Vertex AI decodes {"b64": ...} for it
 DETECT_SIGNATURE = "detect"
-DEFAULT_SCORE_THRESHOLD = FALLBACK_THRESHOLD  # when no evaluation chose one
-EXPORT_BATCH = 8  # images per detector call inside the SavedModel
 
 
 @dataclass(frozen=True)
@@ -161,18 +158,15 @@ def export_saved_model(model: keras.Model, label_map: dict[str, int], image_size
     return config
 
 
-def export_trained(model_dir: str, output_dir: str, metrics_file: str | None = None,
-                   score_threshold: float | None = None) -> ServingConfig:
+def export_trained(model_dir: str, output_dir: str, score_threshold: float | None = None,
+                   threshold_source: str = "given") -> ServingConfig:
     """`detpipe export`: the output of `detpipe train` → a SavedModel. The default threshold is
-    `score_threshold` when given, else the one `detpipe evaluate` chose (its `metrics.json`),
-    else DEFAULT_SCORE_THRESHOLD."""
+    `score_threshold` when given (`threshold_source` says where from: the one `detpipe evaluate`
+    chose is `chosen_threshold` of its metrics.json), else DEFAULT_SCORE_THRESHOLD."""
     from components.detector.artifacts import load_trained
-    from components.evaluate.metrics_file import EvalMetrics
 
     model, config = load_trained(model_dir)
-    source = "given"
-    if score_threshold is None and metrics_file:
-        score_threshold, source = EvalMetrics.read(metrics_file).threshold.score, "evaluation (max F1 at IoU 0.5)"
+    source = threshold_source
     if score_threshold is None:
         score_threshold, source = DEFAULT_SCORE_THRESHOLD, "default"
     return export_saved_model(model, config.label_map, config.image_size, output_dir,

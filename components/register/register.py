@@ -13,9 +13,9 @@ from pathlib import Path
 from components.detector.artifacts import WARM_START_EXTRAS, WARM_START_FILES
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
 from components.export.rescore import passed_files
-from components.registry.decision import DECISION_FILE, DecisionRecord
-from components.registry.registry import DATA_FILES, Registry
-from components.registry.store import Conflict
+from components.model_registry.decision import DECISION_FILE, DecisionRecord
+from components.model_registry.registry import DATA_FILES, Registry
+from components.model_registry.store import Conflict
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
     """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version and,
     when it is blessed and `endpoint` (a vertex_endpoint.EndpointSpec) is given, that
     version deployed behind the endpoint."""
-    from components.registry.vertex_model import ModelVersion, find_parent_model, upload_version
+    from components.model_registry.vertex_model import ModelVersion, find_parent_model, upload_version
 
     done = register_run(Registry.open(registry_uri, model_name), saved_model_dir, data_dir, metrics_file,
                         decision, fingerprint, run_id, train_dir)
@@ -117,7 +117,7 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
         logger.info("Vertex AI model version %s (%s)", getattr(model, "version_id", "?"), model.resource_name)
         done.vertex_model = f"{model.resource_name}@{model.version_id}"
         if endpoint is not None and done.status == "blessed":
-            from components.registry.vertex_endpoint import deploy_to_endpoint
+            from components.model_registry.vertex_endpoint import deploy_to_endpoint
 
             _, project, _, location, *_ = model.resource_name.split("/")  # projects/P/locations/L/models/ID
             done.vertex_endpoint = deploy_to_endpoint(done.vertex_model, endpoint, project, location,

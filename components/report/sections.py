@@ -21,7 +21,7 @@ from beam.contract.manifest import MANIFEST_FILE, near_duplicate_line, stats_fil
 from beam.contract.rejects import Reject
 from components.detector.artifacts import CONFIG_FILE, LOSS_CURVE_FILE, TrainConfigFile
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
-from components.registry.decision import DecisionRecord, comparison_line
+from components.model_registry.decision import DecisionRecord, comparison_line
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -193,7 +193,7 @@ REVIEW_ROWS = 10  # the label issues listed in the report; the review's page has
 
 def review_section(review_dir: str | Path) -> dict | None:
     """The label review's summary line, its counts by kind and the issues most likely wrong."""
-    from components.evaluate.label_review import KINDS, REVIEW_FILE, read_review, summary_sentence
+    from components.review.label_review import KINDS, REVIEW_FILE, read_review, summary_sentence
 
     path = Path(review_dir) / REVIEW_FILE
     if not path.is_file():

@@ -117,6 +117,8 @@ class TrainConfig:
         for name in ("batch_size", "image_size"):  # typed here, not halfway down
             object.__setattr__(self, name, number_or_auto(getattr(self, name), name))
         object.__setattr__(self, "preset", self.preset or None)  # a pipeline parameter's "": none
+        if not self.flip and self.augment_strength <= 0:  # nothing is left to augment, in every adapter
+            object.__setattr__(self, "augment", False)
         check_budget(self.time_budget)
         if not 0 < self.holdout < 1:
             raise ValueError(f"holdout must be between 0 and 1, got {self.holdout}")

@@ -177,6 +177,16 @@ def auto_batch_ceiling(limit: int, num_train: int, epochs: int, devices: int, fi
     return max(1, steps_bound(limit * devices, num_train, epochs)[0] // devices)
 
 
+def _epochs(config: TrainConfig, fine_tune: bool, length: RunLength | None) -> tuple[int, str]:
+    """The epochs to train and why: what a time budget bought, or those given (fewer for a
+    warm start)."""
+    if length is not None:
+        return length.epochs, length.reason
+    if config.budgeted and not (fine_tune and config.fine_tune_epochs):
+        raise ValueError("epochs 0 (a time budget) needs the run length the budget bought (trainer.gather_facts)")
+    return fine_tune_epochs(config) if fine_tune else (config.epochs, "given")
+
+
 def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fine_tune: bool = False,
                   length: RunLength | None = None) -> TrainPlan:
     """Every number of the run and its reason; `fine_tune` (a warm start) trains fewer
@@ -189,12 +199,7 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
     per_machine_data = max(1, num_train // machine.workers)
     machine_batch, batch_reason = choose_batch_size(config.batch_size, per_machine_data, config.probe.safe_batch,
                                                     machine.auto_batch)
-    if length is not None:
-        epochs, epochs_reason = length.epochs, length.reason
-    elif config.budgeted and not (fine_tune and config.fine_tune_epochs):
-        raise ValueError("epochs 0 (a time budget) needs the run length the budget bought (trainer.gather_facts)")
-    else:
-        epochs, epochs_reason = fine_tune_epochs(config) if fine_tune else (config.epochs, "given")
+    epochs, epochs_reason = _epochs(config, fine_tune, length)
     if config.batch_size == "auto" and not fine_tune:  # a warm start continues a trained model: no need
         bounded, bound_reason = steps_bound(machine_batch * machine.workers, num_train, epochs)
         machine_batch = max(machine.local_replicas, bounded // machine.workers)

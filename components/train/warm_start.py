@@ -72,6 +72,23 @@ class WarmStart:
         return record
 
 
+def _other_model(config: TrainConfig, source: TrainConfigFile, source_model: ModelConfig) -> str | None:
+    """Why the source is another model than this run trains (its size or preset, an
+    architecture changed since, an input size pinned otherwise), or None."""
+    asked = config.preset or config.model_size
+    had = source.train.get("preset") or source.train.get("model_size")
+    if asked != had:
+        return f"it is a {had} model and this run trains {asked}"
+    if not config.preset:
+        today = model_config_for(config.model_size, source_model.image_size, source_model.num_classes)
+        changed = [key for key in ARCHITECTURE if getattr(today, key) != getattr(source_model, key)]
+        if changed:
+            return f"the {config.model_size} architecture changed since it was trained ({', '.join(changed)})"
+    if config.image_size != "auto" and config.image_size != source_model.image_size:
+        return f"it was trained at {source_model.image_size}px and --image-size pins {config.image_size}"
+    return None
+
+
 def choose_warm_start(config: TrainConfig, label_map: dict[str, int], sample: BoxSample | None = None,
                       fresh: FittedShape | None = None) -> tuple[WarmStart, FittedShape | None]:
     """Whether this run starts from `config.init_from`, why, and the shape it trains:
@@ -91,18 +108,10 @@ def choose_warm_start(config: TrainConfig, label_map: dict[str, int], sample: Bo
     def scratch(reason: str) -> tuple[WarmStart, FittedShape | None]:
         return WarmStart(False, f"{name} cannot be continued: {reason}", new_images=unseen), fresh
 
-    asked = (config.preset or config.model_size)
-    had = source.train.get("preset") or source.train.get("model_size")
-    if asked != had:
-        return scratch(f"it is a {had} model and this run trains {asked}")
-    if not config.preset:
-        today = model_config_for(config.model_size, source_model.image_size, source_model.num_classes)
-        changed = [key for key in ARCHITECTURE if getattr(today, key) != getattr(source_model, key)]
-        if changed:
-            return scratch(f"the {config.model_size} architecture changed since it was trained "
-                           f"({', '.join(changed)})")
-    if config.image_size != "auto" and config.image_size != source_model.image_size:
-        return scratch(f"it was trained at {source_model.image_size}px and --image-size pins {config.image_size}")
+    mismatch = _other_model(config, source, source_model)
+    if mismatch:
+        return scratch(mismatch)
+    asked = config.preset or config.model_size
     shared = sorted(set(label_map) & set(source.label_map))
     if not shared:
         return scratch("no class in common with this data")

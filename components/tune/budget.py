@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from components.train.config import TrainConfig
+from components.tune.trials import REDUCTION
 
 AUTO = "auto"
 # `auto` on a GPU machine: this many trials (the defaults first), each as long as keeps the
@@ -94,7 +95,8 @@ def choose_search(requested: int | str, gpus: int, num_train: int | None, epochs
         cost = trials * length / max(1, epochs) * (1 - holdout)
         return SearchBudget(trials, length, round(cost, 2),
                             f"{why}: {trials} trials of {length} epoch(s) on {1 - holdout:.0%} of train, about "
-                            f"{cost:.1f}x the training's steps (the pruner stops most trials at a third)", short)
+                            f"{cost:.1f}x the training's steps (the pruner stops most trials at 1/{REDUCTION} of "
+                            "their length)", short)
 
     if requested != AUTO:
         return budget(requested, "given", "given") if requested else \

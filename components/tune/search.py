@@ -61,8 +61,9 @@ class TuneConfig:
     train: dict = field(default_factory=dict)  # TrainConfig fields of the training tuned (epochs, batch_size, ...)
     start: dict = field(default_factory=dict)  # the first trial's values of SEARCH_SPACE (the rest: DEFAULTS)
     # Where the trials run (vertex_job.choose_backend): here, or a Vertex AI tuning job whose trials
-    # run on `trial_machine` (vertex_job.TrialMachine as JSON, set by the compiled pipeline) in `region`.
-    backend: str = "local"
+    # run on `trial_machine` (vertex_job.TrialMachine as JSON, set by the compiled pipeline) in `region`;
+    # auto: on Vertex AI when the step runs there (its output on Cloud Storage), else here.
+    backend: str = "auto"
     trial_machine: str = ""
     region: str = ""
     # A folder kept between runs (the pipeline's: PIPELINE_ROOT/tune-work): the search's split,
@@ -171,10 +172,18 @@ def tune(config: TuneConfig) -> TuneResult:
 
         best, records = search_on_vertex(work, budget, split, regime, first, config.trial_machine, config.region,
                                          config.parallel, config.seed)
-        result = TuneResult(best, budget, records, split, regime, round(time.monotonic() - started, 1))
-        write_tune_files(result, out)
-        shutil.rmtree(split.folder, ignore_errors=True)  # a copy of the train shards; carved again if ever needed
-        return result
+        result, study = TuneResult(best, budget, records, split, regime, round(time.monotonic() - started, 1)), None
+    else:
+        result, study = _search_here(config, training, work, budget, split, regime, first, started)
+    write_tune_files(result, out, study)
+    shutil.rmtree(split.folder, ignore_errors=True)  # a copy of the train shards; carved again if ever needed
+    return result
+
+
+def _search_here(config: TuneConfig, training: TrainConfig, work: str, budget: SearchBudget, split, regime,
+                 first: dict, started: float):
+    """The search on this machine (Optuna's study, continued when a stopped run left one): the
+    result and the study."""
     study = open_study(work, regime, first)
     stale = [t._trial_id for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
     if stale:
@@ -185,10 +194,7 @@ def tune(config: TuneConfig) -> TuneResult:
         run_workers(work, parallel, stale, gpus=gpus)
     else:
         run_trials(study, regime, budget.trials, work, stale, stream=config.seed * 1000)
-    result = summarise(study, budget, split, regime, first, time.monotonic() - started)
-    write_tune_files(result, out, study)
-    shutil.rmtree(split.folder, ignore_errors=True)  # a copy of the train shards; carved again if ever needed
-    return result
+    return summarise(study, budget, split, regime, first, time.monotonic() - started), study
 
 
 def search_folder(config: TuneConfig, budget: SearchBudget) -> str:

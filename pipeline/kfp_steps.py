@@ -14,7 +14,7 @@ from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
-from components.kfp_settings import with_settings
+from pipeline.kfp_settings import with_settings
 
 # What each finished step shows on its console line (`detpipe run --local`), from its output
 # parameters ({"Output": return value, or the named outputs}); declared after each step.
@@ -31,9 +31,9 @@ def fingerprint_source(images: str, annotations: str, split_file: str, val_annot
     import logging
     from collections import namedtuple
 
-    from components.registry.fingerprint import fingerprint_source as fingerprint
-    from components.registry.fingerprint import unchanged_data_line
-    from components.registry.registry import Registry, resolve_registry
+    from components.fingerprint.fingerprint import fingerprint_source as fingerprint
+    from components.fingerprint.fingerprint import unchanged_data_line
+    from components.model_registry.registry import Registry, resolve_registry
 
     logging.basicConfig(level=logging.INFO)
     found = fingerprint(images, annotations, split_file=split_file, val_annotations=val_annotations,
@@ -60,30 +60,11 @@ KEY_FIGURES["fingerprint-source"] = lambda out: f"champion {out.get('champion') 
 
 
 def validate_and_convert(
-    images: str,
-    annotations: str,
-    source_fingerprint: str,
-    registry: str,
-    model_name: str,
-    data_format: str,
-    val_fraction: float,
-    split_file: str,
-    val_annotations: str,
-    val_images: str,
-    bad_box: str,
-    seed: int,
-    max_reject_fraction: float,
-    allow_anomalies: bool,
-    allow_new_classes: bool,
-    drift_threshold: float,
-    exif: str,
-    tile: str,
-    data_runner: str,
-    dataflow: dict,
-    beam_options: str,
-    sdk_container_image: str,
-    dataset: Output[Dataset],
-    stats_html: Output[HTML],
+        images: str, annotations: str, source_fingerprint: str, registry: str, model_name: str, data_format: str,
+        val_fraction: float, split_file: str, val_annotations: str, val_images: str, bad_box: str, seed: int,
+        max_reject_fraction: float, allow_anomalies: bool, allow_new_classes: bool, drift_threshold: float, exif: str,
+        tile: str, data_runner: str, dataflow: dict, beam_options: str, sdk_container_image: str,
+        dataset: Output[Dataset], stats_html: Output[HTML],
 ) -> NamedTuple("ConvertOutputs", [("records_in", int), ("written", int), ("rejected", int)]):
     """Check every record, write rejects, TFDV stats/schema/anomalies and sharded TFRecords;
     with a champion, validate against its schema and check drift against its statistics.
@@ -99,7 +80,7 @@ def validate_and_convert(
     from beam.options import ConvertOptions, GateOptions, with_champion
     from beam.runner import step_beam_args
     from components.detector.tile_counts import count_tiles
-    from components.registry.registry import Registry
+    from components.model_registry.registry import Registry
     from components.report.run_report import write_dataset_page
 
     logging.basicConfig(level=logging.INFO)
@@ -225,9 +206,9 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     from collections import namedtuple
 
     from components.detector.artifacts import REPORT_FILE, TENSORBOARD_DIR
-    from components.registry.registry import Registry
-    from components.registry.vertex_experiment import experiment_name
-    from components.registry.warm_source import warm_source
+    from components.model_registry.registry import Registry
+    from components.model_registry.vertex_experiment import experiment_name
+    from components.model_registry.warm_source import warm_source
     from components.train.tensorboard_upload import TENSORBOARD_ENV, upload_curves
     from components.train.time_budget import budget_after
     from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
@@ -291,7 +272,7 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     from components.evaluate.evaluator import REPORT_FILE
     from components.evaluate.metrics_file import METRICS_FILE
     from components.evaluate.pictures import CONFUSION_DATA_FILE, read_confusion
-    from components.registry.decision import DECISION_FILE, PromotionRule
+    from components.model_registry.decision import DECISION_FILE, PromotionRule
 
     logging.basicConfig(level=logging.INFO)
     out = evaluation.path  # metrics, report, pictures, decision
@@ -327,7 +308,7 @@ def review(model: Input[Model], data: Input[Dataset], evaluation: Input[Artifact
     import logging
     import shutil
 
-    from components.evaluate.review import PAGE_FILE, review_model
+    from components.review.review import PAGE_FILE, review_model
 
     logging.basicConfig(level=logging.INFO)
     result = review_model(model.path, data.path, label_review.path, evaluation_dir=evaluation.path)
@@ -352,10 +333,11 @@ def export(model: Input[Model], metrics_json: Input[Artifact], data: Input[Datas
     from components.export.converted import export_files
     from components.export.file_formats import SAVED_MODEL, parse_formats
     from components.export.rescore import files_line
+    from components.evaluate.metrics_file import chosen_threshold
     from components.export.saved_model import export_trained
 
     logging.basicConfig(level=logging.INFO)
-    config = export_trained(model.path, saved_model.path, metrics_file=metrics_json.path)
+    config = export_trained(model.path, saved_model.path, *chosen_threshold(metrics_json.path))
     converted = [kind for kind in parse_formats(export_formats) if kind != SAVED_MODEL]
     scores, errors = ([], {}) if not converted else export_files(
         model.path, converted, saved_model.path, data.path, export_calibration_images, export_max_map_loss,
@@ -392,10 +374,10 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
     import logging
     from collections import namedtuple
 
-    from components.registry.decision import DecisionRecord
+    from components.model_registry.decision import DecisionRecord
     from components.register.register import register_and_upload
-    from components.registry.vertex_endpoint import EndpointSpec
-    from components.registry.vertex_model import resource_uri
+    from components.model_registry.vertex_endpoint import EndpointSpec
+    from components.model_registry.vertex_model import resource_uri
 
     logging.basicConfig(level=logging.INFO)
     verdict = DecisionRecord.read(decision.path)
@@ -407,7 +389,7 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
                                    vertex_endpoint, endpoint_machine_type, endpoint_accelerator,
                                    endpoint_min_replicas, endpoint_max_replicas))
     if experiment:
-        from components.registry.vertex_experiment import join_experiment
+        from components.model_registry.vertex_experiment import join_experiment
 
         join_experiment(experiment, pipeline_job)
     for artifact, name in ((uploaded_model, done.vertex_model), (serving_endpoint, done.vertex_endpoint)):

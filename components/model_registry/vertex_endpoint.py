@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from components.registry.vertex_model import label_value, regional_client
+from components.model_registry.vertex_model import label_value, regional_client
 
 logger = logging.getLogger(__name__)
 

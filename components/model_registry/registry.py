@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from beam.contract.manifest import LABEL_MAP_FILE, SCHEMA_FILE, stats_file_name
-from components.registry.store import Conflict, Store, open_store
+from components.model_registry.store import Conflict, Store, open_store
 
 CHAMPION_FILE = "champion.json"
 VERSION_FILE = "version.json"
@@ -138,7 +138,7 @@ class Registry:
         has no weights (recorded before they were kept)."""
         from components.detector.artifacts import WARM_START_EXTRAS, WARM_START_FILES
 
-        from components.registry.checksums import CHECKSUM_FILE, verify_files
+        from components.model_registry.checksums import CHECKSUM_FILE, verify_files
 
         found = self._fetch_files(version, WARM_START_FILES + WARM_START_EXTRAS, local_dir)
         recorded = self.read_file(version, CHECKSUM_FILE)
@@ -183,7 +183,7 @@ class Registry:
         import tempfile
         from pathlib import Path
 
-        from components.registry.checksums import folder_checksums, write_checksums
+        from components.model_registry.checksums import folder_checksums, write_checksums
 
         model_sums = folder_checksums(saved_model_dir)  # what serve, predict and deploy check (checksums.py)
         self.store.upload_dir(saved_model_dir, self._rel("versions", name, SAVED_MODEL_DIR))

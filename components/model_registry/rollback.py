@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from components.registry.vertex_endpoint import (
+from components.model_registry.vertex_endpoint import (
     EndpointSpec,
     deploy_to_endpoint,
     endpoint_api,
@@ -20,7 +20,7 @@ from components.registry.vertex_endpoint import (
     parse_accelerator,
     serving_spec,
 )
-from components.registry.vertex_model import make_champion, model_resource, vertex_version_of
+from components.model_registry.vertex_model import make_champion, model_resource, vertex_version_of
 
 logger = logging.getLogger(__name__)
 

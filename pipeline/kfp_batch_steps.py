@@ -17,7 +17,7 @@ def batch_predict(images: str, registry: str, model_name: str, version: str, pip
     from collections import namedtuple
 
     from beam.runner import step_beam_args
-    from components.registry.registry import SAVED_MODEL_DIR, Registry, RegistryError, resolve_registry
+    from components.model_registry.registry import SAVED_MODEL_DIR, Registry, RegistryError, resolve_registry
     from components.serve.batch_job import BatchOptions, predict_images
 
     logging.basicConfig(level=logging.INFO)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.registry.vertex_endpoint import accelerator_problems
-from components.registry.vertex_model import CHAMPION_ALIAS
+from components.model_registry.vertex_endpoint import accelerator_problems
+from components.model_registry.vertex_model import CHAMPION_ALIAS
 
 INSTANCES_FORMATS = ("file-list", "jsonl")
 

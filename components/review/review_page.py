@@ -12,7 +12,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from beam.contract.data_text import page_environment
-from components.evaluate.label_review import MISSING, LabelIssue, summary_sentence
+from components.review.label_review import MISSING, LabelIssue, summary_sentence
 
 PAGE_FILE = "label_review.html"
 PAGE_LIMIT = 200  # issues shown (the jsonl has every flagged one)

@@ -30,6 +30,10 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+# The confidence of the bootstrap interval of the mAP difference the promotion rules read
+# (components/evaluate/bootstrap.py computes it).
+CONFIDENCE_LEVEL = 0.95
+
 RULES = ("not_worse", "better")
 DECISION_FILE = "decision.json"
 
@@ -71,7 +75,7 @@ class DeltaInterval:
 
     def text(self) -> str:
         delta, low, high = (v if v.startswith("-") else "+" + v for v in readable(self.delta, self.low, self.high))
-        return f"{delta} (95% CI {low} .. {high})"
+        return f"{delta} ({CONFIDENCE_LEVEL:.0%} CI {low} .. {high})"
 
     def to_dict(self) -> dict:
         return {"delta": round(self.delta, 6), "low": round(self.low, 6), "high": round(self.high, 6)}

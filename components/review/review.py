@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from components.evaluate.label_review import (
+from components.review.label_review import (
     CONFIDENT,
     REVIEW_FILE,
     LabelIssue,
@@ -20,7 +20,7 @@ from components.evaluate.label_review import (
     summary_line,
     write_review,
 )
-from components.evaluate.review_page import PAGE_FILE, write_review_page
+from components.review.review_page import PAGE_FILE, write_review_page
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def review_model(model_dir: str, data_dir: str, output_dir: str, confident: floa
     reviewed = f"{len(truths)} val images reviewed with the model in {model_dir}"
     train_images = 0
     if folds:
-        from components.evaluate.fold_review import predict_folds
+        from components.review.fold_review import predict_folds
 
         fold_truths, fold_detections, fold_images = predict_folds(model_dir, data_dir, folds, Path(output_dir) / "folds",
                                                                   epochs=fold_epochs)

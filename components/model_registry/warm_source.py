@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.registry.registry import Registry, RegistryError
+from components.model_registry.registry import Registry, RegistryError
 
 WARM_START_MODES = ("auto", "never")
 _VERSION = re.compile(r"^v\d+$")

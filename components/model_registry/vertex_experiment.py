@@ -63,7 +63,7 @@ def join_experiment(experiment: str, pipeline_job: str, credentials=None) -> str
     from google.cloud.aiplatform_v1.services.metadata_service import MetadataServiceClient
     from google.cloud.aiplatform_v1.services.pipeline_service import PipelineServiceClient
 
-    from components.registry.vertex_model import regional_client
+    from components.model_registry.vertex_model import regional_client
 
     problem = experiment_problem(experiment)
     if problem:
