@@ -191,3 +191,36 @@ def test_a_rule_about_settings_lives_in_the_config_so_every_adapter_gets_it():
     assert not TrainConfig(data_dir="d", output_dir="o", flip=False, augment_strength=0.0).augment
     assert TrainConfig(data_dir="d", output_dir="o", flip=False, augment_strength=0.1).augment
     assert TrainConfig(data_dir="d", output_dir="o", flip=True, augment_strength=0.0).augment
+
+
+def test_a_made_up_training_setting_needs_its_declaration_and_nothing_else(tmp_path, monkeypatch):
+    """One more Param among the training settings (a TrainConfig field, in the code): the compiled
+    DAG offers it as a parameter with its default and description, the probe, tune and train steps
+    take it under its name from that parameter, and `detpipe train` has its option; neither the
+    DAG's code, the steps nor the commands change."""
+    import argparse
+
+    from pipeline import dag, params
+    from pipeline.compile import compile_pipeline
+
+    made_up = params.Param("made_up_rate", float, 0.125, "A setting made up by this test.")
+    declared = (*params.PARAMS, made_up)
+    training = {**params.TRAINING, made_up.name: float}
+    monkeypatch.setattr(dag, "TRAINING", training)
+    monkeypatch.setattr(dag, "in_signature_order", lambda: params.in_signature_order(declared))
+    monkeypatch.setattr(dag, "pipeline_signature", lambda: params.pipeline_signature(declared))
+    monkeypatch.setattr(dag, "pipeline_docstring", lambda summary: params.pipeline_docstring(summary, declared))
+    compile_pipeline(tmp_path / "p.yaml")
+    spec = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    root = spec["root"]["inputDefinitions"]["parameters"][made_up.name]
+    assert root["defaultValue"] == 0.125 and root["description"] == made_up.help
+    for task in ("probe", "tune-hyperparameters", "train"):
+        given = spec["root"]["dag"]["tasks"][task]["inputs"]["parameters"]
+        assert given[made_up.name] == {"componentInputParameter": made_up.name}, task
+    assert made_up.name not in spec["root"]["dag"]["tasks"]["evaluate"]["inputs"]["parameters"]
+
+    monkeypatch.setattr(params, "TRAINING", training)
+    monkeypatch.setitem(params.BY_NAME, made_up.name, made_up)
+    parser = argparse.ArgumentParser()
+    params.add_training_options(parser)
+    assert params.training_values(parser.parse_args(["--made-up-rate", "0.5"]))[made_up.name] == 0.5
