@@ -8,6 +8,7 @@ takes still passes through as Beam's own options.
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 DATAFLOW_RUNNER = "DataflowRunner"
@@ -88,6 +89,16 @@ def beam_flags_of_settings(beam_args) -> list[tuple[str, str]]:
     return found
 
 
+def problem_lines(settings: DataflowSettings, runner: str, beam_args, named: Callable[[str], str],
+                  instead: str) -> list[str]:
+    """What is wrong, one line a problem: each setting Dataflow would refuse, as the user named
+    it (`named(field)`: an option or a parameter), and each Beam option among `beam_args` that
+    sets a checked setting (`instead`, with `{flag}` and `{setting}`: how that line reads)."""
+    lines = [f"{named(name)}: {text}" for name, text in settings.problems(runner)]
+    lines += [instead.format(flag=flag, setting=named(name)) for name, flag in beam_flags_of_settings(beam_args)]
+    return lines
+
+
 def pipeline_settings(parameters: dict, runner: str, image: str, beam_options: str) -> tuple[DataflowSettings, list[str]]:
     """A pipeline step's settings from its `dataflow_*` parameters, on the step's own `image`
     when it runs on Dataflow, and what is wrong with them or with `beam_options`, one line a
@@ -96,10 +107,8 @@ def pipeline_settings(parameters: dict, runner: str, image: str, beam_options: s
 
     settings = DataflowSettings(**{name.removeprefix(PARAMETER_PREFIX): value for name, value in parameters.items()},
                                 image=image if runner == DATAFLOW_RUNNER else "")
-    lines = [f"{PARAMETER_PREFIX}{name}: {text}" for name, text in settings.problems(runner)]
-    lines += [f"beam_options {flag}: give it as the parameter {PARAMETER_PREFIX}{name}, which is checked"
-              for name, flag in beam_flags_of_settings(shlex.split(beam_options))]
-    return settings, lines
+    return settings, problem_lines(settings, runner, shlex.split(beam_options), lambda name: PARAMETER_PREFIX + name,
+                                   "beam_options {flag}: give it as the parameter {setting}, which is checked")
 
 
 # Google Cloud's own rules for the names (project IDs: 6-30 characters, lower case letters,

@@ -73,18 +73,24 @@ def add_dataflow_options(parser) -> None:
         group.add_argument(_dataflow_option(f.name), metavar=f.name.upper(), **kwargs)
 
 
+def dataflow_settings(args):
+    """The `DataflowSettings` the options of `add_dataflow_options` give."""
+    from dataclasses import fields
+
+    from beam.dataflow import PARAMETER_PREFIX, DataflowSettings
+
+    return DataflowSettings(**{f.name: getattr(args, PARAMETER_PREFIX + f.name) for f in fields(DataflowSettings)})
+
+
 def dataflow_beam_args(args, runner: str, beam_args: list[str]) -> tuple[str, ...]:
     """The Beam arguments of a job: the Dataflow settings the options give, checked (UsageError,
     one line a problem), then the Beam options passed through."""
-    from dataclasses import fields
-
-    from beam.dataflow import DataflowSettings, beam_flags_of_settings
+    from beam.dataflow import problem_lines
     from pipeline.cli_types import UsageError
 
-    settings = DataflowSettings(**{f.name: getattr(args, f"dataflow_{f.name}") for f in fields(DataflowSettings)})
-    lines = [f"{_dataflow_option(name)}: {text}" for name, text in settings.problems(runner)]
-    lines += [f"{flag}: give it as {_dataflow_option(name)}, which is checked before the job is submitted"
-              for name, flag in beam_flags_of_settings(beam_args)]
+    settings = dataflow_settings(args)
+    lines = problem_lines(settings, runner, beam_args, _dataflow_option,
+                          "{flag}: give it as {setting}, which is checked before the job is submitted")
     if lines:
         raise UsageError("\n".join(lines))
     return settings.beam_args() + tuple(beam_args)

@@ -16,7 +16,7 @@ from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, 
                                             SAVED_MODEL, SUFFIXES, export_folder, is_model_file)
 from components.serve.batch_workers import IMAGES_PER_WORKER
 from beam.dataflow import RUNNERS
-from pipeline.beam_options import add_dataflow_options, option_strings
+from pipeline.beam_options import add_dataflow_options, dataflow_settings, option_strings
 from pipeline.cli_types import UsageError, existing_file, export_formats_arg, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, shards_dir, trained_model_dir
@@ -92,8 +92,7 @@ def cmd_predict(args, beam_args: list[str]) -> int:
         raise UsageError(f"unrecognized arguments: {' '.join(beam_args)} (Beam options need --images)")
     if not args.images:
         raise UsageError("give IMAGE files, or --images DIR|gs://PREFIX|GLOB --output DIR for a batch job")
-    dataflow = any(getattr(args, name) not in ("", 0) for name in vars(args) if name.startswith("dataflow_"))
-    if args.runner != "DirectRunner" or args.draw or args.direct_num_workers or dataflow:
+    if args.runner != "DirectRunner" or args.draw or args.direct_num_workers or dataflow_settings(args).given():
         raise UsageError("--runner, --draw, --direct-num-workers and the Dataflow options are options of the batch "
                          "job (--images)")
     missing = [name for name in args.images if not os.path.isfile(name)]

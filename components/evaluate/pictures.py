@@ -125,10 +125,15 @@ def confusion(truths, detections, names: dict[int, str], threshold: float,
     return matrix, errors
 
 
+def confusion_labels(names: dict[int, str]) -> list[str]:
+    """The rows and columns of `confusion`'s matrix: the classes by id, then background."""
+    return [names[c] for c in sorted(names)] + ["background"]
+
+
 def write_confusion(matrix: np.ndarray, names: dict[int, str], threshold: float, path) -> None:
-    labels = [names[c] for c in sorted(names)] + ["background"]
     with open(path, "w") as handle:
-        json.dump({"labels": labels, "matrix": matrix.tolist(), "threshold": float(threshold)}, handle)
+        json.dump({"labels": confusion_labels(names), "matrix": matrix.tolist(), "threshold": float(threshold)},
+                  handle)
 
 
 def read_confusion(path) -> tuple[list[str], list[list[int]]]:
@@ -139,7 +144,7 @@ def read_confusion(path) -> tuple[list[str], list[list[int]]]:
 
 
 def draw_confusion(matrix: np.ndarray, names: dict[int, str], threshold: float, path) -> None:
-    labels = [names[c] for c in sorted(names)] + ["background"]
+    labels = confusion_labels(names)
     size = 1.2 + 0.7 * len(labels)
     fig, ax = plt.subplots(figsize=(size + 1.5, size))
     image = ax.imshow(matrix, cmap="Blues")

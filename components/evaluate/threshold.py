@@ -24,7 +24,6 @@ from components.detector.coco_metrics import ImageDetections, ImageTruth
 from components.export.export_files import DEFAULT_SCORE_THRESHOLD
 
 
-
 @dataclass(frozen=True)
 class ThresholdChoice:
     score: float
