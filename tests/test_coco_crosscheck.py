@@ -62,3 +62,38 @@ def test_per_class_ap_and_ap50_agree_with_pycocotools(seed):
         assert ours[f"AP/{name}"] == pytest.approx(every_iou[every_iou > -1].mean(), abs=1e-6)
         assert ours[f"AP50/{name}"] == pytest.approx(at_half[at_half > -1].mean(), abs=1e-6)
         assert ours[f"AP50/{name}"] >= ours[f"AP/{name}"]
+
+
+def test_the_hand_written_threshold_and_confusion_matrix_measure_what_faster_coco_eval_does_not():
+    """Why components/evaluate/threshold.py and pictures.confusion are not faster-coco-eval's
+    `extended_metrics` and `compute_confusion_matrix`: on one image a `b` detection over an
+    `a` box, and in another a detection on a difficult box. If a release fixes these, this
+    fails and the library's versions can replace ours."""
+    from faster_coco_eval import COCO, COCOeval_faster
+    from faster_coco_eval.extra import PreviewResults
+
+    from components.detector.coco_metrics import ImageTruth, to_coco
+    from components.evaluate.pictures import confusion
+    from components.evaluate.threshold import best_f1_threshold
+
+    names = {1: "a", 2: "b"}
+    truths = [ImageTruth(1, 100, 100, [(0, 0, .4, .4), (.5, .5, .9, .9)], [1, 2], [0, 0]),
+              ImageTruth(2, 100, 100, [(0, 0, .4, .4), (.5, .5, .9, .9)], [1, 1], [0, 1])]
+    found = [ImageDetections(1, [(0, 0, .4, .4), (.5, .5, .9, .9), (.1, .6, .3, .9)], [.9, .8, .3], [2, 2, 1]),
+             ImageDetections(2, [(0, 0, .4, .4), (.5, .5, .9, .9)], [.7, .6], [1, 1])]
+    matrix, _ = confusion(truths, found, names, threshold=0.0)
+    assert matrix.tolist() == [[1, 1, 0], [0, 1, 0], [1, 0, 0]]  # a taken for b once; one false a; no miss
+    choice = best_f1_threshold(truths, found)
+    assert (choice.score, round(choice.recall, 3)) == (0.7, 0.667)  # 2 of 3 boxes: the difficult one is not needed
+
+    gt, results = to_coco(truths, found, names)
+    coco = COCO()
+    coco.dataset = gt
+    coco.createIndex()
+    theirs = COCOeval_faster(coco, coco.loadRes(results), "bbox", extra_calc=True, print_function=lambda *a: None)
+    theirs.run()
+    per_class = {row["class"]: row for row in theirs.extended_metrics["class_map"]}
+    assert per_class["a"]["recall"] == 1.0  # the detection on a's difficult box counted as a hit; COCO's rule: 1 of 2
+    assert "threshold" not in str(theirs.extended_metrics)  # no score to serve with
+    preview = PreviewResults(coco, coco.loadRes(results), iou_tresh=0.5, useCats=True).compute_confusion_matrix()
+    assert preview.shape == (2, 4) and preview[0, 1] == 0  # no background row; a never taken for b

@@ -2,7 +2,10 @@
 are sorted by key inside it, so the same input always gives byte-identical files.
 
 Written through Beam's file systems (local, gs://), not TensorFlow's writer: the job's
-workers do without TensorFlow (beam/contract/example_proto.py says why).
+workers do without TensorFlow (beam/contract/example_proto.py says why). Not Beam's
+`WriteToTFRecord`: it gives a record to a shard as its bundles fall and writes a shard in
+arrival order, so two runs of the same input write different files, and it hands back
+neither a shard's record count nor its sha256, which the manifest holds.
 """
 
 from __future__ import annotations

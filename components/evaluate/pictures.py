@@ -90,7 +90,12 @@ def confusion(truths, detections, names: dict[int, str], threshold: float,
     """Counts [truth class + background, predicted class + background] at `threshold`:
     each kept detection (highest score first) takes the unmatched truth box of any class it
     overlaps most (IoU >= 0.5); the last row holds false detections, the last column missed
-    boxes. Difficult boxes count nowhere. Also the missed and false boxes per image."""
+    boxes. Difficult boxes count nowhere. Also the missed and false boxes per image.
+
+    Not faster-coco-eval's `PreviewResults.compute_confusion_matrix` (1.8): it has no
+    background row, counts difficult boxes as truth and, matching within a class (`useCats`,
+    its default, which it warns about), never sees one class taken for another
+    (tests/test_coco_crosscheck.py)."""
     ids = sorted(names)
     index = {c: i for i, c in enumerate(ids)}
     background = len(ids)

@@ -6,6 +6,11 @@ done here: per image and class, detections by falling score take the unmatched t
 they overlap most if IoU >= 0.5 (COCO's rule); a match with a `difficult` box counts as
 neither hit nor miss, and difficult boxes are not needed for recall.
 
+Not faster-coco-eval's `extended_metrics` (1.8): it returns the precision and recall of
+the best macro-F1 (classes averaged), not the threshold that gives them, and it counts a
+detection on a difficult (crowd) box as a hit: on a case with one, its recall was 1.0 where
+COCO's rule gives 0.5, and 1.5 with `useCats` off (tests/test_coco_crosscheck.py).
+
 Example:
     >>> from components.detector.coco_metrics import ImageDetections, ImageTruth
     >>> truth = [ImageTruth(1, 10, 10, [(0.0, 0.0, 0.5, 0.5)], [1], [0])]
