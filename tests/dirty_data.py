@@ -84,17 +84,22 @@ def refused_by_tensorflow(jpeg: bytes) -> bytes:
 
 def make_dirty_copy(images: Path, annotations: Path, root: Path, *, split_file: bool = False,
                     label_map: bool = False, reject_empty: bool = False, max_pixels: bool = False,
-                    hostile: bool = False) -> DirtyData:
+                    hostile: bool = False, keep=None) -> DirtyData:
     """Copy a VOC dataset to `root` and add the faults. The faults that need an option of the
     data step (`label_map`: an unknown class; `reject_empty`: an image without boxes;
     `max_pixels`: an image over the limit; `split_file`: an image the split file leaves out)
     are added only when asked for; the returned `DirtyData` carries the option's value.
     `hostile`: what a stranger's export can hold: a class and a file named as markup (written:
     every page must show them as text) and two photos named by paths outside the images folder
-    (rejected, never read)."""
+    (rejected, never read). `keep(stem)`: the source files copied, by their name without
+    its extension (all when None)."""
     out_images, out_annotations = root / "images", root / "annotations"
-    shutil.copytree(images, out_images)
-    shutil.copytree(annotations, out_annotations)
+
+    def left_out(_folder, names: list[str]) -> list[str]:
+        return [] if keep is None else [n for n in names if not keep(Path(n).stem)]
+
+    shutil.copytree(images, out_images, ignore=left_out)
+    shutil.copytree(annotations, out_annotations, ignore=left_out)
     sources = sorted(out_annotations.glob("*.xml"))
     template = next(p for p in sources if ET.parse(p).getroot().find("object") is not None)
     tree = ET.parse(template).getroot()
