@@ -112,9 +112,9 @@ def _list_sources(options: ConvertOptions) -> list:
     """What the job starts from: VOC file paths (parsed in parallel by the job), or the
     records of a COCO/CSV file (one file, parsed here); with `val_annotations`, those of
     both."""
-    sources = _sources_of(options.annotations, options.format)
+    sources = _sources_of(options.annotations, options.data_format)
     if options.val_annotations:
-        sources += _sources_of(options.val_annotations, options.format)
+        sources += _sources_of(options.val_annotations, options.data_format)
     return sources
 
 
@@ -233,8 +233,8 @@ def build_dataset(options: ConvertOptions,
     """Run the whole step and write manifest, label map, schema, anomalies and stats HTML.
     `count_tiles(output, label_map)`: the manifest's `tiles` from the written shards (the caller's
     components.detector.tile_counts: beam/ imports nothing of the steps above it)."""
-    if options.format not in FORMATS:
-        raise NotImplementedError(f"format {options.format!r} is not built yet; available: {', '.join(FORMATS)}")
+    if options.data_format not in FORMATS:
+        raise NotImplementedError(f"format {options.data_format!r} is not built yet; available: {', '.join(FORMATS)}")
     if not 0.0 <= options.val_fraction < 1.0:
         raise DataBuildError(f"--val-fraction must be in [0, 1), got {options.val_fraction}")
     conflict = given_split_conflict(options.split_file, options.val_annotations, options.val_images)
@@ -243,7 +243,7 @@ def build_dataset(options: ConvertOptions,
     started = time.monotonic()
     sources = _list_sources(options)
     prepare_output(options.output, options.overwrite, options.overwrite_unrecognised)
-    logger.info("validate-and-convert: %d %s sources, runner %s", len(sources), options.format, options.runner)
+    logger.info("validate-and-convert: %d %s sources, runner %s", len(sources), options.data_format, options.runner)
     try:
         split_of = read_split_file(options.split_file) if options.split_file else None
     except (ValueError, OSError) as err:
@@ -295,7 +295,7 @@ def _finish(options: ConvertOptions, sources: list, started: float, split_of: di
                                  found)
     tiles = count_tiles(out, label_map) if count_tiles else {}  # the photos in tiles as training would cut them
     manifest = Manifest(
-        format=options.format, decoded_with_tensorflow=True,  # decoding.pixels_problem, in the checks
+        format=options.data_format, decoded_with_tensorflow=True,  # decoding.pixels_problem, in the checks
         records_in=len(sources),
         written={TRAIN: written[TRAIN], VAL: written[VAL]},
         rejected_by_reason=dict(images_rejected),

@@ -50,7 +50,7 @@ class ConvertOptions:
     images: str
     annotations: str
     output: str
-    format: str = "voc"
+    data_format: str = "voc"  # one of FORMATS
     val_fraction: float = 0.2
     seed: int = 0
     label_map: dict[str, int] | None = None

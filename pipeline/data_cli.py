@@ -33,10 +33,10 @@ def cmd_demo_data(args) -> int:
 def _check_data_build_usage(args, beam_args: list[str]) -> list[str]:
     """What the command line alone can tell, before Beam and TensorFlow load; the job's Beam
     arguments (the Dataflow settings, then Beam's own options)."""
-    problem = annotations_problem(args.annotations, args.format)
+    problem = annotations_problem(args.annotations, args.data_format)
     if problem:
         raise UsageError(f"--annotations {problem}")
-    val_problem = given_split_problem(args.format, args.val_annotations, args.val_images, args.split_file)
+    val_problem = given_split_problem(args.data_format, args.val_annotations, args.val_images, args.split_file)
     if val_problem:
         raise UsageError(val_problem)
     from pipeline.beam_options import check_beam_args, dataflow_beam_args
@@ -55,7 +55,7 @@ def cmd_data_build(args, beam_args: list[str]) -> int:
     from beam.data_workers import prestarted_data_workers
 
     # The job's worker processes start now, while this process imports Beam and TensorFlow.
-    with prestarted_data_workers(args.format, args.images, args.annotations, args.output, args.runner, beam_args,
+    with prestarted_data_workers(args.data_format, args.images, args.annotations, args.output, args.runner, beam_args,
                                  args.direct_num_workers, args.val_annotations, args.val_images):
         return _data_build(args, beam_args)
 
@@ -70,7 +70,7 @@ def _data_build(args, beam_args: list[str]) -> int:
     from components.detector.tile_counts import count_tiles
 
     options = ConvertOptions(
-        images=args.images, annotations=args.annotations, output=args.output, format=args.format,
+        images=args.images, annotations=args.annotations, output=args.output, data_format=args.data_format,
         val_fraction=args.val_fraction, seed=args.seed,
         label_map=read_label_map(Path(args.label_map)) if args.label_map else None,
         keep_empty=not args.reject_empty, max_pixels=args.max_pixels, split_file=args.split_file,
@@ -140,7 +140,7 @@ def add_data_commands(sub):
         description="Validate every record, write the rejects (rejects-*.jsonl), TFDV statistics/schema/anomalies and "
                     "sharded TFRecords. On Dataflow: --runner DataflowRunner with the Dataflow options below "
                     "(docs/data.md); any other option is passed to Beam as its own.")
-    p.add_argument("--format", choices=("voc", "coco", "csv"), required=True, help="annotation format")
+    p.add_argument("--format", **declared("data_format"))
     p.add_argument("--images", required=True, type=images_dir, help="folder of images (local or gs://)")
     p.add_argument("--annotations", required=True, type=existing_path,
                    help="VOC: folder of *.xml; COCO: instances JSON file; CSV: file with columns "

@@ -89,7 +89,7 @@ def validate_and_convert(
     with tempfile.TemporaryDirectory() as tmp:
         champion, files, base = Registry.open(registry, model_name).champion_data(tmp)
         result = build_dataset(ConvertOptions(
-            images=images, annotations=annotations, output=dataset.path, format=data_format,
+            images=images, annotations=annotations, output=dataset.path, data_format=data_format,
             val_fraction=val_fraction, split_file=split_file or None, val_annotations=val_annotations or None,
             val_images=val_images or None, bad_box=bad_box, seed=seed,
             allow_anomalies=allow_anomalies, exif=exif,
@@ -169,7 +169,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
                              trial_epochs=tune_trial_epochs, parallel=tune_parallel_trials,
-                             backend=tune_backend, trial_machine=trial_machine, region=vertex_region, seed=settings["seed"],
+                             backend=tune_backend, trial_machine=trial_machine, vertex_region=vertex_region, seed=settings["seed"],
                              work_dir=fuse_path(f"{pipeline_root.rstrip('/')}/{WORK_DIR}"),
                              train={**settings, "probe": advice},
                              start={name: settings[name] for name in SEARCH_SPACE}))

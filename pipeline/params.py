@@ -58,7 +58,7 @@ PARAMS: tuple[Param, ...] = (
     Param("annotations", str, REQUIRED, "VOC folder of *.xml, COCO instances JSON, or CSV "
           "(filename,width,height,class,xmin,ymin,xmax,ymax).", cli_default="demo-data/annotations", path=True,
           cli_type=cli_types.existing_path),
-    Param("data_format", str, ConvertOptions.format, "Annotation format: voc, coco or csv.", flag="--format",
+    Param("data_format", str, ConvertOptions.data_format, "Annotation format: voc, coco or csv.", flag="--format",
           choices=FORMATS),
     Param("val_fraction", float, ConvertOptions.val_fraction, "Share of images for validation (hash of the image id).",
           cli_type=cli_types.fraction_arg),

@@ -233,11 +233,11 @@ def test_empty_input_and_unbuilt_format_fail_clearly(tmp_path):
         build_dataset(ConvertOptions(images=str(tmp_path), annotations=str(tmp_path / "ann"), output=str(tmp_path / "o")))
     with pytest.raises(DataBuildError, match="a.json not found"):
         build_dataset(ConvertOptions(images=str(tmp_path), annotations=str(tmp_path / "a.json"),
-                                     output=str(tmp_path / "o"), format="coco"))
+                                     output=str(tmp_path / "o"), data_format="coco"))
     (tmp_path / "a.csv").write_text("filename,class\nx.jpg,cat\n")
     with pytest.raises(DataBuildError, match="missing CSV columns width, height"):
         build_dataset(ConvertOptions(images=str(tmp_path), annotations=str(tmp_path / "a.csv"),
-                                     output=str(tmp_path / "o"), format="csv"))
+                                     output=str(tmp_path / "o"), data_format="csv"))
 
 
 def test_shards_no_record_goes_to_are_written_empty_and_listed(demo_dir, tmp_path):

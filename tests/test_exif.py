@@ -76,7 +76,7 @@ def _build(tmp_path, name, photos, exif="auto", fmt="voc"):
     images, annotations = _dataset(tmp_path / name, photos, fmt)
     out = tmp_path / f"{name}-shards"
     result = build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
-                                          format=fmt, val_fraction=0.0, exif=exif, allow_anomalies=True))
+                                          data_format=fmt, val_fraction=0.0, exif=exif, allow_anomalies=True))
     return out, result.manifest.to_dict()
 
 

@@ -16,7 +16,7 @@ from beam.voc_reader import read_voc_file
 
 def _build(images, annotations, fmt, out):
     return build_dataset(ConvertOptions(images=str(images), annotations=str(annotations), output=str(out),
-                                        format=fmt, val_fraction=0.25))
+                                        data_format=fmt, val_fraction=0.25))
 
 
 def _shard_bytes(out):

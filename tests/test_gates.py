@@ -13,7 +13,7 @@ from pipeline.cli import main
 def reference(demo_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
     result = build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=str(demo_dir / "labels.csv"),
-                                          output=str(out), format="csv", val_fraction=0.25))
+                                          output=str(out), data_format="csv", val_fraction=0.25))
     assert result.anomalies == []
     return out
 
@@ -27,7 +27,7 @@ def _csv_variant(demo_dir, tmp_path, edit) -> str:
 
 def _build(demo_dir, csv_path, out, **kwargs):
     return build_dataset(ConvertOptions(images=str(demo_dir / "images"), annotations=csv_path, output=str(out),
-                                        format="csv", val_fraction=0.25, **kwargs))
+                                        data_format="csv", val_fraction=0.25, **kwargs))
 
 
 def test_pinned_schema_violation_names_the_feature(demo_dir, reference, tmp_path):

@@ -74,7 +74,7 @@ def test_a_roboflow_export_with_its_own_valid_folder(demo_dir, tmp_path):
     train, valid = _roboflow_export(demo_dir, tmp_path / "export")
     result = build_dataset(ConvertOptions(
         images=str(train), annotations=str(train / "_annotations.coco.json"), output=str(tmp_path / "out"),
-        format="coco", val_annotations=str(valid / "_annotations.coco.json"), val_images=str(valid)))
+        data_format="coco", val_annotations=str(valid / "_annotations.coco.json"), val_images=str(valid)))
     assert result.ok, result.anomalies
     m = result.manifest
     assert (m.records_in, m.written["train"], m.written["val"], m.rejected) == (65, 48, 16, 1)

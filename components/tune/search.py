@@ -61,11 +61,11 @@ class TuneConfig:
     train: dict = field(default_factory=dict)  # TrainConfig fields of the training tuned (epochs, batch_size, ...)
     start: dict = field(default_factory=dict)  # the first trial's values of SEARCH_SPACE (the rest: DEFAULTS)
     # Where the trials run (vertex_job.choose_backend): here, or a Vertex AI tuning job whose trials
-    # run on `trial_machine` (vertex_job.TrialMachine as JSON, set by the compiled pipeline) in `region`;
+    # run on `trial_machine` (vertex_job.TrialMachine as JSON, set by the compiled pipeline) in `vertex_region`;
     # auto: on Vertex AI when the step runs there (its output on Cloud Storage), else here.
     backend: str = "auto"
     trial_machine: str = ""
-    region: str = ""
+    vertex_region: str = ""
     # A folder kept between runs (the pipeline's: PIPELINE_ROOT/tune-work): the search's split,
     # study and trials go in a subfolder named for the data and these options, so a run killed
     # in its tune step (even by SIGKILL) and run again continues the search there; "": the output folder.
@@ -170,7 +170,7 @@ def tune(config: TuneConfig) -> TuneResult:
     if choose_backend(config.backend, out) == "vertex":
         from components.tune.vertex_job import search_on_vertex
 
-        best, records = search_on_vertex(work, budget, split, regime, first, config.trial_machine, config.region,
+        best, records = search_on_vertex(work, budget, split, regime, first, config.trial_machine, config.vertex_region,
                                          config.parallel, config.seed)
         result, study = TuneResult(best, budget, records, split, regime, round(time.monotonic() - started, 1)), None
     else:
