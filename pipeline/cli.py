@@ -13,13 +13,16 @@ from pipeline.cli_types import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CheckFailed, De
 from pipeline.cli_types import tensorflow_error_line
 from pipeline.compile_cli import add_compile_command
 from pipeline.data_cli import add_data_commands, add_demo_data_command
+from pipeline.evaluate_cli import add_evaluate_command
 from pipeline.interrupt import EXIT_INTERRUPTED, handle_interrupts, was_interrupted
 from pipeline.model_cli import add_model_commands
 from pipeline.probe_cli import add_probe_command
 from pipeline.quiet_logs import quiet_beam, quiet_libraries
 from pipeline.registry_cli import add_registry_commands
+from pipeline.review_cli import add_review_command
 from pipeline.run_cli import add_run_command
-from pipeline.train_cli import add_train_commands
+from pipeline.train_cli import add_train_command
+from pipeline.tune_cli import add_tune_commands
 from pipeline.vertex_cli import add_vertex_commands, cloud_error_line
 
 logger = logging.getLogger("detpipe")
@@ -48,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_data_command(sub)
     data = add_data_commands(sub)
     add_probe_command(sub)
-    add_train_commands(sub)
+    add_train_command(sub)
+    add_tune_commands(sub)
+    add_evaluate_command(sub)
+    add_review_command(sub)
 
     add_compile_command(sub)
     add_run_command(sub)
