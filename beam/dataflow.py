@@ -107,8 +107,12 @@ def pipeline_settings(parameters: dict, runner: str, image: str, beam_options: s
 
     settings = DataflowSettings(**{name.removeprefix(PARAMETER_PREFIX): value for name, value in parameters.items()},
                                 image=image if runner == DATAFLOW_RUNNER else "")
-    return settings, problem_lines(settings, runner, shlex.split(beam_options), lambda name: PARAMETER_PREFIX + name,
-                                   "beam_options {flag}: give it as the parameter {setting}, which is checked")
+    lines = problem_lines(settings, runner, shlex.split(beam_options), lambda name: PARAMETER_PREFIX + name,
+                          "beam_options {flag}: give it as the parameter {setting}, which is checked")
+    # The workers' image is no parameter: the step's own (the image the pipeline is compiled with).
+    own_image = f"the parameter {PARAMETER_PREFIX}image, which is checked"
+    return settings, [line.replace(own_image, "the pipeline's --image at compile time: the workers run the step's "
+                                              "own image") for line in lines]
 
 
 # Google Cloud's own rules for the names (project IDs: 6-30 characters, lower case letters,

@@ -135,4 +135,5 @@ def test_the_data_step_adds_its_own_image_and_refuses_what_submit_refuses():
         step_beam_args("--sdk_container_image=other", "DataflowRunner", "img:1", {**on_dataflow, "dataflow_max_workers": -1})
     assert str(err.value).splitlines() == [
         "dataflow_max_workers: must be 0 or more, got -1",
-        "beam_options --sdk_container_image: give it as the parameter dataflow_image, which is checked"]
+        "beam_options --sdk_container_image: give it as the pipeline's --image at compile time: the workers run "
+        "the step's own image"]
