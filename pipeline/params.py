@@ -23,6 +23,8 @@ from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, 
                                             SAVED_MODEL)
 from components.model_registry.decision import CONFIDENCE_LEVEL, RULES, PromotionRule
 from components.model_registry.registry import DEFAULT_MODEL_NAME
+from components.model_registry.vertex_endpoint import EndpointSpec
+from components.model_registry.vertex_model import DEFAULT_REGION
 from components.train.config import TrainConfig
 from components.train.plan import EMA_WINDOW_SHARE, FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
 from components.train.time_budget import CPU_AUTO_SECONDS, GPU_AUTO_SECONDS, MAX_BUDGET_EPOCHS
@@ -194,15 +196,15 @@ PARAMS: tuple[Param, ...] = (
           "calibrated on.", cli_type=cli_types.positive_int),
     Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
           "(alias champion when blessed); empty: no upload.", local=False),
-    Param("vertex_region", str, "us-central1", "Region of the Vertex AI Model Registry.", local=False),
+    Param("vertex_region", str, DEFAULT_REGION, "Region of the Vertex AI Model Registry.", local=False),
     Param("vertex_endpoint", str, "", "Vertex AI endpoint (display name; created when missing) that serves the "
           "champion: a blessed, uploaded version is deployed there and gets all traffic once it answers its health "
           "route, then the earlier deployment is removed; empty: no deployment. Needs vertex_model.", local=False),
-    Param("endpoint_machine_type", str, "n1-standard-4", "Machine type of the endpoint's replicas.", local=False),
+    Param("endpoint_machine_type", str, EndpointSpec.machine_type, "Machine type of the endpoint's replicas.", local=False),
     Param("endpoint_accelerator", str, "", "GPUs per endpoint replica as TYPE:COUNT, e.g. NVIDIA_TESLA_T4:1; "
           "empty: none.", local=False),
-    Param("endpoint_min_replicas", int, 1, "Endpoint replicas at least.", local=False),
-    Param("endpoint_max_replicas", int, 1, "Endpoint replicas at most (autoscaling between).", local=False),
+    Param("endpoint_min_replicas", int, EndpointSpec.min_replicas, "Endpoint replicas at least.", local=False),
+    Param("endpoint_max_replicas", int, EndpointSpec.max_replicas, "Endpoint replicas at most (autoscaling between).", local=False),
     Param("experiment", str, "", "Vertex AI Experiments experiment the run joins from its register step, to be "
           "compared there with the others (schedule create sets it; submit has Vertex AI join the run itself); "
           "empty: none.", local=False),

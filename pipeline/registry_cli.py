@@ -11,6 +11,7 @@ import getpass
 import json
 import socket
 
+from components.model_registry.vertex_model import DEFAULT_MACHINE_TYPE, DEFAULT_REGION
 from pipeline.params import declared
 
 EXIT_OK = 0
@@ -127,10 +128,10 @@ def add_registry_commands(sub) -> None:
     vertex.add_argument("--vertex-model", **declared("vertex_model", help="Vertex AI model the pipeline uploads to: "
                                                                        "display name or projects/P/locations/L/models/ID"))
     vertex.add_argument("--project", default="", help="Google Cloud project (with --vertex-model)")
-    vertex.add_argument("--region", default="us-central1", help="Vertex AI region (default %(default)s)")
+    vertex.add_argument("--region", default=DEFAULT_REGION, help="Vertex AI region (default %(default)s)")
     vertex.add_argument("--endpoint", default="", help="endpoint display name: redeploy VERSION there")
     vertex.add_argument("--machine-type", help="machines that serve (default: as the endpoint serves now, "
-                                               "else n1-standard-4)")
+                                               f"else {DEFAULT_MACHINE_TYPE})")
     vertex.add_argument("--accelerator", metavar="TYPE[:COUNT]",
                         help="GPUs per machine, '' for none (default: as the endpoint serves now)")
     vertex.add_argument("--min-replicas", type=int, help="machines at least (default: as now, else 1)")

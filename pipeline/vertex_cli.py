@@ -7,6 +7,7 @@ components/model_registry (vertex_batch.py, vertex_endpoint.py).
 
 from pathlib import Path
 
+from components.model_registry.vertex_model import DEFAULT_MACHINE_TYPE, DEFAULT_REGION
 from pipeline.cli_types import UsageError, cron_arg, gs_uri, key_value, kfp_repo
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.compile_cli import add_compile_options, resources_from_args
@@ -157,11 +158,11 @@ def cmd_deploy(args) -> int:
 
 def _add_machine_options(p, what: str) -> None:
     p.add_argument("--project", required=True, help="Google Cloud project")
-    p.add_argument("--region", default="us-central1", help="Vertex AI region (default %(default)s)")
+    p.add_argument("--region", default=DEFAULT_REGION, help="Vertex AI region (default %(default)s)")
     p.add_argument("--model", required=True,
                    help="Vertex AI model: its display name (the pipeline's vertex_model; the champion version) "
                         "or a resource name projects/P/locations/L/models/ID[@VERSION|@ALIAS]")
-    p.add_argument("--machine-type", default="n1-standard-4", help=f"machines {what} (default %(default)s)")
+    p.add_argument("--machine-type", default=DEFAULT_MACHINE_TYPE, help=f"machines {what} (default %(default)s)")
     p.add_argument("--accelerator", default="", metavar="TYPE[:COUNT]",
                    help="GPUs per machine, e.g. NVIDIA_TESLA_T4:1 (default none)")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.model_registry.vertex_endpoint import accelerator_problems
-from components.model_registry.vertex_model import CHAMPION_ALIAS
+from components.model_registry.vertex_model import CHAMPION_ALIAS, DEFAULT_MACHINE_TYPE
 
 INSTANCES_FORMATS = ("file-list", "jsonl")
 
@@ -26,7 +26,7 @@ class BatchPredictionSpec:
     source: str  # gs:// file: image URIs (file-list) or JSON Lines of instances
     destination: str  # gs:// prefix for the predictions
     instances_format: str = "file-list"
-    machine_type: str = "n1-standard-4"
+    machine_type: str = DEFAULT_MACHINE_TYPE
     accelerator_type: str = ""  # e.g. NVIDIA_TESLA_T4; "" for none
     accelerator_count: int = 0
     replicas: int = 1  # machines; Vertex AI splits the input between them at the start

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from components.model_registry.vertex_model import label_value, regional_client
+from components.model_registry.vertex_model import DEFAULT_MACHINE_TYPE, label_value, regional_client
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def accelerator_problems(kind: str, count: int) -> list[str]:
 @dataclass(frozen=True)
 class EndpointSpec:
     endpoint: str  # display name of the endpoint (created when there is none)
-    machine_type: str = "n1-standard-4"
+    machine_type: str = DEFAULT_MACHINE_TYPE
     accelerator_type: str = ""  # e.g. NVIDIA_TESLA_T4; "" for none
     accelerator_count: int = 0
     min_replicas: int = 1

@@ -12,6 +12,10 @@ import re
 from dataclasses import dataclass
 
 CHAMPION_ALIAS = "champion"
+# Where a command or the pipeline talks to Vertex AI unless told otherwise, and the machines it
+# asks for to serve or predict (an endpoint, a batch prediction job).
+DEFAULT_REGION = "us-central1"
+DEFAULT_MACHINE_TYPE = "n1-standard-4"
 SERVING_PORT = 8080
 PREDICT_ROUTE = "/predict"
 HEALTH_ROUTE = "/health"
