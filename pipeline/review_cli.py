@@ -1,5 +1,6 @@
 """`detpipe review`: the labels most likely wrong (components/review), a thin adapter."""
 
+from components.review.label_review import CONFIDENT
 from pipeline.cli_types import EXIT_OK, existing_dir, output_dir, review_folds, shards_dir, trained_model_dir
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import unit_float
@@ -40,7 +41,8 @@ def add_review_command(sub) -> None:
                                                                       "label_review.html")
     p.add_argument("--confident", type=unit_float, default=None,
                    help="score from which a prediction counts as evidence against a label (default: the "
-                        "evaluation's best-F1 threshold from --evaluation, else 0.5)")
+                        "evaluation's best-F1 threshold from --evaluation, else "
+                        f"{CONFIDENT})")
     p.add_argument("--evaluation", type=existing_dir, default=None,
                    help="output folder of `detpipe evaluate` for this model on this data: its detections are "
                         "reviewed (no second prediction pass) and its threshold is the default --confident")
