@@ -292,7 +292,7 @@ def _finish(options: ConvertOptions, sources: list, started: float, split_of: di
     found = split_problems + normalised_coordinates_problems(facts.get("first_pixel_boxes", {}).get("all", 0),
                                                              sum(facts["boxes_written"].values()))
     anomalies = dataset_problems(out, label_map, written, sum(images_rejected.values()), len(sources), options.gates,
-                                 found)
+                                 found, boxes=facts["boxes_written"])
     tiles = count_tiles(out, label_map) if count_tiles else {}  # the photos in tiles as training would cut them
     manifest = Manifest(
         format=options.data_format, decoded_with_tensorflow=True,  # decoding.pixels_problem, in the checks

@@ -16,7 +16,8 @@ from beam.contract.files import write_text
 from beam.contract.manifest import ANOMALIES_FILE, SCHEMA_FILE, STATS_HTML_FILE, stats_file_name
 from beam.options import GateOptions
 from beam.split import TRAIN, VAL
-from beam.tfdv_checks import add_drift_checks, anomaly_lines, class_domain, find_anomalies, statistics_html, task_schema
+from beam.tfdv_checks import (OBJECT_KEYS, add_drift_checks, anomaly_lines, class_domain, find_anomalies,
+                               statistics_html, task_schema)
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +81,32 @@ def normalised_coordinates_problems(first_pixel_boxes: int, boxes: int) -> list[
             "coordinates are pixels (multiply x by the width and y by the height)"]
 
 
+def no_boxes_problems(written: dict[str, int], boxes: dict[str, int]) -> list[str]:
+    """The problem of a split whose images are all negatives (no box written): nothing to learn
+    from in train, no mAP to measure on val.
+
+    >>> no_boxes_problems({"train": 5, "val": 2}, {"train": 9, "val": 0})[0].split(" | ")[:2]
+    ['(split val)', 'no boxes']
+    >>> no_boxes_problems({"train": 5, "val": 0}, {"train": 9})
+    []
+    """
+    why = {TRAIN: "training has nothing to learn", VAL: "no mAP can be measured on it"}
+    return [f"(split {split}) | no boxes | its {written[split]} image(s) hold no box (negatives, or every box "
+            f"dropped): {why[split]}" for split in (TRAIN, VAL) if written.get(split) and not boxes.get(split)]
+
+
 def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int], rejected: int,
-                     records_in: int, options: GateOptions, found: list[str] = ()) -> list[str]:
+                     records_in: int, options: GateOptions, found: list[str] = (),
+                     boxes: dict[str, int] | None = None) -> list[str]:
     """Write `schema.pbtxt`, `anomalies.txt`, `stats.html`; return every dataset-level problem
-    (`found`: those the caller found already, in the same "scope | problem | detail" form)."""
+    (`found`: those the caller found already, in the same "scope | problem | detail" form;
+    `boxes`: the boxes written per split, for the splits that hold none)."""
     problems = list(found) + [f"(split {split}) | no examples | every split needs at least one example"
                               for split in (TRAIN, VAL) if not written.get(split)]
+    boxless = set()
+    if boxes is not None:
+        problems += no_boxes_problems(written, boxes)
+        boxless = {split for split in (TRAIN, VAL) if written.get(split) and not boxes.get(split)}
     problems += look_alike_class_problems(label_map)
     fraction = rejected / records_in if records_in else 0.0
     if fraction > options.max_reject_fraction:
@@ -101,7 +122,10 @@ def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int
         schema = task_schema(stats[TRAIN], num_labels=max(label_map.values()), pinned=pinned)
         tfdv.write_schema_text(schema, FileSystems.join(out, SCHEMA_FILE))
         for split, split_stats in stats.items():
-            problems += [f"[{split}] {line}" for line in anomaly_lines(find_anomalies(split_stats, schema))]
+            lines = anomaly_lines(find_anomalies(split_stats, schema))
+            if split in boxless:  # TFDV reads a box feature with no values as 0s: said once above instead
+                lines = [line for line in lines if line.split(" | ", 1)[0] not in OBJECT_KEYS]
+            problems += [f"[{split}] {line}" for line in lines]
         if options.previous_stats:
             previous = tfdv.load_stats_binary(options.previous_stats)
             add_drift_checks(schema, options.drift_threshold, classes=not new)

@@ -19,7 +19,7 @@ from beam.contract import feature_keys as K
 
 logger = logging.getLogger(__name__)
 
-_OBJECT_KEYS = (*K.BOX_KEYS, K.CLASS_TEXT, K.CLASS_LABEL, K.DIFFICULT, K.BOX_WIDTH, K.BOX_HEIGHT)
+OBJECT_KEYS = (*K.BOX_KEYS, K.CLASS_TEXT, K.CLASS_LABEL, K.DIFFICULT, K.BOX_WIDTH, K.BOX_HEIGHT)
 
 
 # Features unique to each image. As plain strings TFDV's default exact top-k combiner
@@ -77,7 +77,7 @@ def task_schema(train_stats: statistics_pb2.DatasetFeatureStatisticsList, num_la
         # hashes, PNGs after a JPEG-only split, and images with no boxes (negatives).
         for key in (K.FILENAME, K.SOURCE_ID, K.KEY_SHA256, K.FORMAT):
             tfdv.get_feature(schema, key).ClearField("domain")
-        for key in _OBJECT_KEYS:
+        for key in OBJECT_KEYS:
             if any(f.name == key for f in schema.feature):
                 tfdv.get_feature(schema, key).ClearField("value_count")
     return schema

@@ -148,3 +148,26 @@ def test_the_statistics_are_what_tfdv_generate_statistics_computes(demo_dir, tmp
     assert _close(MessageToDict(ours), MessageToDict(theirs))
     assert tfdv.load_stats_binary(str(tmp_path / "out" / "stats-train.pb")) == ours  # what the build published
 
+
+
+def test_a_val_split_of_negatives_only_is_one_clear_problem_not_a_tfdv_range_error(demo_dir, tmp_path):
+    """Every val image a negative (the user's split file puts only images without boxes there):
+    the build names the split and why it cannot be used (no mAP to measure), once; TFDV's
+    reading of the empty box features as 0s (an out-of-range class label) is not shown."""
+    import json
+
+    lines = (demo_dir / "labels.csv").read_text().splitlines()
+    names = sorted({row.split(",", 1)[0] for row in lines[1:]})
+    val = set(names[:4])
+    rows = [row if row.split(",", 1)[0] not in val else ",".join(row.split(",")[:3] + [""] * 5) for row in lines[1:]]
+    labels = tmp_path / "labels.csv"
+    labels.write_text("\n".join([lines[0], *dict.fromkeys(rows)]) + "\n")  # one negative row an image
+    ids = {name: name.rsplit(".", 1)[0] for name in names}
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": [ids[n] for n in names if n not in val], "val": [ids[n] for n in val]}))
+    result = _build(demo_dir, str(labels), tmp_path / "out", split_file=str(split))
+    assert not result.ok
+    assert result.anomalies == ["(split val) | no boxes | its 4 image(s) hold no box (negatives, or every box "
+                                "dropped): no mAP can be measured on it"]
+    allowed = _build(demo_dir, str(labels), tmp_path / "allowed", split_file=str(split), allow_anomalies=True)
+    assert allowed.ok and allowed.manifest.written == {"train": len(names) - 4, "val": 4}
