@@ -44,7 +44,7 @@ def _baseline_ms(model_dir: str) -> float:
 
 def main() -> int:
     from components.export.converted import export_files
-    from components.export.file_formats import CALIBRATION_IMAGES, FORMATS, parse_formats
+    from components.export.file_formats import CALIBRATION_IMAGES, FORMATS, ExportSettings, parse_formats
     from components.export.rescore import signed
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -58,8 +58,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="export-bench-") as scratch:
         output = args.output or scratch
         started = time.perf_counter()
-        scores, errors = export_files(args.model, kinds, output, args.data, args.calibration_images,
-                                      float_tolerance=1.0, int8_tolerance=1.0)  # keep every file: this measures
+        scores, errors = export_files(args.model, kinds, output, args.data,  # keep every file: this measures
+                                      ExportSettings(calibration_images=args.calibration_images, max_map_loss=1.0,
+                                                     max_int8_map_loss=1.0))
         seconds = time.perf_counter() - started
         baseline = _baseline_ms(args.model)
     print(f"converted and re-scored {len(scores)} format(s) in {seconds:.1f} s on {os.cpu_count()} CPU(s)")

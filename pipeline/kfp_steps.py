@@ -320,28 +320,27 @@ def review(model: Input[Model], data: Input[Dataset], evaluation: Input[Artifact
 KEY_FIGURES["review"] = lambda out: str(out.get("Output", "")).split(":")[0]
 
 
-def export(model: Input[Model], metrics_json: Input[Artifact], data: Input[Dataset], export_formats: str,
-           export_max_map_loss: float, export_max_int8_map_loss: float, export_calibration_images: int,
+def export(model: Input[Model], metrics_json: Input[Artifact], data: Input[Dataset], settings: dict,
            saved_model: Output[Model]) -> NamedTuple("ExportOutputs", [("threshold", float), ("formats", str)]):
     """A SavedModel with an image-bytes signature, the evaluation's F1-best score threshold
     as its default; beside it, each file `export_formats` asks for, re-scored on the val split
     and kept (so registered) only within its tolerance (export_report.md). Returns that
-    threshold and one line on the files."""
+    threshold and one line on the files. `settings`: the export_* parameters (ExportSettings)."""
     import logging
     from collections import namedtuple
 
     from components.export.converted import export_files
-    from components.export.file_formats import SAVED_MODEL, parse_formats
+    from components.export.file_formats import ExportSettings
     from components.export.rescore import files_line
     from components.evaluate.metrics_file import chosen_threshold
     from components.export.saved_model import export_trained
 
     logging.basicConfig(level=logging.INFO)
     config = export_trained(model.path, saved_model.path, *chosen_threshold(metrics_json.path))
-    converted = [kind for kind in parse_formats(export_formats) if kind != SAVED_MODEL]
-    scores, errors = ([], {}) if not converted else export_files(
-        model.path, converted, saved_model.path, data.path, export_calibration_images, export_max_map_loss,
-        export_max_int8_map_loss)
+    chosen = ExportSettings.from_parameters(settings)
+    converted = chosen.converted()
+    scores, errors = ([], {}) if not converted else export_files(model.path, converted, saved_model.path, data.path,
+                                                                 chosen)
     saved_model.metadata.update({
         "framework": "tensorflow", "format": "SavedModel", "signature": config.signature,
         "input_name": config.input_name, "score_threshold": config.score_threshold,
@@ -431,16 +430,19 @@ class Steps:
     report: object
 
 
-def make_steps(image: str, training: dict[str, type], dataflow: dict[str, type]) -> Steps:
+def make_steps(image: str, training: dict[str, type], dataflow: dict[str, type], export_settings: dict[str, type]) -> Steps:
     """The components with `image` as their base image; the probe, tune and train steps take
     the `training` settings (name → type: pipeline/params.py's TRAINING) as their `settings`,
-    the data step the Dataflow settings (DATAFLOW) as its `dataflow`."""
+    the data step the Dataflow settings (DATAFLOW) as its `dataflow`, the export step the
+    export settings (EXPORT) as its `settings`."""
     def component(func):
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
     def declared(func):
         if func in (probe, tune_hyperparameters, train):
             return with_settings(func, training)
+        if func is export:
+            return with_settings(func, export_settings)
         return with_settings(func, dataflow, "dataflow") if func is validate_and_convert else func
 
     return Steps(*(component(declared(f))

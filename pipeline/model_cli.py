@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from components.export.export_files import LABEL_MAP_FILE
-from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, FLOAT_TOLERANCE, INT8_TOLERANCE,
-                                            SAVED_MODEL, SUFFIXES, export_folder, is_model_file)
+from components.export.file_formats import (EXPORT_FORMATS, SAVED_MODEL, SETTINGS_PREFIX, SUFFIXES, ExportSettings,
+                                            export_folder, is_model_file, parse_formats)
 from components.serve.batch_workers import IMAGES_PER_WORKER
 from beam.dataflow import RUNNERS
 from pipeline.beam_options import add_dataflow_options, dataflow_settings, option_strings
-from pipeline.cli_types import UsageError, existing_file, export_formats_arg, fail_lines, non_negative_float, output_dir, positive_float
+from pipeline.cli_types import UsageError, existing_file, fail_lines, non_negative_float, output_dir, positive_float
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import saved_model_dir, shards_dir, trained_model_dir
 from pipeline.cli_types import unit_float as _unit_float
+from pipeline.params import declared
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -32,10 +34,6 @@ def _saved_model_or_file(value: str) -> str:
     return saved_model_dir(value)
 
 
-def _formats(value: str) -> list[str]:
-    return export_formats_arg(value).split(",")
-
-
 PREDICT_CHUNK = 16  # images per call of the model in `detpipe predict`
 
 
@@ -43,10 +41,12 @@ def cmd_export(args) -> int:
     from components.evaluate.metrics_file import METRICS_FILE, chosen_threshold
     from components.export.saved_model import export_trained
 
-    converted = [kind for kind in args.format if kind != SAVED_MODEL]
+    settings = ExportSettings.from_parameters({name: value for name, value in vars(args).items()
+                                               if name.startswith(SETTINGS_PREFIX)})
+    converted = settings.converted()
     if converted and not args.data:
         raise UsageError(f"--format {','.join(converted)}: each file is re-scored on the val split: give --data")
-    if SAVED_MODEL in args.format:
+    if SAVED_MODEL in parse_formats(settings.formats):
         chosen = chosen_threshold(str(Path(args.evaluation) / METRICS_FILE)) \
             if args.evaluation and args.score_threshold is None else (args.score_threshold, "given")
         config = export_trained(args.model, args.output, *chosen)
@@ -54,19 +54,18 @@ def cmd_export(args) -> int:
               f"{config.score_threshold:g} ({config.threshold_source}); try it: detpipe predict --model "
               f"{args.output} IMAGE")
     if converted:
-        return _export_converted(args, converted)
+        return _export_converted(args, converted, settings)
     return EXIT_OK
 
 
-def _export_converted(args, kinds: list[str]) -> int:
+def _export_converted(args, kinds: list[str], settings) -> int:
     """The converted files, each re-scored on --data's val split; a file under its tolerance, or
     whose conversion failed, is reported FAILED (the others stand, and the exit code says so)."""
     from components.export.converted import export_files
     from components.export.rescore import REPORT_FILE
 
     print(f"converting to {', '.join(kinds)}, then re-scoring each file on the val split", flush=True)
-    scores, errors = export_files(args.model, kinds, args.output, args.data, args.calibration_images,
-                                  args.max_map_loss, args.max_int8_map_loss)
+    scores, errors = export_files(args.model, kinds, args.output, args.data, settings)
     for score in scores:
         print(score.line + ("" if score.passed else " (file removed)"))
     for kind, why in errors.items():
@@ -223,17 +222,16 @@ def _add_export_command(sub) -> None:
     p.add_argument("--output", required=True, type=output_dir, help="folder for the SavedModel, label_map.json, serving_config.json")
     p.add_argument("--evaluation", help="output folder of `detpipe evaluate`: its F1-best threshold becomes the default")
     p.add_argument("--score-threshold", type=_unit_float, help="default score threshold (overrides --evaluation)")
-    p.add_argument("--format", type=_formats, default=SAVED_MODEL, metavar="F[,F...]",
-                   help=f"what to write: {', '.join(EXPORT_FORMATS)} (default %(default)s); each file is re-scored on "
-                        "--data's val split against the trained model, FAILED beyond its --max-*map-loss")
     p.add_argument("--data", type=shards_dir, help="output folder of `detpipe data build`: its val split re-scores "
                                                    "each converted file, its train split calibrates the INT8 one")
-    p.add_argument("--max-map-loss", type=non_negative_float, default=FLOAT_TOLERANCE,
-                   help="how far below the trained model's mAP@[.5:.95] a float file may score (default %(default)s)")
-    p.add_argument("--max-int8-map-loss", type=non_negative_float, default=INT8_TOLERANCE,
-                   help="the same for the INT8 file (default %(default)s)")
-    p.add_argument("--calibration-images", type=_positive_int, default=CALIBRATION_IMAGES,
-                   help="train images the INT8 file's value ranges are calibrated on (default %(default)s)")
+    own_words = {"formats": f"what to write: {', '.join(EXPORT_FORMATS)} (default %(default)s); each file is "
+                            "re-scored on --data's val split against the trained model, FAILED beyond its "
+                            "--max-*map-loss"}  # the command writes no SavedModel unless asked, unlike the step
+    for setting in fields(ExportSettings):  # the export step's settings, as its pipeline parameters declare them
+        name = SETTINGS_PREFIX + setting.name
+        option = setting.metadata["flag"] or "--" + setting.name.replace("_", "-")
+        p.add_argument(option, metavar="F[,F...]" if setting.name == "formats" else option[2:].upper().replace("-", "_"),
+                       **declared(name, help=own_words.get(setting.name)))
     p.set_defaults(func=cmd_export)
 
 

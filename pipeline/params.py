@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -19,8 +20,8 @@ from beam.record_checks import BAD_BOX_MODES, CheckOptions
 from components.detector.box_losses import BOX_LOSSES
 from components.detector.geometry import FAIL_COVERAGE
 from components.detector.precision import PRECISIONS, XLA_MODES
-from components.export.file_formats import (CALIBRATION_IMAGES, EXPORT_FORMATS, FLOAT_TOLERANCE, INT8_TOLERANCE,
-                                            SAVED_MODEL)
+from components.export.file_formats import SETTINGS_PREFIX as EXPORT_PREFIX
+from components.export.file_formats import ExportSettings
 from components.model_registry.decision import CONFIDENCE_LEVEL, RULES, PromotionRule
 from components.model_registry.registry import DEFAULT_MODEL_NAME
 from components.model_registry.vertex_endpoint import EndpointSpec
@@ -33,6 +34,10 @@ from components.tune.vertex_job import BACKENDS
 from pipeline import cli_types
 
 REQUIRED = inspect.Parameter.empty
+# The checks of the export settings' options (their fields carry the rest: components/export/file_formats.py).
+_EXPORT_TYPES = typing.get_type_hints(ExportSettings)
+_EXPORT_CHECKS = {"formats": cli_types.export_formats_arg, "max_map_loss": cli_types.non_negative_float,
+                  "max_int8_map_loss": cli_types.non_negative_float, "calibration_images": cli_types.positive_int}
 
 
 @dataclass(frozen=True)
@@ -184,16 +189,8 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.non_negative_float),
     Param("min_map", float, PromotionRule.min_map, "A challenger below this mAP@[.5:.95] is never promoted, and the run fails "
           "(after recording the version)."),
-    Param("export_formats", str, SAVED_MODEL, f"Files to export, comma-separated: {', '.join(EXPORT_FORMATS)}. "
-          "The SavedModel is always written; each other file is re-scored on val and kept only within its mAP "
-          "tolerance.",
-          cli_type=cli_types.export_formats_arg),
-    Param("export_max_map_loss", float, FLOAT_TOLERANCE, "How far below the trained model's mAP@[.5:.95] a float file "
-          "may score on val and still be kept.", cli_type=cli_types.non_negative_float),
-    Param("export_max_int8_map_loss", float, INT8_TOLERANCE, "The same for the INT8 file.",
-          cli_type=cli_types.non_negative_float),
-    Param("export_calibration_images", int, CALIBRATION_IMAGES, "Train images the INT8 file's value ranges are "
-          "calibrated on.", cli_type=cli_types.positive_int),
+    *(Param(EXPORT_PREFIX + f.name, _EXPORT_TYPES[f.name], f.default, f.metadata["help"],
+            cli_type=_EXPORT_CHECKS[f.name]) for f in fields(ExportSettings)),
     Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
           "(alias champion when blessed); empty: no upload.", local=False),
     Param("vertex_region", str, DEFAULT_REGION, "Region of the Vertex AI Model Registry.", local=False),
@@ -218,6 +215,8 @@ BY_NAME = {p.name: p for p in PARAMS}
 TRAINING: dict[str, type] = {p.name: p.type for p in PARAMS if p.name in {f.name for f in fields(TrainConfig)}}
 # The Dataflow settings of the data step (beam/dataflow.py), one parameter a field.
 DATAFLOW: dict[str, type] = {p.name: p.type for p in PARAMS if p.name.startswith(PARAMETER_PREFIX)}
+# The export step's settings (ExportSettings), one parameter a field.
+EXPORT: dict[str, type] = {p.name: p.type for p in PARAMS if p.name.startswith(EXPORT_PREFIX)}
 DEFAULT_REGISTRY_DIR = "registry"  # under the pipeline root
 
 

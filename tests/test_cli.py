@@ -265,6 +265,7 @@ OWN_WORDS = {
     ("data build", "--allow-new-classes"), ("data build", "--allow-anomalies"), ("probe", "--require-gpu"),
     ("probe", "--allow-poor-anchors"), ("probe", "--tile"), ("data build", "--tile"),
     ("tune-trial", "--base_lr_per_64"), ("tune-trial", "--weight_decay"), ("tune-trial", "--augment_strength"),
+    ("export", "--format"),
 }
 
 

@@ -2,9 +2,9 @@
 compiled pipeline itself: a KFP step input named for a declared parameter has the declaration's
 type and is fed that pipeline parameter and no other; the probe, tune and train steps take every
 training setting; and a command option of that name takes the declaration's type, default and
-choices. The steps' settings and the DAG's calls are made from the declaration
-(pipeline/kfp_settings.py), the other steps' inputs by hand: this test is what fails when one
-drifts from the declaration."""
+choices. The training, Dataflow and export settings of the steps and the DAG's calls are made
+from the declaration (pipeline/kfp_settings.py), the other steps' inputs by hand: this test is
+what fails when one drifts from the declaration."""
 
 import pytest
 import yaml
@@ -224,3 +224,37 @@ def test_a_made_up_training_setting_needs_its_declaration_and_nothing_else(tmp_p
     parser = argparse.ArgumentParser()
     params.add_training_options(parser)
     assert params.training_values(parser.parse_args(["--made-up-rate", "0.5"]))[made_up.name] == 0.5
+
+
+def test_the_export_step_and_command_take_every_export_setting_from_its_field(spec, tmp_path, monkeypatch):
+    """ExportSettings' fields are the pipeline's export_* parameters (their help the field's),
+    the export step's inputs (each fed its parameter) and `detpipe export`'s options; a made-up
+    export parameter reaches the export step with no change to the DAG or the step."""
+    import argparse
+    from dataclasses import fields
+
+    from components.export.file_formats import SETTINGS_PREFIX, ExportSettings
+    from pipeline import dag, params
+    from pipeline.cli import build_parser
+    from pipeline.compile import compile_pipeline
+
+    names = {SETTINGS_PREFIX + f.name: f for f in fields(ExportSettings)}
+    assert set(params.EXPORT) == set(names)
+    assert all(BY_NAME[name].help == f.metadata["help"] and BY_NAME[name].default == f.default
+               for name, f in names.items())
+    given = spec["root"]["dag"]["tasks"]["export"]["inputs"]["parameters"]
+    assert all(given[name] == {"componentInputParameter": name} for name in names)
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(names) <= {action.dest for action in commands["export"]._actions}
+
+    made_up = params.Param(SETTINGS_PREFIX + "made_up_quality", int, 7, "An export setting made up by this test.")
+    declared = (*params.PARAMS, made_up)
+    monkeypatch.setattr(dag, "EXPORT", {**params.EXPORT, made_up.name: int})
+    monkeypatch.setattr(dag, "in_signature_order", lambda: params.in_signature_order(declared))
+    monkeypatch.setattr(dag, "pipeline_signature", lambda: params.pipeline_signature(declared))
+    monkeypatch.setattr(dag, "pipeline_docstring", lambda summary: params.pipeline_docstring(summary, declared))
+    compile_pipeline(tmp_path / "p.yaml")
+    made = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    assert made["root"]["dag"]["tasks"]["export"]["inputs"]["parameters"][made_up.name] == {
+        "componentInputParameter": made_up.name}
+    assert made_up.name not in made["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]

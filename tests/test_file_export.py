@@ -99,8 +99,10 @@ def test_a_failed_file_is_removed_and_the_others_stay(trained_model, demo_shards
     from components.export.converted import export_files
     from components.export.rescore import passed_files
 
+    from components.export.file_formats import ExportSettings
+
     scores, errors = export_files(str(trained_model), ["tflite", "tflite-int8"], str(tmp_path), str(demo_shards),
-                                  calibration_images=1, float_tolerance=-1.0, int8_tolerance=1.0)
+                                  ExportSettings(calibration_images=1, max_map_loss=-1.0, max_int8_map_loss=1.0))
     assert errors == {} and [(s.kind, s.passed) for s in scores] == [("tflite", False), ("tflite-int8", True)]
     assert not (tmp_path / FORMATS["tflite"].file_name).exists()
     assert (tmp_path / FORMATS["tflite-int8"].file_name).exists() and (tmp_path / DECODER_FILE).exists()

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from beam.contract.label_map import write_label_map
 from components.export.export_files import LABEL_MAP_FILE
-from components.export.file_formats import (CALIBRATION_IMAGES, FLOAT_TOLERANCE, FORMATS, INT8_TOLERANCE,
-                                            decoder_path)
+from components.export.file_formats import CALIBRATION_IMAGES, FORMATS, ExportSettings, decoder_path
 
 
 def convert_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: str | None = None,
@@ -60,19 +59,20 @@ def _label_map_beside(label_map: dict[str, int], output_dir: str) -> None:
 
 
 def export_files(model_dir: str, kinds: list[str], output_dir: str, data_dir: str,
-                 calibration_images: int = CALIBRATION_IMAGES, float_tolerance: float = FLOAT_TOLERANCE,
-                 int8_tolerance: float = INT8_TOLERANCE) -> tuple[list, dict[str, str]]:
+                 settings: ExportSettings = ExportSettings()) -> tuple[list, dict[str, str]]:
     """Convert, re-score each file on `data_dir`'s val split (rescore.py: export_report.md and
     export_formats.json in `output_dir`), and remove each file that failed, so what stays in
-    `output_dir` (and goes to the registry with it) is what passed. (scores, conversion errors)."""
+    `output_dir` (and goes to the registry with it) is what passed. (scores, conversion errors).
+    `settings`: the calibration images and the tolerances (its formats are `kinds`)."""
     from components.export.rescore import rescore, write_report
 
-    files, errors = convert_files(model_dir, kinds, output_dir, data_dir, calibration_images)
+    files, errors = convert_files(model_dir, kinds, output_dir, data_dir, settings.calibration_images)
     if not files:  # nothing to re-score (every conversion failed): the report says why
         os.makedirs(output_dir, exist_ok=True)
         write_report({}, [], output_dir, errors)
         return [], errors
-    _, scores = rescore(model_dir, data_dir, files, float_tolerance, int8_tolerance, output_dir, errors)
+    _, scores = rescore(model_dir, data_dir, files, settings.max_map_loss, settings.max_int8_map_loss, output_dir,
+                        errors)
     for score in scores:
         if not score.passed:
             for path in [score.file] + ([decoder_path(score.file)] if FORMATS[score.kind].int8 else []):

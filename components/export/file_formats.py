@@ -13,7 +13,7 @@ them into those four (see int8_file.py for why).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SAVED_MODEL = "saved_model"
 # How far below the trained model's mAP@[.5:.95] a converted file may score on the same val
@@ -51,6 +51,46 @@ SUFFIXES = tuple(sorted({f.suffix for f in FORMATS.values()}))
 
 
 EXPORT_FORMATS = (SAVED_MODEL, *FORMATS)
+
+
+# The export step's settings are its pipeline parameters under this prefix (export_formats, ...).
+SETTINGS_PREFIX = "export_"
+
+
+def _setting(default, help: str, flag: str = ""):
+    """A field of ExportSettings: its default, the help the pipeline's parameter shows, and the
+    option of `detpipe export` when it is not the field's name (--max-map-loss)."""
+    return field(default=default, metadata={"help": help, "flag": flag})
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """The export step's settings, declared once: the pipeline's `export_*` parameters
+    (pipeline/params.py), the export step's inputs and `detpipe export`'s options are made from
+    these fields; a new setting is a field here and its use."""
+
+    formats: str = _setting(SAVED_MODEL, f"Files to export, comma-separated: {', '.join(EXPORT_FORMATS)}. The "
+                            "SavedModel is always written; each other file is re-scored on val and kept only within "
+                            "its mAP tolerance.", flag="--format")
+    max_map_loss: float = _setting(FLOAT_TOLERANCE, "How far below the trained model's mAP@[.5:.95] a float file "
+                                   "may score on val and still be kept.")
+    max_int8_map_loss: float = _setting(INT8_TOLERANCE, "The same for the INT8 file.")
+    calibration_images: int = _setting(CALIBRATION_IMAGES, "Train images the INT8 file's value ranges are "
+                                       "calibrated on.")
+
+    @classmethod
+    def from_parameters(cls, values: dict) -> "ExportSettings":
+        """The settings from `export_*` parameter values (the export step's inputs, a command's
+        options).
+
+        >>> ExportSettings.from_parameters({"export_formats": "saved_model,onnx"}).formats
+        'saved_model,onnx'
+        """
+        return cls(**{name.removeprefix(SETTINGS_PREFIX): value for name, value in values.items()})
+
+    def converted(self) -> list[str]:
+        """The files to convert: the formats asked for but the SavedModel."""
+        return [kind for kind in parse_formats(self.formats) if kind != SAVED_MODEL]
 
 
 def parse_formats(value: str) -> list[str]:
