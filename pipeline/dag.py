@@ -19,7 +19,7 @@ from kfp import dsl
 from pipeline.kfp_steps import make_steps
 from components.train.tensorboard_upload import TENSORBOARD_ENV, tensorboard_parts
 from components.tune.vertex_job import TrialMachine
-from pipeline.params import DATAFLOW, EXPORT, TRAINING, in_signature_order, pipeline_docstring, pipeline_signature
+from pipeline.params import DATAFLOW, EXPORT, RULE, TRAINING, in_signature_order, pipeline_docstring, pipeline_signature
 from pipeline.vertex_jobs import EMAIL, MAX_NOTIFY
 
 PIPELINE_NAME = "detpipe"
@@ -169,7 +169,7 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
     none: the local run joins no Vertex AI experiment) and has no exit handler."""
     if local and resources.notify:
         raise ValueError("the local runner has no exit handler: --notify is for Vertex AI")
-    steps = make_steps(image, TRAINING, DATAFLOW, EXPORT)
+    steps = make_steps(image, TRAINING, DATAFLOW, EXPORT, RULE)
     custom = resources.train_runner == "customjob"
     # The tuner scores every trial between trials, on one machine: it runs on the chief alone
     # (several replicas would train each short trial together and then all evaluate it).

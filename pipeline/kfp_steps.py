@@ -258,13 +258,14 @@ KEY_FIGURES["train"] = _train_figure
 
 
 def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_name: str, champion: str,
-             promote_if: str, max_regression: float, min_map: float, seed: int, metrics: Output[Metrics],
+             rule: dict, seed: int, metrics: Output[Metrics],
              confusion_matrix: Output[ClassificationMetrics], report: Output[Markdown],
              metrics_json: Output[Artifact], decision: Output[Artifact], evaluation: Output[Artifact]) -> float:
     """COCO metrics on the val split; the champion's SavedModel re-scored on the same images,
     a bootstrap interval of the difference and the promotion decision. Returns mAP@[.5:.95].
     `metrics` carries the figures Vertex AI Experiments compares runs by (with the training's
-    cost, from the model's metadata), `confusion_matrix` the matrix its console draws."""
+    cost, from the model's metadata), `confusion_matrix` the matrix its console draws. `rule`:
+    the promotion rule's parameters (PromotionRule)."""
     import logging
     import shutil
 
@@ -277,7 +278,7 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     logging.basicConfig(level=logging.INFO)
     out = evaluation.path  # metrics, report, pictures, decision
     result, record = evaluate_against_champion(
-        model.path, data.path, out, PromotionRule(promote_if, max_regression, min_map), registry=registry,
+        model.path, data.path, out, PromotionRule(**rule), registry=registry,
         model_name=model_name, champion=champion, seed=seed)
     for key, value in result.metrics.items():
         metrics.log_metric(key, value)
@@ -430,11 +431,13 @@ class Steps:
     report: object
 
 
-def make_steps(image: str, training: dict[str, type], dataflow: dict[str, type], export_settings: dict[str, type]) -> Steps:
+def make_steps(image: str, training: dict[str, type], dataflow: dict[str, type], export_settings: dict[str, type],
+               rule: dict[str, type]) -> Steps:
     """The components with `image` as their base image; the probe, tune and train steps take
     the `training` settings (name → type: pipeline/params.py's TRAINING) as their `settings`,
     the data step the Dataflow settings (DATAFLOW) as its `dataflow`, the export step the
-    export settings (EXPORT) as its `settings`."""
+    export settings (EXPORT) as its `settings`, the evaluate step the promotion rule's (RULE)
+    as its `rule`."""
     def component(func):
         return dsl.component(func, base_image=image, install_kfp_package=False)
 
@@ -443,6 +446,8 @@ def make_steps(image: str, training: dict[str, type], dataflow: dict[str, type],
             return with_settings(func, training)
         if func is export:
             return with_settings(func, export_settings)
+        if func is evaluate:
+            return with_settings(func, rule, "rule")
         return with_settings(func, dataflow, "dataflow") if func is validate_and_convert else func
 
     return Steps(*(component(declared(f))

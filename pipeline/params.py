@@ -22,7 +22,7 @@ from components.detector.geometry import FAIL_COVERAGE
 from components.detector.precision import PRECISIONS, XLA_MODES
 from components.export.file_formats import SETTINGS_PREFIX as EXPORT_PREFIX
 from components.export.file_formats import ExportSettings
-from components.model_registry.decision import CONFIDENCE_LEVEL, RULES, PromotionRule
+from components.model_registry.decision import PromotionRule
 from components.model_registry.registry import DEFAULT_MODEL_NAME
 from components.model_registry.vertex_endpoint import EndpointSpec
 from components.model_registry.vertex_model import DEFAULT_REGION
@@ -36,6 +36,9 @@ from pipeline import cli_types
 REQUIRED = inspect.Parameter.empty
 # The checks of the export settings' options (their fields carry the rest: components/export/file_formats.py).
 _EXPORT_TYPES = typing.get_type_hints(ExportSettings)
+# The promotion rule's (its fields carry the rest: components/model_registry/decision.py).
+_RULE_TYPES = typing.get_type_hints(PromotionRule)
+_RULE_CHECKS = {"max_regression": cli_types.non_negative_float}
 _EXPORT_CHECKS = {"formats": cli_types.export_formats_arg, "max_map_loss": cli_types.non_negative_float,
                   "max_int8_map_loss": cli_types.non_negative_float, "calibration_images": cli_types.positive_int}
 
@@ -181,14 +184,8 @@ PARAMS: tuple[Param, ...] = (
           "pipeline root. Each run records a version there and compares with the champion.",
           cli_default="", path=True, cli_type=cli_types.output_dir),
     Param("model_name", str, DEFAULT_MODEL_NAME, "Name of the model in the registry (its folder)."),
-    Param("promote_if", str, PromotionRule.promote_if, f"Promotion rule: not_worse (blessed unless the {CONFIDENCE_LEVEL:.0%} interval of the "
-          "mAP difference lies entirely below -max_regression) or better (the interval must lie above 0).",
-          choices=RULES),
-    Param("max_regression", float, PromotionRule.max_regression, "How far below the champion's mAP the whole interval of the "
-          "difference must lie for a challenger to lose under not_worse.",
-          cli_type=cli_types.non_negative_float),
-    Param("min_map", float, PromotionRule.min_map, "A challenger below this mAP@[.5:.95] is never promoted, and the run fails "
-          "(after recording the version)."),
+    *(Param(f.name, _RULE_TYPES[f.name], f.default, f.metadata["help"], choices=f.metadata.get("choices", ()),
+            cli_type=_RULE_CHECKS.get(f.name)) for f in fields(PromotionRule)),
     *(Param(EXPORT_PREFIX + f.name, _EXPORT_TYPES[f.name], f.default, f.metadata["help"],
             cli_type=_EXPORT_CHECKS[f.name]) for f in fields(ExportSettings)),
     Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
@@ -217,6 +214,8 @@ TRAINING: dict[str, type] = {p.name: p.type for p in PARAMS if p.name in {f.name
 DATAFLOW: dict[str, type] = {p.name: p.type for p in PARAMS if p.name.startswith(PARAMETER_PREFIX)}
 # The export step's settings (ExportSettings), one parameter a field.
 EXPORT: dict[str, type] = {p.name: p.type for p in PARAMS if p.name.startswith(EXPORT_PREFIX)}
+# The promotion rule's settings (PromotionRule), which the evaluate step takes.
+RULE: dict[str, type] = {f.name: BY_NAME[f.name].type for f in fields(PromotionRule)}
 DEFAULT_REGISTRY_DIR = "registry"  # under the pipeline root
 
 

@@ -258,3 +258,19 @@ def test_the_export_step_and_command_take_every_export_setting_from_its_field(sp
     assert made["root"]["dag"]["tasks"]["export"]["inputs"]["parameters"][made_up.name] == {
         "componentInputParameter": made_up.name}
     assert made_up.name not in made["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
+
+
+def test_the_promotion_rule_s_fields_are_its_parameters_and_the_evaluate_step_s_inputs(spec):
+    """PromotionRule's fields (help and choices in their metadata) are the promote_if,
+    max_regression and min_map parameters, and the evaluate step takes each, fed its parameter."""
+    from dataclasses import fields
+
+    from components.model_registry.decision import PromotionRule
+    from pipeline.params import RULE
+
+    rule = {f.name: f for f in fields(PromotionRule)}
+    assert list(RULE) == list(rule) == ["promote_if", "max_regression", "min_map"]
+    assert all(BY_NAME[name].help == f.metadata["help"] and BY_NAME[name].default == f.default
+               and BY_NAME[name].choices == f.metadata.get("choices", ()) for name, f in rule.items())
+    given = spec["root"]["dag"]["tasks"]["evaluate"]["inputs"]["parameters"]
+    assert all(given[name] == {"componentInputParameter": name} for name in rule)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 # The confidence of the bootstrap interval of the mAP difference the promotion rules read
@@ -53,9 +53,18 @@ def readable(*values: float) -> list[str]:
 
 @dataclass(frozen=True)
 class PromotionRule:
-    promote_if: str = "not_worse"
-    max_regression: float = 0.01
-    min_map: float = 0.0
+    """The rule a challenger is promoted by, declared once: the pipeline's promote_if,
+    max_regression and min_map parameters (their help and choices in each field's metadata)
+    and the evaluate step's inputs are made from these fields."""
+
+    promote_if: str = field(default="not_worse", metadata={"choices": RULES, "help": (
+        f"Promotion rule: not_worse (blessed unless the {CONFIDENCE_LEVEL:.0%} interval of the mAP difference lies "
+        "entirely below -max_regression) or better (the interval must lie above 0).")})
+    max_regression: float = field(default=0.01, metadata={"help": (
+        "How far below the champion's mAP the whole interval of the difference must lie for a challenger to lose "
+        "under not_worse.")})
+    min_map: float = field(default=0.0, metadata={"help": (
+        "A challenger below this mAP@[.5:.95] is never promoted, and the run fails (after recording the version).")})
 
     def __post_init__(self):
         if self.promote_if not in RULES:
