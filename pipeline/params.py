@@ -23,6 +23,7 @@ from components.detector.precision import PRECISIONS, XLA_MODES
 from components.export.file_formats import SETTINGS_PREFIX as EXPORT_PREFIX
 from components.export.file_formats import ExportSettings
 from components.model_registry.decision import PromotionRule
+from components.model_registry.warm_source import DEFAULT_WARM_START
 from components.model_registry.registry import DEFAULT_MODEL_NAME
 from components.model_registry.vertex_endpoint import EndpointSpec
 from components.model_registry.vertex_model import DEFAULT_REGION
@@ -124,7 +125,7 @@ PARAMS: tuple[Param, ...] = (
     Param("allow_poor_anchors", bool, TrainConfig.allow_poor_anchors, "Train (and tune) even when, after fitting the input size, levels "
           f"and anchors, fewer than {FAIL_COVERAGE:.0%} of some class's training boxes can match an anchor (tiny objects in large "
           "images); the train report warns. A larger image_size is the better fix."),
-    Param("warm_start", str, "auto", "Where training starts: auto (from the champion's weights when its model can "
+    Param("warm_start", str, DEFAULT_WARM_START, "Where training starts: auto (from the champion's weights when its model can "
           "be continued, on a shorter, gentler schedule), never (from scratch), or a registry version (e.g. v3).",
           cli_type=cli_types.warm_start_arg),
     Param("model_size", str, TrainConfig.model_size, "Backbone and head size: tiny, small or resnet18.",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from components.model_registry.registry import Registry, RegistryError
 
 WARM_START_MODES = ("auto", "never")
+DEFAULT_WARM_START = WARM_START_MODES[0]  # the champion, when there is one and it can be continued
 _VERSION = re.compile(r"^v\d+$")
 
 
