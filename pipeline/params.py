@@ -35,13 +35,6 @@ from components.tune.vertex_job import BACKENDS
 from pipeline import cli_types
 
 REQUIRED = inspect.Parameter.empty
-# The checks of the export settings' options (their fields carry the rest: components/export/file_formats.py).
-_EXPORT_TYPES = typing.get_type_hints(ExportSettings)
-# The promotion rule's (its fields carry the rest: components/model_registry/decision.py).
-_RULE_TYPES = typing.get_type_hints(PromotionRule)
-_RULE_CHECKS = {"max_regression": cli_types.non_negative_float}
-_EXPORT_CHECKS = {"formats": cli_types.export_formats_arg, "max_map_loss": cli_types.non_negative_float,
-                  "max_int8_map_loss": cli_types.non_negative_float, "calibration_images": cli_types.positive_int}
 
 
 @dataclass(frozen=True)
@@ -62,6 +55,25 @@ class Param:
     def option(self) -> str:
         return self.flag or "--" + self.name.replace("_", "-")
 
+
+def settings_params(settings: type, prefix: str, checks: dict, leave_out: tuple[str, ...] = (),
+                    **common) -> tuple[Param, ...]:
+    """The parameters of a settings dataclass whose fields declare them (help and choices in
+    their metadata): one a field, named `prefix` + the field's name; `checks`: the argparse type
+    of a field's option where its type alone does not check it; `common`: Param's other fields."""
+    types = typing.get_type_hints(settings)
+    return tuple(Param(prefix + f.name, types[f.name], f.default, f.metadata["help"],
+                       choices=f.metadata.get("choices", ()), cli_type=checks.get(f.name), **common)
+                 for f in fields(settings) if f.name not in leave_out)
+
+
+# The data step's Dataflow settings (beam/dataflow.py) but the workers' image: they run the step's own.
+DATAFLOW_PARAMS = settings_params(DataflowSettings, PARAMETER_PREFIX, {"max_workers": cli_types.non_negative_int},
+                                  leave_out=("image",), local=False)
+RULE_PARAMS = settings_params(PromotionRule, "", {"max_regression": cli_types.non_negative_float})
+EXPORT_PARAMS = settings_params(ExportSettings, EXPORT_PREFIX, {
+    "formats": cli_types.export_formats_arg, "max_map_loss": cli_types.non_negative_float,
+    "max_int8_map_loss": cli_types.non_negative_float, "calibration_images": cli_types.positive_int})
 
 PARAMS: tuple[Param, ...] = (
     Param("images", str, REQUIRED, "Folder of images, local path or gs:// URI.",
@@ -97,9 +109,7 @@ PARAMS: tuple[Param, ...] = (
           "displayed) or ignore (as stored).", choices=EXIF_MODES),
     Param("data_runner", str, ConvertOptions.runner, "DirectRunner (inside the step) or DataflowRunner (the step "
           "launches a Dataflow job).", local=False, choices=RUNNERS),
-    *(Param(PARAMETER_PREFIX + f.name, f.type, f.default, f.metadata["help"], local=False,
-            cli_type=cli_types.non_negative_int if f.type is int else None)
-      for f in fields(DataflowSettings) if f.name != "image"),  # the workers run the step's own image
+    *DATAFLOW_PARAMS,
     Param("beam_options", str, "", "Other Beam options for Dataflow than the dataflow_* parameters, e.g. "
           '"--disk_size_gb=100 --experiments=use_runner_v2".', local=False),
     Param("epochs", int, TrainConfig.epochs, "Passes over the whole training split; 0: as many as time_budget buys "
@@ -185,10 +195,8 @@ PARAMS: tuple[Param, ...] = (
           "pipeline root. Each run records a version there and compares with the champion.",
           cli_default="", path=True, cli_type=cli_types.output_dir),
     Param("model_name", str, DEFAULT_MODEL_NAME, "Name of the model in the registry (its folder)."),
-    *(Param(f.name, _RULE_TYPES[f.name], f.default, f.metadata["help"], choices=f.metadata.get("choices", ()),
-            cli_type=_RULE_CHECKS.get(f.name)) for f in fields(PromotionRule)),
-    *(Param(EXPORT_PREFIX + f.name, _EXPORT_TYPES[f.name], f.default, f.metadata["help"],
-            cli_type=_EXPORT_CHECKS[f.name]) for f in fields(ExportSettings)),
+    *RULE_PARAMS,
+    *EXPORT_PARAMS,
     Param("vertex_model", str, "", "Vertex AI Model Registry display name: each run uploads a version there "
           "(alias champion when blessed); empty: no upload.", local=False),
     Param("vertex_region", str, DEFAULT_REGION, "Region of the Vertex AI Model Registry.", local=False),
@@ -211,12 +219,12 @@ BY_NAME = {p.name: p for p in PARAMS}
 # offer each as an option, and each reaches TrainConfig by its name: adding one is its Param here
 # and the TrainConfig field it sets.
 TRAINING: dict[str, type] = {p.name: p.type for p in PARAMS if p.name in {f.name for f in fields(TrainConfig)}}
-# The Dataflow settings of the data step (beam/dataflow.py), one parameter a field.
-DATAFLOW: dict[str, type] = {p.name: p.type for p in PARAMS if p.name.startswith(PARAMETER_PREFIX)}
-# The export step's settings (ExportSettings), one parameter a field.
-EXPORT: dict[str, type] = {p.name: p.type for p in PARAMS if p.name.startswith(EXPORT_PREFIX)}
-# The promotion rule's settings (PromotionRule), which the evaluate step takes.
-RULE: dict[str, type] = {f.name: BY_NAME[f.name].type for f in fields(PromotionRule)}
+# The settings a step takes from a dataclass whose fields declare them, one parameter a field:
+# the data step's Dataflow settings (beam/dataflow.py), the evaluate step's promotion rule, the
+# export step's settings.
+DATAFLOW: dict[str, type] = {p.name: p.type for p in DATAFLOW_PARAMS}
+RULE: dict[str, type] = {p.name: p.type for p in RULE_PARAMS}
+EXPORT: dict[str, type] = {p.name: p.type for p in EXPORT_PARAMS}
 DEFAULT_REGISTRY_DIR = "registry"  # under the pipeline root
 
 
