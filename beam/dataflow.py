@@ -90,12 +90,12 @@ def beam_flags_of_settings(beam_args) -> list[tuple[str, str]]:
 
 
 def problem_lines(settings: DataflowSettings, runner: str, beam_args, named: Callable[[str], str],
-                  instead: str) -> list[str]:
+                  instead: Callable[[str, str], str]) -> list[str]:
     """What is wrong, one line a problem: each setting Dataflow would refuse, as the user named
     it (`named(field)`: an option or a parameter), and each Beam option among `beam_args` that
-    sets a checked setting (`instead`, with `{flag}` and `{setting}`: how that line reads)."""
+    sets a checked setting (`instead(flag, field)`: that line)."""
     lines = [f"{named(name)}: {text}" for name, text in settings.problems(runner)]
-    lines += [instead.format(flag=flag, setting=named(name)) for name, flag in beam_flags_of_settings(beam_args)]
+    lines += [instead(flag, name) for name, flag in beam_flags_of_settings(beam_args)]
     return lines
 
 
@@ -107,12 +107,14 @@ def pipeline_settings(parameters: dict, runner: str, image: str, beam_options: s
 
     settings = DataflowSettings(**{name.removeprefix(PARAMETER_PREFIX): value for name, value in parameters.items()},
                                 image=image if runner == DATAFLOW_RUNNER else "")
-    lines = problem_lines(settings, runner, shlex.split(beam_options), lambda name: PARAMETER_PREFIX + name,
-                          "beam_options {flag}: give it as the parameter {setting}, which is checked")
-    # The workers' image is no parameter: the step's own (the image the pipeline is compiled with).
-    own_image = f"the parameter {PARAMETER_PREFIX}image, which is checked"
-    return settings, [line.replace(own_image, "the pipeline's --image at compile time: the workers run the step's "
-                                              "own image") for line in lines]
+    def instead(flag: str, name: str) -> str:
+        if name == "image":  # no parameter: the workers run the step's own image, the one compiled in
+            return f"beam_options {flag}: give it as the pipeline's --image at compile time: the workers run the " \
+                   "step's own image"
+        return f"beam_options {flag}: give it as the parameter {PARAMETER_PREFIX}{name}, which is checked"
+
+    return settings, problem_lines(settings, runner, shlex.split(beam_options), lambda name: PARAMETER_PREFIX + name,
+                                   instead)
 
 
 # Google Cloud's own rules for the names (project IDs: 6-30 characters, lower case letters,

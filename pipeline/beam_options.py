@@ -89,8 +89,8 @@ def dataflow_beam_args(args, runner: str, beam_args: list[str]) -> tuple[str, ..
     from pipeline.cli_types import UsageError
 
     settings = dataflow_settings(args)
-    lines = problem_lines(settings, runner, beam_args, _dataflow_option,
-                          "{flag}: give it as {setting}, which is checked before the job is submitted")
+    lines = problem_lines(settings, runner, beam_args, _dataflow_option, lambda flag, name: (
+        f"{flag}: give it as {_dataflow_option(name)}, which is checked before the job is submitted"))
     if lines:
         raise UsageError("\n".join(lines))
     return settings.beam_args() + tuple(beam_args)
