@@ -81,18 +81,27 @@ def normalised_coordinates_problems(first_pixel_boxes: int, boxes: int) -> list[
             "coordinates are pixels (multiply x by the width and y by the height)"]
 
 
-def no_boxes_problems(written: dict[str, int], boxes: dict[str, int]) -> list[str]:
-    """The problem of a split whose images are all negatives (no box written): nothing to learn
-    from in train, no mAP to measure on val.
+def boxless_splits(written: dict[str, int], boxes: dict[str, int]) -> list[str]:
+    """The splits that hold images, all of them negatives (no box written).
 
-    >>> no_boxes_problems({"train": 5, "val": 2}, {"train": 9, "val": 0})[0].split(" | ")[:2]
-    ['(split val)', 'no boxes']
-    >>> no_boxes_problems({"train": 5, "val": 0}, {"train": 9})
+    >>> boxless_splits({"train": 5, "val": 2}, {"train": 9, "val": 0})
+    ['val']
+    >>> boxless_splits({"train": 5, "val": 0}, {"train": 9})
     []
+    """
+    return [split for split in (TRAIN, VAL) if written.get(split) and not boxes.get(split)]
+
+
+def no_boxes_problems(written: dict[str, int], boxless: list[str]) -> list[str]:
+    """The problem of each split in `boxless`: nothing to learn from in train, no mAP to measure
+    on val.
+
+    >>> no_boxes_problems({"train": 5, "val": 2}, ["val"])[0].split(" | ")[:2]
+    ['(split val)', 'no boxes']
     """
     why = {TRAIN: "training has nothing to learn", VAL: "no mAP can be measured on it"}
     return [f"(split {split}) | no boxes | its {written[split]} image(s) hold no box (negatives, or every box "
-            f"dropped): {why[split]}" for split in (TRAIN, VAL) if written.get(split) and not boxes.get(split)]
+            f"dropped): {why[split]}" for split in boxless]
 
 
 def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int], rejected: int,
@@ -103,10 +112,8 @@ def dataset_problems(out: str, label_map: dict[str, int], written: dict[str, int
     `boxes`: the boxes written per split, for the splits that hold none)."""
     problems = list(found) + [f"(split {split}) | no examples | every split needs at least one example"
                               for split in (TRAIN, VAL) if not written.get(split)]
-    boxless = set()
-    if boxes is not None:
-        problems += no_boxes_problems(written, boxes)
-        boxless = {split for split in (TRAIN, VAL) if written.get(split) and not boxes.get(split)}
+    boxless = [] if boxes is None else boxless_splits(written, boxes)
+    problems += no_boxes_problems(written, boxless)
     problems += look_alike_class_problems(label_map)
     fraction = rejected / records_in if records_in else 0.0
     if fraction > options.max_reject_fraction:
