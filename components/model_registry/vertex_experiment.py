@@ -34,14 +34,6 @@ def experiment_problem(name: str) -> str | None:
             f"{name!r}")
 
 
-def _where(pipeline_job: str) -> tuple[str, str]:
-    """(project, location) of a pipeline job's resource name."""
-    parts = pipeline_job.split("/")
-    if len(parts) != 6 or parts[0] != "projects" or parts[2] != "locations" or parts[4] != "pipelineJobs":
-        raise ValueError(f"not a Vertex AI pipeline job: {pipeline_job!r} (projects/P/locations/L/pipelineJobs/ID)")
-    return parts[1], parts[3]
-
-
 def join_request(experiment: str, run_context: str, project: str, location: str):
     """The AddContextChildrenRequest that puts a run's context under the experiment's.
 
@@ -63,12 +55,12 @@ def join_experiment(experiment: str, pipeline_job: str, credentials=None) -> str
     from google.cloud.aiplatform_v1.services.metadata_service import MetadataServiceClient
     from google.cloud.aiplatform_v1.services.pipeline_service import PipelineServiceClient
 
-    from components.model_registry.vertex_model import regional_client
+    from components.model_registry.vertex_model import regional_client, resource_parts
 
     problem = experiment_problem(experiment)
     if problem:
         raise ValueError(problem)
-    project, location = _where(pipeline_job)
+    project, location = resource_parts(pipeline_job, "pipelineJobs", "pipeline job")
     aiplatform.Experiment.get_or_create(experiment, project=project, location=location, credentials=credentials)
     job = regional_client(PipelineServiceClient, location, credentials).get_pipeline_job(name=pipeline_job)
     run_context = job.job_detail.pipeline_run_context.name

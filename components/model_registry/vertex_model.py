@@ -93,6 +93,19 @@ def upload_version(version: ModelVersion, project: str | None = None, location: 
         project=project, location=location, credentials=credentials, sync=True)
 
 
+def resource_parts(name: str, collection: str, what: str) -> tuple[str, str]:
+    """(project, location) of a Vertex AI resource name, projects/P/locations/L/COLLECTION/ID;
+    ValueError naming the form (`what`: the resource, in words) for any other.
+
+    >>> resource_parts("projects/p/locations/europe-west4/models/12", "models", "model")
+    ('p', 'europe-west4')
+    """
+    parts = name.split("/")
+    if len(parts) != 6 or parts[0] != "projects" or parts[2] != "locations" or parts[4] != collection:
+        raise ValueError(f"not a Vertex AI {what}: {name!r} (projects/P/locations/L/{collection}/ID)")
+    return parts[1], parts[3]
+
+
 def resource_uri(resource_name: str) -> str:
     """The REST address of a Vertex AI resource (projects/P/locations/L/...), the `uri` GCPC
     gives its google.VertexModel and google.VertexEndpoint artifacts.

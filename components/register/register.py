@@ -103,7 +103,7 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
     """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version and,
     when it is blessed and `endpoint` (a vertex_endpoint.EndpointSpec) is given, that
     version deployed behind the endpoint."""
-    from components.model_registry.vertex_model import ModelVersion, find_parent_model, upload_version
+    from components.model_registry.vertex_model import ModelVersion, find_parent_model, resource_parts, upload_version
 
     done = register_run(Registry.open(registry_uri, model_name), saved_model_dir, data_dir, metrics_file,
                         decision, fingerprint, run_id, train_dir)
@@ -119,7 +119,7 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
         if endpoint is not None and done.status == "blessed":
             from components.model_registry.vertex_endpoint import deploy_to_endpoint
 
-            _, project, _, location, *_ = model.resource_name.split("/")  # projects/P/locations/L/models/ID
+            project, location = resource_parts(model.resource_name, "models", "model")
             done.vertex_endpoint = deploy_to_endpoint(done.vertex_model, endpoint, project, location,
                                                       registry_version=done.version).endpoint
     return done
