@@ -29,10 +29,12 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from components.detector.coco_metrics import ImageDetections, ImageTruth
+if TYPE_CHECKING:  # annotations only: `detpipe --help` reads CONFIDENT without faster-coco-eval's import
+    from components.detector.coco_metrics import ImageDetections, ImageTruth
 
 MISSING, WRONG_CLASS, MISPLACED, DUPLICATE = "missing box", "wrong class", "misplaced box", "duplicate box"
 KINDS = (MISSING, WRONG_CLASS, MISPLACED, DUPLICATE)
