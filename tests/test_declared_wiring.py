@@ -193,6 +193,22 @@ def test_a_rule_about_settings_lives_in_the_config_so_every_adapter_gets_it():
     assert TrainConfig(data_dir="d", output_dir="o", flip=True, augment_strength=0.0).augment
 
 
+def compiled_with(made_up, tmp_path, monkeypatch, **step_settings) -> dict:
+    """The pipeline compiled with one more declared parameter, `made_up`, and the DAG's
+    `step_settings` (TRAINING=..., EXPORT=...) naming it."""
+    from pipeline import dag, params
+    from pipeline.compile import compile_pipeline
+
+    declared = (*params.PARAMS, made_up)
+    for name, value in step_settings.items():
+        monkeypatch.setattr(dag, name, value)
+    monkeypatch.setattr(dag, "in_signature_order", lambda: params.in_signature_order(declared))
+    monkeypatch.setattr(dag, "pipeline_signature", lambda: params.pipeline_signature(declared))
+    monkeypatch.setattr(dag, "pipeline_docstring", lambda summary: params.pipeline_docstring(summary, declared))
+    compile_pipeline(tmp_path / "p.yaml")
+    return yaml.safe_load((tmp_path / "p.yaml").read_text())
+
+
 def test_a_made_up_training_setting_needs_its_declaration_and_nothing_else(tmp_path, monkeypatch):
     """One more Param among the training settings (a TrainConfig field, in the code): the compiled
     DAG offers it as a parameter with its default and description, the probe, tune and train steps
@@ -200,18 +216,11 @@ def test_a_made_up_training_setting_needs_its_declaration_and_nothing_else(tmp_p
     DAG's code, the steps nor the commands change."""
     import argparse
 
-    from pipeline import dag, params
-    from pipeline.compile import compile_pipeline
+    from pipeline import params
 
     made_up = params.Param("made_up_rate", float, 0.125, "A setting made up by this test.")
-    declared = (*params.PARAMS, made_up)
     training = {**params.TRAINING, made_up.name: float}
-    monkeypatch.setattr(dag, "TRAINING", training)
-    monkeypatch.setattr(dag, "in_signature_order", lambda: params.in_signature_order(declared))
-    monkeypatch.setattr(dag, "pipeline_signature", lambda: params.pipeline_signature(declared))
-    monkeypatch.setattr(dag, "pipeline_docstring", lambda summary: params.pipeline_docstring(summary, declared))
-    compile_pipeline(tmp_path / "p.yaml")
-    spec = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    spec = compiled_with(made_up, tmp_path, monkeypatch, TRAINING=training)
     root = spec["root"]["inputDefinitions"]["parameters"][made_up.name]
     assert root["defaultValue"] == 0.125 and root["description"] == made_up.help
     for task in ("probe", "tune-hyperparameters", "train"):
@@ -234,9 +243,8 @@ def test_the_export_step_and_command_take_every_export_setting_from_its_field(sp
     from dataclasses import fields
 
     from components.export.file_formats import SETTINGS_PREFIX, ExportSettings
-    from pipeline import dag, params
+    from pipeline import params
     from pipeline.cli import build_parser
-    from pipeline.compile import compile_pipeline
 
     names = {SETTINGS_PREFIX + f.name: f for f in fields(ExportSettings)}
     assert set(params.EXPORT) == set(names)
@@ -248,13 +256,7 @@ def test_the_export_step_and_command_take_every_export_setting_from_its_field(sp
     assert set(names) <= {action.dest for action in commands["export"]._actions}
 
     made_up = params.Param(SETTINGS_PREFIX + "made_up_quality", int, 7, "An export setting made up by this test.")
-    declared = (*params.PARAMS, made_up)
-    monkeypatch.setattr(dag, "EXPORT", {**params.EXPORT, made_up.name: int})
-    monkeypatch.setattr(dag, "in_signature_order", lambda: params.in_signature_order(declared))
-    monkeypatch.setattr(dag, "pipeline_signature", lambda: params.pipeline_signature(declared))
-    monkeypatch.setattr(dag, "pipeline_docstring", lambda summary: params.pipeline_docstring(summary, declared))
-    compile_pipeline(tmp_path / "p.yaml")
-    made = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    made = compiled_with(made_up, tmp_path, monkeypatch, EXPORT={**params.EXPORT, made_up.name: int})
     assert made["root"]["dag"]["tasks"]["export"]["inputs"]["parameters"][made_up.name] == {
         "componentInputParameter": made_up.name}
     assert made_up.name not in made["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
