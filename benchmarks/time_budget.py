@@ -49,7 +49,7 @@ GPU_SPEEDUP_OVER_T4 = {"L4": 1.5, "A100": 4.0, "H100": 7.0}
 T4_IMAGES_PER_SECOND = 400.0
 
 
-def _trained(config: TrainConfig, name: str) -> dict:
+def trained(config: TrainConfig, name: str) -> dict:
     """Train (or reuse) and score on the test photos."""
     out = Path(config.output_dir)
     record = out / "bench.json"
@@ -75,10 +75,10 @@ def run_seed(images: str, annotations: str, seed: int, work: Path, budgets: list
                                      val_fraction=VAL_FRACTION))
     base = TrainConfig(data_dir=str(data), output_dir="", seed=seed)
     print(f"seed {seed}:", flush=True)
-    rows = {"10 epochs": _trained(replace(base, output_dir=str(work / f"epochs-{seed}"), epochs=BASELINE_EPOCHS),
+    rows = {"10 epochs": trained(replace(base, output_dir=str(work / f"epochs-{seed}"), epochs=BASELINE_EPOCHS),
                                   f"{BASELINE_EPOCHS} epochs")}
     for budget in budgets:
-        rows[budget] = _trained(replace(base, output_dir=str(work / f"budget-{budget}-{seed}"), time_budget=budget),
+        rows[budget] = trained(replace(base, output_dir=str(work / f"budget-{budget}-{seed}"), time_budget=budget),
                                 f"budget {budget}")
     return rows
 

@@ -65,6 +65,11 @@ def batch_size_arg(value: str) -> str:
     return _auto_or_int(value, 1, "--batch-size")
 
 
+def patience_arg(value: str) -> str:
+    """'auto' or a whole number >= 0."""
+    return _auto_or_int(value, 0, "--patience")
+
+
 def time_budget_arg(value: str) -> str:
     """'auto' or a duration: 90s, 20m, 1.5h, or seconds."""
     from components.train.time_budget import check_budget

@@ -14,6 +14,7 @@ from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
+from components.train.stopped_short import SHORT_OF_PLATEAU
 from pipeline.kfp_settings import with_settings
 
 # What each finished step shows on its console line (`detpipe run --local`), from its output
@@ -251,7 +252,8 @@ def _train_figure(out: dict) -> str:
     if not out.get("length"):  # a run of an earlier version
         return f"{rate}, " + (f"warm start from {source}" if source else "from scratch")
     trained, _, why = out["length"].partition(", stopped: ")
-    return f"{rate}, {trained.split(' (')[0]}: {why.split(':')[0]}" + (f", from {source}" if source else "")
+    return (f"{rate}, {trained.split(' (')[0]}: {why.split(':')[0]}" + (", short" if why.endswith(SHORT_OF_PLATEAU) else "")
+            + (f", from {source}" if source else ""))
 
 
 KEY_FIGURES["train"] = _train_figure
@@ -314,7 +316,8 @@ def review(model: Input[Model], data: Input[Dataset], evaluation: Input[Artifact
     logging.basicConfig(level=logging.INFO)
     result = review_model(model.path, data.path, label_review.path, evaluation_dir=evaluation.path)
     shutil.copyfile(f"{label_review.path}/{PAGE_FILE}", review_page.path)
-    label_review.metadata.update({"flagged": result.flagged, "images": result.images, "confident": result.confident})
+    label_review.metadata.update({"flagged": result.flagged, "images": result.images, "confident": result.confident,
+                                  "judged_ap50": result.ap50, "too_weak": result.weak})
     return result.summary
 
 

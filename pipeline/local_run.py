@@ -46,6 +46,7 @@ class RunSummary:
     review_page: Path | None = None  # label_review.html at the top of the run folder
     files: str = ""  # the export step's line on converted files ("" when none were asked for)
     length: str = ""  # how long training ran and why it stopped (TrainResult.length_line)
+    short: str = ""  # the budget ended training while its held-out curve still rose (TrainResult.short)
 
     def lines(self) -> list[str]:
         return [
@@ -55,6 +56,7 @@ class RunSummary:
             f"probe: {self.probe_verdict}",
             f"training: {self.images_per_second:.1f} images/s, started {self.started}"
             + (f"; {self.length}" if self.length else ""),
+            *([f"warning: training {self.short}"] if self.short else []),
             f"evaluation: mAP@[.5:.95] {self.metrics['mAP']:.3f}, AP50 {self.metrics['AP50']:.3f}, "
             f"AP75 {self.metrics['AP75']:.3f}" + (f"; prediction: {self.prediction}" if self.prediction else ""),
             "per class (AP@[.5:.95] / AP50): " + ", ".join(
@@ -104,6 +106,7 @@ def summarise(run_dir: Path) -> RunSummary:
         version=_register_output(run_dir, "version"), comparison=comparison_line(decision),
         report=_top_level_report(run_dir), unchanged=_step_output(run_dir, "fingerprint-source", "unchanged"), review=_review_summary(run_dir), review_page=_top_level_review(run_dir),
         files=_step_output(run_dir, "export", "formats"), length=_step_output(run_dir, "train", "length"),
+        short=train_config.result.get("short", ""),
     )
 
 

@@ -29,7 +29,9 @@ from components.model_registry.vertex_endpoint import EndpointSpec
 from components.model_registry.vertex_model import DEFAULT_REGION
 from components.train.config import TrainConfig
 from components.train.plan import EMA_WINDOW_SHARE, FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
-from components.train.time_budget import CPU_AUTO_SECONDS, GPU_AUTO_SECONDS, MAX_BUDGET_EPOCHS
+from components.detector.holdout_size import HOLDOUT_MAX_IMAGES
+from components.train.time_budget import (CPU_AUTO_IMAGES, CPU_AUTO_SECONDS, DEFAULT_PATIENCE, GPU_AUTO_SECONDS,
+                                          MAX_BUDGET_EPOCHS, PATIENCE_SHARE, SMOOTHED_SCORES)
 from components.tune.search import TuneConfig
 from components.tune.vertex_job import BACKENDS
 from pipeline import cli_types
@@ -116,14 +118,15 @@ PARAMS: tuple[Param, ...] = (
           "on this machine, on the train split less holdout, stopped by the held-out curve (patience).",
           cli_type=cli_types.non_negative_int),
     Param("time_budget", str, TrainConfig.time_budget, "Time for training and the search when epochs is 0 (20m, "
-          f"1.5h, 90s): epochs at the rate measured here. auto: {CPU_AUTO_SECONDS:g} s without a GPU, "
-          f"{GPU_AUTO_SECONDS:g} s with one (the curve or {MAX_BUDGET_EPOCHS} epochs end it sooner).",
+          f"1.5h, 90s). auto without a GPU: until the held-out curve is flat, at most {CPU_AUTO_IMAGES:,} images and "
+          f"{CPU_AUTO_SECONDS / 60:g} min; with one: {GPU_AUTO_SECONDS / 60:g} min or {MAX_BUDGET_EPOCHS} epochs.",
           cli_type=cli_types.time_budget_arg),
-    Param("patience", int, TrainConfig.patience, "Epochs without a better mAP on the held-out train images that stop "
-          "a budgeted run (the best point's weights are kept); 0: train to the end of the budget.",
-          cli_type=cli_types.non_negative_int),
+    Param("patience", str, TrainConfig.patience, "Epochs without a better held-out mAP (smoothed over "
+          f"{SMOOTHED_SCORES} scores) that stop a budgeted run; auto: {PATIENCE_SHARE:.0%} of the planned epochs, at "
+          f"least {DEFAULT_PATIENCE}; 0: never early.", cli_type=cli_types.patience_arg),
     Param("holdout", float, TrainConfig.holdout, "Share of the train images held out (by the data split's hash rule) "
-          "to score a budgeted run's learning curve; never val.", cli_type=cli_types.open_fraction),
+          f"to score a budgeted run's learning curve, at most {HOLDOUT_MAX_IMAGES} images; never val.",
+          cli_type=cli_types.open_fraction),
     Param("batch_size", str, TrainConfig.batch_size, "Images per step, or auto to size it to the machine.",
           cli_type=cli_types.batch_size_arg),
     Param("image_size", str, TrainConfig.image_size, "Square model input in pixels, or auto: fitted to the training boxes "

@@ -1,6 +1,6 @@
 """`detpipe review`: the labels most likely wrong (components/review), a thin adapter."""
 
-from components.review.label_review import CONFIDENT
+from components.review.label_review import CONFIDENT, REVIEW_FLOOR_AP50
 from pipeline.cli_types import EXIT_OK, existing_dir, output_dir, review_folds, shards_dir, trained_model_dir
 from pipeline.cli_types import positive_int as _positive_int
 from pipeline.cli_types import unit_float
@@ -15,7 +15,8 @@ def cmd_review(args) -> int:
         print(f"reviewing the train split too: {fold_cost(args.model, args.review_folds, args.fold_epochs)}",
               flush=True)
     result = review_model(args.model, args.data, args.output, confident=args.confident,
-                          evaluation_dir=args.evaluation, folds=args.review_folds, fold_epochs=args.fold_epochs)
+                          evaluation_dir=args.evaluation, folds=args.review_folds, fold_epochs=args.fold_epochs,
+                          floor=args.floor)
     print(f"{result.images - result.train_images} val"
           + (f" and {result.train_images} train" if result.train_images else "")
           + f" images reviewed: {result.summary} -> {args.output}/label_review.html, "
@@ -46,6 +47,10 @@ def add_review_command(sub) -> None:
     p.add_argument("--evaluation", type=existing_dir, default=None,
                    help="output folder of `detpipe evaluate` for this model on this data: its detections are "
                         "reviewed (no second prediction pass) and its threshold is the default --confident")
+    p.add_argument("--floor", type=unit_float, default=REVIEW_FLOOR_AP50, metavar="AP50",
+                   help="the model's val AP50 under which it is too weak to judge the labels: nothing it finds is "
+                        "flagged then (duplicates still are), and the summary says why; 0: judge with any model "
+                        "(default %(default)s)")
     p.add_argument("--review-folds", type=review_folds, default=0, metavar="K",
                    help="also review the train split: K models trained from scratch with the model's options on "
                         "K-1 folds each predict the fold they did not see. Costs about K-1 times the model's "

@@ -26,9 +26,9 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the export step takes the dataset and the new `export_*` parameters and
-# returns its threshold and a line on the converted files; the report step reads its folder (issue 71).
-GOLDEN_SHA256 = "f2244d40701aa7f7cd2e677efe47c4b16e395e22a81c958576042e55ac06d745"
+# Last change: `patience` is a STRING ("auto": tied to the plan), time_budget's and holdout's
+# descriptions say auto's caps, the review step's metadata says what judged the labels (issue 87).
+GOLDEN_SHA256 = "13ee992a60717b2ae585bd7e3d87b502e7559b40ee51bf3433702d80025e3c1e"
 
 
 def test_golden_compile(tmp_path):

@@ -173,7 +173,7 @@ def test_review_command_writes_the_list_and_the_page(raccoon_model, raccoon_shar
 
     out = tmp_path / "review"
     assert main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(out),
-                 "--confident", "0.01"]) == 0
+                 "--confident", "0.01", "--floor", "0"]) == 0  # a model of 3 steps: judged anyway
     printed = capsys.readouterr().out
     assert "43 val images reviewed:" in printed and "label_review.html" in printed
     page = (out / "label_review.html").read_text()
@@ -189,7 +189,7 @@ def test_review_command_writes_the_list_and_the_page(raccoon_model, raccoon_shar
                  str(evaluation)]) == 0
     again = tmp_path / "again"
     assert main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(again),
-                 "--confident", "0.01", "--evaluation", str(evaluation)]) == 0
+                 "--confident", "0.01", "--evaluation", str(evaluation), "--floor", "0"]) == 0
     first, second = read_review(out / "label_review.jsonl"), read_review(again / "label_review.jsonl")
     assert [(i.image, i.kind, i.label_index, i.box) for i in first] == \
         [(i.image, i.kind, i.label_index, i.box) for i in second]
@@ -277,3 +277,43 @@ def test_a_prediction_that_spans_two_labelled_objects_does_not_flag_them_as_misp
     alone = replace(truth, boxes=truth.boxes[:1], labels=[1])
     [issue] = [i for i in review_labels([alone], [merged], {1: "raccoon"}) if i.kind == MISPLACED]
     assert issue.score <= 0.2 and issue.flagged
+
+
+def test_a_review_judged_by_a_model_under_the_floor_flags_nothing_and_says_why(raccoon_model, raccoon_shards,
+                                                                              tmp_path, capsys):
+    """A weak detector's answer on raccoon's val photos (it finds the raccoon in every other photo
+    and believes in a box of background in each): what it disagrees with is its own error, not
+    the labels'. Under REVIEW_FLOOR_AP50 none is flagged, and each place people read says why
+    (the command's line, the page, the summary file the run report reads); judged anyway
+    (`--floor 0`), its confident background boxes would be listed as missing labels."""
+    from components.evaluate.detections_file import read_detections, write_detections
+    from components.report.sections import review_section
+    from components.review.label_review import REVIEW_FLOOR_AP50, ReviewSummary
+    from pipeline.cli import main
+
+    evaluation = tmp_path / "evaluation"
+    assert main(["evaluate", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output",
+                 str(evaluation)]) == 0
+    truths, _ = read_detections(evaluation / "val_detections.jsonl")
+    weak = []
+    for index, found in enumerate(_detector(truths)):
+        keep = [i for i in range(len(found.boxes)) if index % 2 == 0 or found.scores[i] < 0.5]
+        weak.append(ImageDetections(found.image_id, [found.boxes[i] for i in keep] + [(0.0, 0.0, 0.1, 0.1)],
+                                    [found.scores[i] for i in keep] + [0.9], [found.labels[i] for i in keep] + [1]))
+    write_detections(truths, weak, evaluation / "val_detections.jsonl")
+    capsys.readouterr()
+    out = tmp_path / "weak"
+    assert main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(out),
+                 "--evaluation", str(evaluation), "--confident", "0.5"]) == 0
+    printed = capsys.readouterr().out
+    assert "no label problems flagged: the model judging them is too weak: val AP50" in printed
+    assert read_review(out / "label_review.jsonl") == []  # raccoon's labels hold no duplicate boxes
+    summary = ReviewSummary.read(out)
+    assert summary.flagged == 0 and summary.ap50 < REVIEW_FLOOR_AP50 and f"floor of {REVIEW_FLOOR_AP50:g}" in summary.weak
+    assert "too weak" in (out / "label_review.html").read_text()
+    assert review_section(out)["summary"].startswith("No label problems flagged: the model judging them is too weak")
+    judged = tmp_path / "judged"
+    assert main(["review", "--model", str(raccoon_model), "--data", str(raccoon_shards), "--output", str(judged),
+                 "--evaluation", str(evaluation), "--confident", "0.5", "--floor", "0"]) == 0
+    listed = read_review(judged / "label_review.jsonl")
+    assert len([i for i in listed if i.kind == MISSING]) >= len(truths) // 2 and not ReviewSummary.read(judged).weak

@@ -51,12 +51,41 @@ def test_the_plan_takes_the_epochs_the_budget_bought():
 def test_the_stop_rule_on_made_up_curves():
     from components.train.time_budget import plateaued, score_every
 
-    flat = [0.2, 0.3, 0.31, 0.31, 0.30, 0.31]  # the best (the first 0.31) is three scores back
-    assert plateaued(flat, patience=6, every=2) and not plateaued(flat, patience=8, every=2)
+    flat = [0.2, 0.3, 0.31, 0.31, 0.30, 0.31, 0.30, 0.30]  # smoothed over 3, the best is four scores back
+    assert plateaued(flat, patience=8, every=2) and not plateaued(flat, patience=10, every=2)
     assert not plateaued(flat, patience=0, every=2)  # patience 0: never stops early
     assert not plateaued([0.1, 0.2, 0.3, 0.4], patience=1, every=1)  # still rising
+    # One lucky early score (a held-out set of 32 photos: an mAP's sd about 0.03) stops a curve that
+    # still climbs on single scores, not on the smoothed curve.
+    lucky = [0.1, 0.4, 0.3, 0.32, 0.33, 0.34, 0.35]
+    assert plateaued(lucky, patience=4, every=1, window=1) and not plateaued(lucky, patience=4, every=1)
     # Scoring more held-out images, or slower, is done less often; never less than once an epoch.
     assert score_every(400, 1000, 50) > score_every(40, 1000, 50) >= 1
+
+
+def test_patience_auto_is_tied_to_the_plan():
+    from components.train.config import TrainConfig
+    from components.train.time_budget import DEFAULT_PATIENCE, PATIENCE_SHARE, patience_epochs
+
+    assert TrainConfig("data", "out").patience == "auto" and TrainConfig("data", "out", patience="7").patience == 7
+    assert patience_epochs("auto", 100)[0] == max(DEFAULT_PATIENCE, round(PATIENCE_SHARE * 100))
+    assert patience_epochs("auto", 6)[0] == DEFAULT_PATIENCE and patience_epochs(0, 100)[0] == 0
+    with pytest.raises(ValueError, match="patience must be 'auto' or a whole number"):
+        TrainConfig("data", "out", patience="soon")
+
+
+def test_auto_on_a_cpu_trains_the_same_images_on_a_slow_machine_and_a_fast_one():
+    from components.train.time_budget import CPU_AUTO_IMAGES, CPU_AUTO_SECONDS, chosen_length, epochs_for_budget
+
+    auto = chosen_length("auto", on_gpu=False)
+    assert auto.images == CPU_AUTO_IMAGES and auto.seconds == CPU_AUTO_SECONDS
+    assert chosen_length("auto", on_gpu=True).images == 0 and chosen_length("20m", on_gpu=False).images == 0
+    slow, fast = (epochs_for_budget(auto.seconds, 60, rate, 1880, max_images=auto.images) for rate in (37.0, 111.0))
+    assert slow.epochs == fast.epochs == CPU_AUTO_IMAGES // 1880 == slow.cap and "CPU_AUTO_IMAGES" in slow.reason
+    # Where the images are dear (large photos), the seconds bound it; a warm start takes its share.
+    assert epochs_for_budget(auto.seconds, 60, 2.0, 1880, max_images=auto.images).epochs < slow.epochs
+    assert epochs_for_budget(auto.seconds, 60, 111.0, 1880, 0.4, max_images=auto.images).epochs == int(
+        CPU_AUTO_IMAGES * 0.4 // 1880)
 
 
 def test_the_time_budget_option_is_checked_before_anything_runs(demo_shards, tmp_path, capsys):
@@ -164,3 +193,63 @@ def test_the_deadline_stops_before_the_chunk_that_would_pass_it():
     assert curve(2.5)._out_of_time(step=10)  # 2 s of chunk and 1 s of score do not fit in 2.5
     assert not curve(3.5)._out_of_time(step=10)
     assert not curve(-1.0, end_step=10)._out_of_time(step=10)  # the last chunk: nothing left to stop
+
+
+def test_a_rising_curve_the_budget_ends_says_it_stopped_short():
+    """A made-up curve still climbing when the budget ends: one line, with the epochs to the
+    plateau and the budget that buys them at the run's pace; a flat or falling one: nothing."""
+    from components.train.stopped_short import PLATEAU_GAIN, plateau_epoch, short_line
+
+    rising = [(1, 0.02), (2, 0.24), (3, 0.61), (4, 0.73), (5, 0.79), (6, 0.80)]  # the demo's 6 epochs in make run
+    line = short_line(rising, patience=10, seconds_per_epoch=22.0, images_per_second=88.5, cap=100)
+    assert line.startswith("stopped short: the held-out curve was still rising (mAP 0.020 at epoch 1 to 0.800 at "
+                           "epoch 6); about ") and line.endswith("at the 88.5 images/s trained here")
+    epochs = int(line.split("about ")[1].split(" epochs")[0])
+    minutes = int(line.split("--time-budget ")[1].split("m ")[0])
+    assert 6 < epochs <= 100 and minutes == -(-epochs * 22 // 60)
+    flat = [(2, 0.5), (4, 0.6), (6, 0.61), (8, 0.605), (10, 0.61), (12, 0.60), (14, 0.61)]
+    assert short_line(flat, patience=6, seconds_per_epoch=22.0, images_per_second=88.5, cap=100, every=2) == ""
+    assert short_line([(1, 0.3)], patience=10, seconds_per_epoch=1, images_per_second=1, cap=100) == ""  # one point
+    # The plateau estimate: gains under PLATEAU_GAIN per patience window from there on.
+    slope = 0.1
+    at = plateau_epoch(slope, 10, 1000)
+    import math
+
+    assert slope * math.log((at + 10) / at) < PLATEAU_GAIN <= slope * math.log((at - 1 + 10) / (at - 1))
+
+
+@pytest.fixture(scope="module")
+def rising_run(demo_shards, tmp_path_factory):
+    """A budgeted training on real shards that its steps' cap ends while its made-up held-out
+    scores still climb (0.1, 0.2, 0.3, ...)."""
+    from components.train import curve
+    from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
+
+    scores = iter(0.1 * (i + 1) for i in range(100))
+    real = curve.model_metrics
+    curve.model_metrics = lambda *args, **kwargs: {"mAP": next(scores)}
+    out = tmp_path_factory.mktemp("rising_run")
+    try:
+        result = train_detector(TrainConfig(
+            data_dir=str(demo_shards), output_dir=str(out), batch_size=4, image_size=64, time_budget="10m",
+            holdout=0.1, max_steps=60, probe=ProbeAdvice(images_per_second=40.0)))
+    finally:
+        curve.model_metrics = real
+    return result, out
+
+
+@pytest.mark.slow
+def test_a_run_its_budget_ends_on_a_rising_curve_says_so_where_people_look(rising_run, tmp_path):
+    from components.detector.artifacts import HistoryFile
+    from components.report.sections import training_section
+    from components.train.stopped_short import SHORT_OF_PLATEAU
+    from pipeline.kfp_steps import KEY_FIGURES
+
+    result, out = rising_run
+    assert len(HistoryFile.read(out).scored()) >= 2 and result.stopped.startswith("budget")
+    assert result.short.startswith("stopped short: the held-out curve was still rising")
+    assert result.length_line.endswith(SHORT_OF_PLATEAU) and result.decisions["stopped_short"] == result.short
+    assert f"- **{result.short}**" in (out / "train_report.md").read_text()
+    assert training_section(out)["result"]["short"] == result.short  # what the run report shows
+    figure = KEY_FIGURES["train"]({"images_per_second": 40.0, "length": result.length_line})
+    assert figure.endswith("budget, short")

@@ -181,7 +181,7 @@ def _sample(param) -> str:
         return "true"
     if param.name == "warm_start":  # auto, never or a version
         return "v3"
-    if param.name in ("batch_size", "image_size", "tune_trials"):  # STRING parameters that also take "auto"
+    if param.name in ("batch_size", "image_size", "tune_trials", "patience"):  # STRING parameters that also take "auto"
         return "64"
     if param.name == "tile":  # auto, none or SIZE[:OVERLAP]
         return "640:64"

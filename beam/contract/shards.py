@@ -16,11 +16,11 @@ import struct
 import zlib
 from dataclasses import asdict, dataclass
 
-import google_crc32c
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam.contract.shard_names import GZIP_SUFFIX
+from beam.contract.tfrecord_framing import tfrecord_frame
 from beam.contract.stable_hash import stable_fraction
 
 
@@ -49,25 +49,6 @@ def shard_count(num_records: int, total_bytes: int, target_bytes: int, min_shard
 
 def shard_index(key: str, count: int) -> int:
     return min(count - 1, int(stable_fraction(key, seed=-1) * count))
-
-
-def _masked_crc32c(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def tfrecord_frame(record: bytes) -> bytes:
-    """One record as a TFRecord file holds it: its length (uint64, little-endian), the masked
-    CRC-32C of the length, the bytes, the masked CRC-32C of the bytes. This framing is all
-    TensorFlow's TFRecordWriter adds; Beam keeps its own copy private (tfrecordio), so it is
-    spelled here.
-
-    >>> tfrecord_frame(b"ab").hex()
-    '020000000000000078270b3461621cb0f0f4'
-    """
-    length = struct.pack("<Q", len(record))
-    return b"".join((length, struct.pack("<I", _masked_crc32c(length)), record,
-                     struct.pack("<I", _masked_crc32c(record))))
 
 
 class ShardWriter:

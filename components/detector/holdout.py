@@ -6,6 +6,9 @@ the dataset's label map), so a trial is the real trainer and evaluator on a data
 holds no val record: the val split cannot reach the search. Records are keyed by the
 sha256 of the image bytes (`image/key/sha256`), so byte-identical photos stay on one side.
 
+The share is capped at HOLDOUT_MAX_IMAGES images (`held_out_share`): a larger train split
+trains on what the curve does not need.
+
 >>> [held_out(k, 0.2, seed=0) for k in ("a", "b", "c", "d", "e")]
 [True, True, False, False, False]
 """
@@ -22,6 +25,7 @@ from beam.contract.manifest import LABEL_MAP_FILES
 from beam.contract.shard_names import shard_name
 from beam.contract.shards import ShardWriter, shard_index
 from beam.contract.stable_hash import stable_fraction
+from components.detector.holdout_size import held_out_share
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +70,16 @@ def _record_key(serialized: bytes) -> str:
 
 def carve_tuning_split(data_dir: str, folder: str, fraction: float, seed: int) -> TuningSplit:
     """Write the tuning split of `data_dir`'s train split into `folder` (or take the one there,
-    carved with the same fraction and seed). Raises when either part would be empty."""
+    carved with the same fraction and seed): `fraction` of it, at most HOLDOUT_MAX_IMAGES
+    images (`held_out_share`). Raises when either part would be empty."""
     import tensorflow as tf
 
-    from components.detector.records import compression_type, shard_files
+    from components.detector.records import compression_type, count_records, shard_files
 
     folder = folder.rstrip("/")
     marker = f"{folder}/{SPLIT_FILE}"
+    if 0 < fraction < 1:
+        fraction = held_out_share(fraction, count_records(data_dir, "train"))
     if tf.io.gfile.exists(marker):
         with tf.io.gfile.GFile(marker) as handle:
             done = TuningSplit(**json.load(handle))

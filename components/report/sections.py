@@ -193,13 +193,15 @@ REVIEW_ROWS = 10  # the label issues listed in the report; the review's page has
 
 def review_section(review_dir: str | Path) -> dict | None:
     """The label review's summary line, its counts by kind and the issues most likely wrong."""
-    from components.review.label_review import KINDS, REVIEW_FILE, read_review, summary_sentence
+    from components.review.label_review import KINDS, REVIEW_FILE, ReviewSummary, read_review, summary_sentence
 
     path = Path(review_dir) / REVIEW_FILE
     if not path.is_file():
         return None
     issues = read_review(path)
-    return {"summary": summary_sentence(issues), "flagged": len(issues), "rows": issues[:REVIEW_ROWS],
+    concluded = ReviewSummary.read(review_dir)  # says why nothing is flagged when the model was too weak
+    return {"summary": concluded.sentence if concluded else summary_sentence(issues), "flagged": len(issues),
+            "rows": issues[:REVIEW_ROWS],
             "kinds": {kind: sum(i.kind == kind for i in issues) for kind in KINDS}}
 
 

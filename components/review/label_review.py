@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,13 @@ FLAG_SCORE = 0.2  # a box whose cleanlab score is at most this is flagged (a lik
 # 0.3-0.7), so the review takes the model's own threshold, this when none is known.
 CONFIDENT = 0.5
 REVIEW_FILE = "label_review.jsonl"
+# The review trusts a model's disagreement only from this val AP50 up: below it the model's own
+# misses and confusions outnumber a labeller's, and would be listed as label problems. Measured
+# on the demo, whose synthetic labels are exact (every flag there is false): models at val AP50
+# 0.29 and 0.60 flagged 72 and 73 boxes (35 "wrong class" circles: the model's confusion), at
+# 0.95-0.97 7-10. Raccoon's default runs (AP50 0.76-0.86) flag 2-3. Duplicates are found from the
+# labels alone and stay flagged.
+REVIEW_FLOOR_AP50 = 0.7
 # Two labels of one class overlapping at IoU >= this are scored as a duplicate (1 - IoU, so
 # flagged from IoU 1 - FLAG_SCORE = 0.8): a box drawn twice, or two labellers' boxes merged.
 DUPLICATE_IOU = 0.5
@@ -255,22 +262,90 @@ def read_review(path: str | Path) -> list[LabelIssue]:
     return issues
 
 
-def summary_sentence(issues: list[LabelIssue]) -> str:
+def summary_sentence(issues: list[LabelIssue], weak: str = "") -> str:
     """`summary_line` starting with a capital, class names untouched ("No likely label problems",
     "3 likely label problems: 3 missing RBC boxes"; str.capitalize would lower "RBC")."""
-    line = summary_line(issues)
+    line = summary_line(issues, weak)
     return line[:1].upper() + line[1:]
 
 
-def summary_line(issues: list[LabelIssue]) -> str:
+SUMMARY_FILE = "label_review_summary.json"
+
+
+@dataclass(frozen=True)
+class ReviewSummary:
+    """`label_review_summary.json`, beside REVIEW_FILE: what the review concluded and with what,
+    for the run report (the JSONL holds the flagged boxes only, so it cannot say why none is).
+
+    >>> s = ReviewSummary("no label problems flagged: ...", 0, 224, 0.6, too_weak(0.6))
+    >>> ReviewSummary.from_dict(s.to_dict()) == s, s.sentence[:9]
+    (True, 'No label ')
+    """
+
+    summary: str  # summary_line's
+    flagged: int
+    images: int  # reviewed
+    ap50: float | None  # the judging model's val AP50 (None: not measured)
+    weak: str = ""  # too_weak's line when the model was under REVIEW_FLOOR_AP50, else ""
+
+    @property
+    def sentence(self) -> str:
+        return self.summary[:1].upper() + self.summary[1:]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ReviewSummary":
+        return cls(**data)
+
+    def write(self, folder: str | Path) -> Path:
+        path = Path(folder) / SUMMARY_FILE
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "ReviewSummary | None":
+        """The summary in `folder`, or None where the review wrote none (an earlier version's)."""
+        path = Path(folder) / SUMMARY_FILE
+        if not path.is_file():
+            return None
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"{path}: not a {SUMMARY_FILE} ({error})") from None
+
+
+def too_weak(ap50: float, floor: float = REVIEW_FLOOR_AP50) -> str:
+    """Why a model at val `ap50` cannot judge the labels (under `floor`), or "" when it can.
+
+    >>> too_weak(0.95), too_weak(0.6)[:48], too_weak(0.6, floor=0)
+    ('', 'the model judging them is too weak: val AP50 0.6', '')
+    """
+    if ap50 >= floor:
+        return ""
+    return (f"the model judging them is too weak: val AP50 {ap50:.3f}, under the review's floor of "
+            f"{floor:g}, so its own misses would read as label problems (train it longer)")
+
+
+def trusted(issues: list[LabelIssue], weak: str) -> list[LabelIssue]:
+    """The issues with the model's evidence unflagged when `weak` says the model cannot judge
+    (duplicates, found from the labels alone, stay flagged)."""
+    if not weak:
+        return issues
+    return [issue if issue.kind == DUPLICATE else replace(issue, flagged=False) for issue in issues]
+
+
+def summary_line(issues: list[LabelIssue], weak: str = "") -> str:
     """'46 likely label problems: 36 missing circle boxes, ...' (the run report's and the console's)."""
     flagged = [i for i in issues if i.flagged]
     if not flagged:
-        return "no likely label problems"
+        return f"no label problems flagged: {weak}" if weak else "no likely label problems"
     counts: dict[tuple[str, str], int] = {}
     for issue in flagged:
         counts[(issue.kind, issue.class_name)] = counts.get((issue.kind, issue.class_name), 0) + 1
     parts = [f"{n} {kind.replace(' box', '')} {cls} box{'es' if n > 1 else ''}" if kind != WRONG_CLASS else
              f"{n} {cls} box{'es' if n > 1 else ''} of the wrong class"
              for (kind, cls), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
-    return f"{len(flagged)} likely label problem{'s' if len(flagged) > 1 else ''}: " + ", ".join(parts)
+    return (f"{len(flagged)} likely label problem{'s' if len(flagged) > 1 else ''}: " + ", ".join(parts)
+            + (f"; no other flagged: {weak}" if weak else ""))

@@ -80,14 +80,16 @@ def crop_uri(image_bytes: bytes, issue: LabelIssue) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def write_review_page(issues: list[LabelIssue], images: dict[str, bytes], path: str | Path, reviewed: str) -> Path:
+def write_review_page(issues: list[LabelIssue], images: dict[str, bytes], path: str | Path, reviewed: str,
+                      weak: str = "") -> Path:
     """The page of the flagged `issues` (most likely first); `images`: each image's encoded bytes
-    by its id; `reviewed`: a sentence saying what was reviewed with which model."""
+    by its id; `reviewed`: a sentence saying what was reviewed with which model; `weak`: why that
+    model could not judge (label_review.too_weak), said in the page's summary."""
     flagged = [i for i in issues if i.flagged]
     items = [{"issue": issue, "uri": crop_uri(images[issue.image], issue)} for issue in flagged[:PAGE_LIMIT]
              if issue.image in images]
     path = Path(path)
-    path.write_text(_TEMPLATE.render(summary=summary_sentence(issues), reviewed=reviewed, items=items,
+    path.write_text(_TEMPLATE.render(summary=summary_sentence(issues, weak), reviewed=reviewed, items=items,
                                      shown=len(items), flagged=len(flagged), side=CROP_SIDE, label=LABEL,
                                      prediction=PREDICTION, repeated=REPEATED))
     return path

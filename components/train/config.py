@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 from components.detector.tile_choice import DEFAULT_TILE
-from components.train.time_budget import AUTO, DEFAULT_PATIENCE, check_budget
+from components.train.time_budget import AUTO, check_budget, check_patience
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,14 @@ class TrainConfig:
     # How long to train: `epochs` N trains exactly N passes over the whole train split; 0 (the
     # default) trains as many as `time_budget` buys on this machine (time_budget.py) on the train
     # split less `holdout`, scored on the held-out part as it trains: the best point's weights
-    # are kept, and `patience` epochs without a better score stop it.
+    # are kept, and `patience` epochs without a better score stop it ("auto": tied to the plan,
+    # time_budget.patience_epochs).
     epochs: int = 0
     time_budget: str = AUTO
-    patience: int = DEFAULT_PATIENCE
+    patience: int | str = AUTO
     # The share of train held out (by the data split's hash rule, components/detector/holdout.py)
-    # to score the learning curve and tuning trials; the same carve for both.
+    # to score the learning curve and tuning trials, at most holdout.HOLDOUT_MAX_IMAGES images;
+    # the same carve for both.
     holdout: float = 0.2
     batch_size: str | int = "auto"  # images per step on one machine, or "auto"
     image_size: int | str = "auto"  # square model input in pixels, or "auto": fitted to the boxes (fitted_shape.py)
@@ -120,6 +122,7 @@ class TrainConfig:
         if not self.flip and self.augment_strength <= 0:  # nothing is left to augment, in every adapter
             object.__setattr__(self, "augment", False)
         check_budget(self.time_budget)
+        object.__setattr__(self, "patience", check_patience(self.patience))
         if not 0 < self.holdout < 1:
             raise ValueError(f"holdout must be between 0 and 1, got {self.holdout}")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from components.detector.model import ModelConfig
 from components.detector.training_rate import TrainingRate, measure_training_rate
 from components.train.config import TrainConfig
-from components.train.time_budget import RunLength, chosen_budget, epochs_for_budget
+from components.train.time_budget import RunLength, chosen_length, epochs_for_budget
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +48,11 @@ def budget_length(config: TrainConfig, model: ModelConfig, examples_per_epoch: i
         length = RunLength(**json.loads(kept.read_text()))
         logger.info("train: the run length this run started with (%s): %d epochs", kept, length.epochs)
         return length
-    seconds, why = chosen_budget(config.time_budget, on_gpu)
+    bounds = chosen_length(config.time_budget, on_gpu)
     rate = training_rate(config, model, batch, boxes, replicas)
     images_per_second, taken = agree([rate.images_per_second, spent() + rate.trace_seconds])
-    length = epochs_for_budget(seconds, taken, images_per_second, examples_per_epoch, fine_tune_share, why,
-                               rate.source)
+    length = epochs_for_budget(bounds.seconds, taken, images_per_second, examples_per_epoch, fine_tune_share,
+                               bounds.reason, rate.source, bounds.images)
     logger.info("train: %s (corrected by the pace of the first chunks of training)", length.reason)
     return length
 

@@ -21,6 +21,7 @@ def training_report(result, losses: dict[str, list[float]], has_curve: bool) -> 
                   f"{100 * result.input_wait_share:.1f}% of step time waiting for input"),
               f"- final loss: {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}",
               f"- stopped: {result.stopped}",
+              *([f"- **{markdown_text(result.short)}**"] if result.short else []),
               f"- final weights sha256: `{result.weights_sha256}`",
               f"- wall time: {result.seconds} s",
               f"- TensorBoard: `tensorboard --logdir {Path(result.model_path).parent / TENSORBOARD_DIR}`", "",

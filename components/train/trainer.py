@@ -21,9 +21,10 @@ import tensorflow as tf
 from beam.contract.label_map import num_class_slots, read_dataset_label_map
 from beam.contract.train_keys import copy_train_keys
 from components.detector.artifacts import (CHECKPOINT_DIR, LOSS_CURVE_FILE, MODEL_FILE, REPORT_FILE, TENSORBOARD_DIR,
-                                           TrainConfigFile)
+                                           HistoryFile, TrainConfigFile)
 from components.detector.fitted_shape import FittedShape, shape_for_sample
 from components.detector.holdout import TooFewToHoldOut, TuningSplit, carve_tuning_split
+from components.detector.holdout_size import HOLDOUT_MAX_IMAGES
 from components.detector.losses import AveragedAdamW, compile_detector, finite_on_every_replica, use_weight_average
 from components.detector.model import build_detector, count_params
 from components.detector.precision import choose_precision, choose_xla
@@ -34,7 +35,7 @@ from components.train.accumulation import use_micro_batches
 from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
 from components.train.config import ProbeAdvice, TrainConfig
-from components.train.curve import CurvePlan, LearningCurve
+from components.train.curve import STOP_BUDGET, CurvePlan, LearningCurve
 from components.train.distribution import (ClusterRole, agreement, cluster_role, fit_across_workers, make_strategy,
                                            synchronise_batch_norm, vector_logs, weights_digest)
 from components.train.faults import FaultPlan, FiniteGuard
@@ -45,7 +46,9 @@ from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import (MachineFacts, TrainPlan, auto_batch_ceiling, choose_batch_size,
                                    fine_tune_share, plan_training)
 from components.train.run_length import budget_length, keep_length
-from components.train.time_budget import END_RESERVE_SECONDS, RunLength, epoch_cap, score_every
+from components.train.stopped_short import SHORT_OF_PLATEAU, short_line
+from components.train.time_budget import (END_RESERVE_SECONDS, SCORE_SHARE, SMOOTHED_SCORES, RunLength, epoch_cap,
+                                          patience_epochs, score_every)
 from components.train.process_state import training_state
 from components.train.schedules import ScaledSchedule, WarmupCosine
 from components.train.train_report import training_report
@@ -74,6 +77,9 @@ class TrainResult:
     seconds: float
     weights_sha256: str = ""  # of the final weights: the same on every worker
     stopped: str = ""  # why training ended: its epochs, its budget, or a plateau of the held-out curve (curve.py)
+    # A budget ended it while the held-out curve still rose: one line with what would reach the
+    # plateau (stopped_short.py); "" otherwise.
+    short: str = ""
     epochs: float = 0.0  # epochs trained (of the train split, or of its fit part when budgeted)
     best_step: int = 0  # the step whose weights (their average) are the model; 0: the last step's
     shape: dict = field(default_factory=dict)  # the fitted input size, levels, anchors, coverage (FittedShape.metadata)
@@ -88,8 +94,10 @@ class TrainResult:
 
     @property
     def length_line(self) -> str:
-        """How long it trained and why it stopped, one line: `24 epochs (744 steps), stopped: plateau: ...`."""
-        return f"{self.epochs:g} epoch{'' if self.epochs == 1 else 's'} ({self.steps} steps), stopped: {self.stopped}"
+        """How long it trained and why it stopped, one line: `24 epochs (744 steps), stopped: plateau: ...`
+        (and `; short of its plateau` when the budget ended a rising curve: `short` says more)."""
+        return (f"{self.epochs:g} epoch{'' if self.epochs == 1 else 's'} ({self.steps} steps), stopped: {self.stopped}"
+                + (f"; {SHORT_OF_PLATEAU}" if self.short else ""))
 
 
 def _machine_facts(role: ClusterRole, strategy: tf.distribute.Strategy, description: str) -> MachineFacts:
@@ -280,10 +288,12 @@ def curve_plan(facts: RunFacts, plan: TrainPlan, end: int, started: float) -> Cu
         return CurvePlan(plan.steps_per_epoch, end_step=end)
     deadline = started + length.seconds - END_RESERVE_SECONDS if started and length.seconds else 0.0
     every = score_every(held.held_out, facts.examples_per_epoch, length.images_per_second) if held else 1
+    patience, _ = patience_epochs(facts.config.patience, length.epochs)
     return CurvePlan(plan.steps_per_epoch, held.folder if held else "", held.held_out if held else 0, every,
-                     facts.config.patience if held else 0, deadline, budgeted=True, end_step=end,
+                     patience if held else 0, deadline, budgeted=True, end_step=end,
                      examples_per_epoch=facts.examples_per_epoch, chunk=plan.chunk,
-                     warmup_share=plan.warmup_steps / plan.total_steps, max_epochs=epoch_cap(facts.fine_tune_share),
+                     warmup_share=plan.warmup_steps / plan.total_steps,
+                     max_epochs=length.cap or epoch_cap(facts.fine_tune_share),
                      max_step=plan.total_steps if facts.config.max_steps else 0)
 
 
@@ -367,13 +377,17 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
         decisions["epochs"] += f"; corrected after the first steps: {state.corrected}"
     decisions["stopped"] = stop + (f"; kept the weights of step {state.best_step} (held-out mAP "
                                    f"{state.best_score:.4f})" if state.best_weights is not None else "")
+    monitor = built.monitor
+    short = _short_of_plateau(facts, plan, curve, history, stop, monitor.images_per_second)
+    if short:
+        decisions["stopped_short"] = short
+        logger.warning("train: %s", short)
     model.save(built.write_dir / MODEL_FILE)  # every worker saves (it may read synchronised variables); only the chief's stays
     digest = weights_digest(model)
     logger.info("train: %s final weights sha256 %s", role.name, digest)
-    monitor = built.monitor
     result = TrainResult(
         model_path=str(out / MODEL_FILE), num_train=facts.num_train, batch_size=plan.batch_size,
-        micro_batch_size=micro_batch_size, steps=state.stop_step or curve.plan.end_step, stopped=stop,
+        micro_batch_size=micro_batch_size, steps=state.stop_step or curve.plan.end_step, stopped=stop, short=short,
         epochs=round((state.stop_step or curve.plan.end_step) / plan.steps_per_epoch, 2),
         best_step=state.best_step if state.best_weights is not None else 0,
         images_per_second=round(monitor.images_per_second, 2),
@@ -390,6 +404,19 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
     if facts.held_out is not None:  # a copy of the train shards, kept only for a resumed run: not in the model's folder
         tf.io.gfile.rmtree(facts.held_out.folder)
     return result
+
+
+def _short_of_plateau(facts: RunFacts, plan: TrainPlan, curve: LearningCurve, history: HistoryFile, stop: str,
+                      images_per_second: float) -> str:
+    """The stopped-short line of a budgeted run that its budget ended while its held-out curve still
+    rose ("" otherwise): the epochs to the plateau at this run's pace (an epoch's images at the rate
+    trained, plus the held-out scores' share)."""
+    if facts.length is None or not stop.startswith(STOP_BUDGET) or images_per_second <= 0:
+        return ""
+    scored = [(step / plan.steps_per_epoch, value) for step, value in history.scored()]
+    per_epoch = facts.examples_per_epoch / images_per_second * (1 + SCORE_SHARE)
+    return short_line(scored, curve.plan.plateau_epochs, per_epoch, images_per_second,
+                      epoch_cap(facts.fine_tune_share), curve.plan.score_every)
 
 
 def _config_record(facts: RunFacts, result: dict) -> TrainConfigFile:
@@ -412,10 +439,13 @@ def _decisions(plan: TrainPlan, facts: RunFacts, model: keras.Model, out: Path, 
                            else config.model_size) + f": {count_params(model):,} parameters, {config.image_size}px input"
                           + width)
     if watch.held_out_dir:
+        _, patience_why = patience_epochs(config.patience, config.epochs)
         decisions["held_out_curve"] = (
-            f"{watch.held_out} train images held out ({config.holdout:.0%} by the split's hash rule; never val), "
-            f"scored every {watch.score_every} epoch(s); training is on the other {facts.num_train}; "
-            + (f"stops after {watch.plateau_epochs} epochs without a better score (patience); " if watch.plateau_epochs
+            f"{watch.held_out} train images held out ({facts.held_out.fraction:.0%} by the split's hash rule, at most "
+            f"{HOLDOUT_MAX_IMAGES}; never val), scored every {watch.score_every} epoch(s); training is on the other "
+            f"{facts.num_train}; "
+            + (f"stops after {watch.plateau_epochs} epochs without a better score, the curve smoothed over "
+               f"{SMOOTHED_SCORES} scores (patience {patience_why}); " if watch.plateau_epochs
                else "patience 0: no early stop; ")
             + "the best point's weights are kept")
     elif facts.length is not None:

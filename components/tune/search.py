@@ -117,7 +117,7 @@ def _planned_budget(config: TuneConfig, training: TrainConfig, gpus: int):
     """For a training whose length a time budget decides: what it would plan on this machine
     (trainer.planned_run: its epochs and what the budget could pay for), which decides `auto`
     and the trials' length. None for a training of given epochs, for no search asked, and for
-    `auto` where the budget is a CPU's try-out (time_budget.CPU_AUTO_SECONDS: no search fits)."""
+    `auto` on a machine without a GPU (time_budget.CPU_AUTO_IMAGES: no search fits beside the training)."""
     if not training.budgeted or config.trials == 0 or (config.trials == "auto" and not gpus
                                                          and training.time_budget == AUTO):
         return None
@@ -143,8 +143,11 @@ def tune(config: TuneConfig) -> TuneResult:
     planned = _planned_budget(config, training, gpus)
     epochs = planned[0].config.epochs if planned else training.epochs
     affordable = planned[0].length.affordable if planned else None
-    budget = choose_search(config.trials, gpus, _train_images(config.data_dir), epochs, config.holdout,
-                           config.trial_epochs, affordable)
+    from components.detector.holdout_size import held_out_share
+
+    num_train = _train_images(config.data_dir)
+    share = held_out_share(config.holdout, num_train) if num_train else config.holdout  # what the carve holds out
+    budget = choose_search(config.trials, gpus, num_train, epochs, share, config.trial_epochs, affordable)
     logger.info("tune: %s", budget.reason)
     if not budget.trials:
         result = TuneResult(BestHparams(first, None, None, METRIC, 0, budget.reason), budget)
