@@ -251,5 +251,8 @@ def test_a_run_its_budget_ends_on_a_rising_curve_says_so_where_people_look(risin
     assert result.length_line.endswith(SHORT_OF_PLATEAU) and result.decisions["stopped_short"] == result.short
     assert f"- **{result.short}**" in (out / "train_report.md").read_text()
     assert training_section(out)["result"]["short"] == result.short  # what the run report shows
+    from components.report.run_report import RunInputs, render_run_report
+
+    assert f"Training {result.short}." in render_run_report(RunInputs(train_dir=str(out)))
     figure = KEY_FIGURES["train"]({"images_per_second": 40.0, "length": result.length_line})
     assert figure.endswith("budget, short")
