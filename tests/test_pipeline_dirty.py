@@ -145,17 +145,20 @@ def test_run_local_on_dirty_real_photos_with_a_split_file_and_tuning(dirty_racco
 
     # The label review of the val split, from evaluation's detections (no second prediction pass):
     # the list for a labelling tool, the page beside the run report, the line in the summary.
-    from components.review.label_review import read_review, summary_line, summary_sentence
+    # A model of 2 epochs is under the review's floor: nothing it found is flagged, and the line says why.
+    from components.review.label_review import ReviewSummary, read_review, summary_line, summary_sentence
 
     issues = read_review(run_dir / "review" / "label_review" / "label_review.jsonl")
-    assert all(i.flagged for i in issues) and summary["review"] == summary_line(issues)
-    assert f"label review: {summary_line(issues)}, see {run_dir / 'label_review.html'}" in out
+    concluded = ReviewSummary.read(run_dir / "review" / "label_review")
+    assert all(i.flagged for i in issues) and summary["review"] == summary_line(issues, concluded.weak)
+    assert concluded.summary == summary["review"] and concluded.flagged == len(issues)
+    assert f"label review: {summary_line(issues, concluded.weak)}, see {run_dir / 'label_review.html'}" in out
     page = (run_dir / "label_review.html").read_text()
     assert page == (run_dir / "review" / "review_page").read_text()
     assert page.count("<figure>") == min(len(issues), 200) and f"{written['val']} val images reviewed" in page
     val_ids = {i for i, split in listed.items() if split == "val"}
     assert all(i.image in val_ids and 0 <= i.box[0] <= i.box[2] <= i.width for i in issues)
-    assert 'id="review"' in report and summary_sentence(issues) in report
+    assert 'id="review"' in report and summary_sentence(issues, concluded.weak) in report
 
     # Nothing a stranger's dataset says is markup on any page or report the run wrote, and the
     # console shows a right-to-left override as text.

@@ -324,7 +324,7 @@ def too_weak(ap50: float, floor: float = REVIEW_FLOOR_AP50) -> str:
     """
     if ap50 >= floor:
         return ""
-    return (f"the model judging them is too weak: val AP50 {ap50:.3f}, under the review's floor of "
+    return (f"the model judging them is too weak: val AP50 {ap50:.3f}, under the review floor of "
             f"{floor:g}, so its own misses would read as label problems (train it longer)")
 
 
