@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from typing import ContextManager
 from dataclasses import asdict, dataclass
 
 import apache_beam as beam
@@ -135,30 +136,46 @@ def _sources_of(annotations: str, fmt: str) -> list:
     return records
 
 
-def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] | None) -> None:
+def _run_beam(options: ConvertOptions, sources: list, split_of: dict[str, str] | None,
+              hold_job: Callable[[object], ContextManager] | None = None) -> None:
+    """Run the job and wait for it. `hold_job(result)`: the context the wait runs in (the
+    pipeline step's: a Dataflow job recorded as the step's and cancelled when the step is
+    stopped); None: Beam's own `with Pipeline()`."""
+    runner, pipeline_options = job_options(options, len(sources))
+    with failing_when_a_worker_dies():
+        if hold_job is None:
+            with beam.Pipeline(runner=runner, options=pipeline_options) as p:
+                _job_graph(p, options, sources, split_of)
+            return
+        p = beam.Pipeline(runner=runner, options=pipeline_options)
+        _job_graph(p, options, sources, split_of)
+        result = p.run()
+        with hold_job(result):
+            result.wait_until_finish()  # raises when the job failed (Dataflow's too)
+
+
+def _job_graph(p, options: ConvertOptions, sources: list, split_of: dict[str, str] | None) -> None:
     """The job: every output through its own sinks into OUTPUT/_job/ (beam/job_outputs.py)."""
     out = options.output
     check_options = rc.CheckOptions(keep_empty=options.keep_empty, label_map=options.label_map,
                                     max_pixels=options.max_pixels, exif=options.exif, bad_box=options.bad_box)
-    runner, pipeline_options = job_options(options, len(sources))
-    with failing_when_a_worker_dies(), beam.Pipeline(runner=runner, options=pipeline_options) as p:
-        # Create reshuffles its elements (lists of sources), so with several workers the
-        # parsing is shared too.
-        read = p | "Sources" >> beam.Create(jt.chunked(sources)) | "Read" >> jt.ReadRecords()
-        checked = read | "Check" >> jt.CheckRecords(options.images, check_options, len(sources), options.given_split)
-        label_map = checked[jt.RECORDS] | "LabelMap" >> jt.LabelMap(out, options.label_map, options.base_label_map)
-        split = checked[jt.RECORDS] | "Split" >> jt.SplitRecords(
-            options.val_fraction, options.seed, split_of, options.split_file, options.target_shard_bytes,
-            options.min_shards, options.given_split)
-        placed = split[jt.RECORDS]
-        _ = placed | "Write" >> jt.WriteShards(out, options.gzip, split["shard_counts"], label_map)
-        _ = ((checked[jt.REJECTS], split[jt.REJECTS], placed | "DroppedBoxes" >> beam.FlatMap(jt.dropped_boxes))
-             | "AllRejects" >> beam.Flatten()
-             | "Rejects" >> jt.WriteRejects(out, rejects_file_count(len(sources))))
-        parts = [placed | "RecordSummary" >> beam.Map(jt.chunk_summary)]
-        if split_of is not None:
-            parts.append(jt.unknown_split_ids(read["ids"], split_of))
-        _ = parts | "AllSummaryParts" >> beam.Flatten() | "Summary" >> jt.Summarise(out)
+    # Create reshuffles its elements (lists of sources), so with several workers the
+    # parsing is shared too.
+    read = p | "Sources" >> beam.Create(jt.chunked(sources)) | "Read" >> jt.ReadRecords()
+    checked = read | "Check" >> jt.CheckRecords(options.images, check_options, len(sources), options.given_split)
+    label_map = checked[jt.RECORDS] | "LabelMap" >> jt.LabelMap(out, options.label_map, options.base_label_map)
+    split = checked[jt.RECORDS] | "Split" >> jt.SplitRecords(
+        options.val_fraction, options.seed, split_of, options.split_file, options.target_shard_bytes,
+        options.min_shards, options.given_split)
+    placed = split[jt.RECORDS]
+    _ = placed | "Write" >> jt.WriteShards(out, options.gzip, split["shard_counts"], label_map)
+    _ = ((checked[jt.REJECTS], split[jt.REJECTS], placed | "DroppedBoxes" >> beam.FlatMap(jt.dropped_boxes))
+         | "AllRejects" >> beam.Flatten()
+         | "Rejects" >> jt.WriteRejects(out, rejects_file_count(len(sources))))
+    parts = [placed | "RecordSummary" >> beam.Map(jt.chunk_summary)]
+    if split_of is not None:
+        parts.append(jt.unknown_split_ids(read["ids"], split_of))
+    _ = parts | "AllSummaryParts" >> beam.Flatten() | "Summary" >> jt.Summarise(out)
 
 
 def _write_statistics(out: str) -> None:
@@ -229,10 +246,12 @@ def _box_counts(facts: dict[str, dict[str, int]], rejects: list[Reject]) -> dict
 
 
 def build_dataset(options: ConvertOptions,
-                  count_tiles: Callable[[str, dict[str, int]], dict] | None = None) -> ConvertResult:
+                  count_tiles: Callable[[str, dict[str, int]], dict] | None = None,
+                  hold_job: Callable[[object], ContextManager] | None = None) -> ConvertResult:
     """Run the whole step and write manifest, label map, schema, anomalies and stats HTML.
     `count_tiles(output, label_map)`: the manifest's `tiles` from the written shards (the caller's
-    components.detector.tile_counts: beam/ imports nothing of the steps above it)."""
+    components.detector.tile_counts: beam/ imports nothing of the steps above it); `hold_job`:
+    the context the job's wait runs in (`_run_beam`; the pipeline step's, from components.cloud)."""
     if options.data_format not in FORMATS:
         raise NotImplementedError(f"format {options.data_format!r} is not built yet; available: {', '.join(FORMATS)}")
     if not 0.0 <= options.val_fraction < 1.0:
@@ -249,7 +268,7 @@ def build_dataset(options: ConvertOptions,
     except (ValueError, OSError) as err:
         raise DataBuildError(f"--split-file: {err}") from err
     try:
-        _run_beam(options, sources, split_of)
+        _run_beam(options, sources, split_of, hold_job)
         _write_statistics(options.output)
         return _finish(options, sources, started, split_of, count_tiles)
     finally:

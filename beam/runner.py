@@ -9,10 +9,11 @@ import logging
 from apache_beam.options.pipeline_options import PipelineOptions
 
 
-def step_beam_args(beam_options: str, runner: str, image: str, dataflow: dict) -> tuple[str, ...]:
+def step_beam_args(beam_options: str, runner: str, image: str, dataflow: dict, cloud=None) -> tuple[str, ...]:
     """A pipeline step's Beam arguments: its Dataflow settings (`dataflow_*` parameters, checked:
     ValueError, one line a problem) with, on Dataflow, the step's own image for the workers
-    (they run the same code), then its `beam_options` string split as a shell does.
+    (they run the same code), the job's labels (`cloud`, components.cloud's CloudSettings: the
+    run's, the user's and detpipe's) and key, then its `beam_options` string split as a shell does.
 
     >>> step_beam_args("--disk_size_gb=50", "DataflowRunner", "img:1", {"dataflow_project": "my-proj",
     ...                "dataflow_region": "r", "dataflow_temp_location": "gs://b/t"})
@@ -20,12 +21,16 @@ def step_beam_args(beam_options: str, runner: str, image: str, dataflow: dict) -
     """
     import shlex
 
-    from beam.dataflow import pipeline_settings
+    from beam.dataflow import DATAFLOW_RUNNER, pipeline_settings
 
     settings, problems = pipeline_settings(dataflow, runner, image, beam_options)
     if problems:
         raise ValueError("\n".join(problems))
-    return settings.beam_args() + tuple(shlex.split(beam_options))
+    given = ()
+    if cloud is not None and runner == DATAFLOW_RUNNER:
+        given = tuple(f"--labels={key}={value}" for key, value in cloud.resource_labels().items())
+        given += (f"--dataflow_kms_key={cloud.kms_key}",) if cloud.kms_key else ()
+    return settings.beam_args() + given + tuple(shlex.split(beam_options))
 
 
 def runner_and_options(runner: str, beam_args: tuple[str, ...], workers: int, worker_env: dict[str, str] | None = None,

@@ -11,6 +11,22 @@ from pipeline.cli_types import cpu_arg, duration_arg, memory_arg, non_negative_i
 EXIT_OK = 0
 
 
+def add_cloud_options(p, network: bool = True) -> None:
+    """--label, --kms-key and (`network`) --network: `cloud_from_args` reads them."""
+    from components.cloud.resources import KMS_KEY_FORM, NETWORK_FORM
+
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a label on the run and on every resource it creates on Google Cloud (custom jobs, the "
+                        "Dataflow and tuning jobs, models, endpoints, batch jobs), beside the run's own labels; "
+                        "repeatable; lowercase letters, digits, '_' and '-'")
+    p.add_argument("--kms-key", default="", metavar=KMS_KEY_FORM,
+                   help="a Cloud KMS key that encrypts the run and what it creates (default: Google-managed)")
+    if network:
+        p.add_argument("--network", default="", metavar=NETWORK_FORM,
+                       help="a VPC network the run and its custom jobs are peered with (default none; Dataflow's "
+                            "is the dataflow_network parameter)")
+
+
 def add_compile_options(p) -> None:
     from pipeline.vertex_jobs import MAX_NOTIFY
 
@@ -48,9 +64,19 @@ def add_compile_options(p) -> None:
                    help="customjob: where Vertex AI writes the jobs' outputs (their base output directory)")
     p.add_argument("--job-service-account", default="",
                    help="customjob: service account of the custom jobs (default: the run's)")
+    add_cloud_options(p)
     p.add_argument("--notify", action="append", default=[], metavar="EMAIL",
                    help=f"email EMAIL when a run ends, failed or not (Vertex AI's notification in an exit handler); "
                         f"repeatable, at most {MAX_NOTIFY}")
+
+
+def cloud_from_args(args):
+    """The labels, key and network the options give (`CloudSettings`; bad ones: ValueError,
+    one line a problem)."""
+    from components.cloud.labels import parse_labels
+    from components.cloud.resources import CloudSettings
+
+    return CloudSettings(parse_labels(args.label), args.kms_key, getattr(args, "network", ""))
 
 
 def resources_from_args(args):
@@ -66,7 +92,7 @@ def resources_from_args(args):
             train_replicas=args.train_replicas, train_machine_type=args.train_machine_type, spot=args.spot,
             train_timeout_s=args.train_timeout, restart_on_worker_restart=args.restart_on_worker_restart,
             tensorboard=args.tensorboard, job_output_dir=args.job_output_dir,
-            service_account=args.job_service_account, notify=tuple(args.notify))
+            service_account=args.job_service_account, notify=tuple(args.notify), cloud=cloud_from_args(args))
     except ValueError as err:
         raise UsageError(str(err)) from None
 

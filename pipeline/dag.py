@@ -11,11 +11,12 @@ compile-time options (`StepResources`); the local runner ignores them.
 
 import contextlib
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from types import SimpleNamespace
 
 from kfp import dsl
 
+from components.cloud.resources import CloudSettings
 from pipeline.kfp_steps import make_steps
 from components.train.tensorboard_upload import TENSORBOARD_ENV, tensorboard_parts
 from components.tune.vertex_job import TrialMachine
@@ -61,6 +62,9 @@ class StepResources:
     # an exit handler whose exit task is GCPC's email notification (Vertex AI only; the local
     # runner has no exit handler, and `run --local` never sets this).
     notify: tuple[str, ...] = ()
+    # Labels, key and network of everything a run creates on Google Cloud: the custom jobs here,
+    # and inside the steps the Dataflow job, tuning job, models, endpoints and batch jobs.
+    cloud: CloudSettings = field(default_factory=CloudSettings)
 
     def __post_init__(self):
         bad = [email for email in self.notify if not EMAIL.fullmatch(email)]
@@ -95,7 +99,8 @@ def as_custom_job(component, resources: StepResources, display_name: str):
         accelerator_count=resources.accelerator_count, timeout=f"{resources.train_timeout_s}s",
         restart_job_on_worker_restart=resources.restart_on_worker_restart,
         service_account=resources.service_account, tensorboard=resources.tensorboard,
-        base_output_directory=resources.job_output_dir,
+        base_output_directory=resources.job_output_dir, network=resources.cloud.network,
+        encryption_spec_key_name=resources.cloud.kms_key, labels=resources.cloud.resource_labels(environ={}),
         strategy="SPOT" if resources.spot else "STANDARD")
 
 
@@ -118,7 +123,8 @@ def _data_steps(steps, p, image: str, resources: StepResources):
     source = call_with_params(steps.fingerprint_source, p, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
     source.set_caching_options(False)  # it exists to look at the files again on every run
     data = call_with_params(steps.validate_and_convert, p, source_fingerprint=source.outputs["fingerprint"],
-                            registry=source.outputs["registry"], sdk_container_image=image)
+                            registry=source.outputs["registry"], sdk_container_image=image,
+                            cloud=resources.cloud.to_json())
     data.set_display_name("validate-and-convert")
     data.set_cpu_limit(resources.data_cpu).set_memory_limit(resources.data_memory)
     return source, data
@@ -141,7 +147,7 @@ def _release_steps(steps, p, source, dataset, advice, tuned, model, image: str, 
         metrics_json=evaluated.outputs["metrics_json"], decision=evaluated.outputs["decision"], data=dataset,
         source=source.outputs["source"], registry=registry, serving_image=image,
         run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-        pipeline_job="" if local else dsl.PIPELINE_JOB_RESOURCE_NAME_PLACEHOLDER)
+        pipeline_job="" if local else dsl.PIPELINE_JOB_RESOURCE_NAME_PLACEHOLDER, cloud=resources.cloud.to_json())
     registered.set_caching_options(False)  # the registry may have moved since a cached run
     reported = call_with_params(
         steps.report, p, data=dataset, probe_json=advice, hparams=tuned.outputs["hparams"], model=model,
@@ -195,7 +201,8 @@ def make_pipeline(image: str = DEFAULT_IMAGE, resources: StepResources = StepRes
         _on_accelerator(probe, resources)
         advice = probe.outputs["probe_json"]
         tuned = call_with_params(tune_step, p, steps.tune_hyperparameters, data=dataset, probe_json=advice,
-                                 trial_machine=trial_machine, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER)
+                                 trial_machine=trial_machine, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+                                 cloud=resources.cloud.to_json())
         tuned.set_display_name("tune")
         trained = call_with_params(train_step, p, steps.train, data=dataset, hparams=tuned.outputs["hparams"],
                                    probe_json=advice, registry=registry)

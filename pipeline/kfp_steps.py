@@ -64,14 +64,15 @@ def validate_and_convert(
         images: str, annotations: str, source_fingerprint: str, registry: str, model_name: str, data_format: str,
         val_fraction: float, split_file: str, val_annotations: str, val_images: str, bad_box: str, seed: int,
         max_reject_fraction: float, allow_anomalies: bool, allow_new_classes: bool, drift_threshold: float, exif: str,
-        tile: str, data_runner: str, dataflow: dict, beam_options: str, sdk_container_image: str,
-        dataset: Output[Dataset], stats_html: Output[HTML],
+        tile: str, data_runner: str, dataflow: dict, beam_options: str, sdk_container_image: str, cloud: str,
+        dataset: Output[Dataset], stats_html: Output[HTML], gcp_resources: dsl.OutputPath(str),
 ) -> NamedTuple("ConvertOutputs", [("records_in", int), ("written", int), ("rejected", int)]):
     """Check every record, write rejects, TFDV stats/schema/anomalies and sharded TFRecords;
     with a champion, validate against its schema and check drift against its statistics.
     The champion is looked up here, not passed in: the cache key is the source fingerprint
     and the options, so unchanged data is not converted (and retrained) again only because
-    the champion moved."""
+    the champion moved. On Dataflow (`data_runner`), the job is the step's `gcp_resources` (the
+    console links it) and a stopped step cancels it; `cloud` (CloudSettings) labels and keys it."""
     import logging
     import tempfile
     from collections import namedtuple
@@ -80,11 +81,17 @@ def validate_and_convert(
     from beam.convert_job import build_dataset
     from beam.options import ConvertOptions, GateOptions, with_champion
     from beam.runner import step_beam_args
+    from components.cloud.job_cancel import held_dataflow_job, no_gcp_resources
+    from components.cloud.resources import CloudSettings
     from components.detector.tile_counts import count_tiles
     from components.model_registry.registry import Registry
     from components.report.run_report import write_dataset_page
 
     logging.basicConfig(level=logging.INFO)
+    no_gcp_resources(gcp_resources)  # replaced by the job's when one starts
+    settings = CloudSettings.from_json(cloud)
+    hold = None if data_runner == "DirectRunner" else held_dataflow_job(
+        gcp_resources, dataflow["dataflow_project"], dataflow["dataflow_region"])
     gates = GateOptions(max_reject_fraction=max_reject_fraction, drift_threshold=drift_threshold,
                         allow_new_classes=allow_new_classes)
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,8 +103,9 @@ def validate_and_convert(
             allow_anomalies=allow_anomalies, exif=exif,
             overwrite=True,  # the step's own artifact folder: a retry replaces the failed attempt's files
             base_label_map=base, gates=with_champion(gates, files, champion) if champion else gates,
-            runner=data_runner, beam_args=step_beam_args(beam_options, data_runner, sdk_container_image, dataflow)),
-            count_tiles=partial(count_tiles, mode=tile))
+            runner=data_runner,
+            beam_args=step_beam_args(beam_options, data_runner, sdk_container_image, dataflow, settings)),
+            count_tiles=partial(count_tiles, mode=tile), hold_job=hold)
     m = result.manifest
     dataset.metadata.update({"records_in": m.records_in, "written": m.written_total, "rejected": m.rejected,
                              "boxes_written": sum(c.written for c in m.boxes.values()),
@@ -144,15 +152,17 @@ KEY_FIGURES["probe"] = lambda out: str(out.get("Output", ""))
 
 def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune_trials: str, tune_trial_epochs: int,
                          tune_parallel_trials: int, tune_backend: str, trial_machine: str,
-                         vertex_region: str, pipeline_root: str, settings: dict, hparams: Output[Artifact],
-                         report: Output[Markdown]) -> NamedTuple("TuneOutputs", [("tuning_map", float), ("summary", str)]):
+                         vertex_region: str, pipeline_root: str, cloud: str, settings: dict, hparams: Output[Artifact],
+                         report: Output[Markdown], gcp_resources: dsl.OutputPath(str)
+                         ) -> NamedTuple("TuneOutputs", [("tuning_map", float), ("summary", str)]):
     """Search learning rate, weight decay and augmentation strength with trials scored on images
     held out of train (components/tune), each trial the training of `settings` shortened, their
     `base_lr_per_64`, `weight_decay` and `augment_strength` the first trial (`tune_trials` 0, or `auto` deciding against a search:
     those values). `tune_backend` vertex (or auto on Vertex AI): the trials as a Vertex AI tuning
     job on `trial_machine` (the training's, JSON) in `vertex_region`. The search's study and trials
     are kept under `pipeline_root` (search.WORK_DIR): a run stopped in this step and run again
-    continues the search. Returns the winner's mAP on the
+    continues the search. A Vertex AI tuning job is the step's `gcp_resources` (the console links
+    it), cancelled when the step is stopped, and carries `cloud`'s labels and key. Returns the winner's mAP on the
     tuning split (-1 without a search: KFP metadata and outputs cannot hold NaN) and a line saying
     what the search decided, cost and gained."""
     import logging
@@ -160,6 +170,7 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     import shutil
     from collections import namedtuple
 
+    from components.cloud.job_cancel import no_gcp_resources
     from components.train.config import ProbeAdvice  # no TensorFlow: without trials the step only writes the defaults
     from components.tune.hparams_file import SEARCH_SPACE
     from components.tune.search import WORK_DIR, TuneConfig, tune
@@ -167,10 +178,12 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     from components.tune.vertex_job import fuse_path
 
     logging.basicConfig(level=logging.INFO)
+    no_gcp_resources(gcp_resources)  # replaced by the tuning job's when one starts
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
                              trial_epochs=tune_trial_epochs, parallel=tune_parallel_trials,
-                             backend=tune_backend, trial_machine=trial_machine, vertex_region=vertex_region, seed=settings["seed"],
+                             backend=tune_backend, trial_machine=trial_machine, vertex_region=vertex_region,
+                             cloud=cloud, gcp_resources=gcp_resources, seed=settings["seed"],
                              work_dir=fuse_path(f"{pipeline_root.rstrip('/')}/{WORK_DIR}"),
                              train={**settings, "probe": advice},
                              start={name: settings[name] for name in SEARCH_SPACE}))
@@ -216,6 +229,7 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     from components.tune.hparams_file import BEST_FILE, load_hparams, search_seconds
 
     logging.basicConfig(level=logging.INFO)
+    no_gcp_resources(gcp_resources)  # replaced by the tuning job's when one starts
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     with tempfile.TemporaryDirectory() as fetched:
         models = Registry.open(registry, model_name)
@@ -363,7 +377,7 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
              data: Input[Dataset], source: Input[Artifact], registry: str, model_name: str, vertex_model: str,
              vertex_region: str, vertex_endpoint: str, endpoint_machine_type: str, endpoint_accelerator: str,
              endpoint_min_replicas: int, endpoint_max_replicas: int, serving_image: str, run_id: str,
-             experiment: str, pipeline_job: str, uploaded_model: Output[VertexModel],
+             experiment: str, pipeline_job: str, cloud: str, uploaded_model: Output[VertexModel],
              serving_endpoint: Output[VertexEndpoint]) -> NamedTuple(
         "RegisterOutputs", [("version", str), ("status", str), ("champion", str)]):
     """Record the version in the registry (with the trained weights, for warm starts); the
@@ -371,12 +385,14 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
     version (`uploaded_model`, GCPC's google.VertexModel, which links the run to it in Vertex
     AI's lineage) and, with `vertex_endpoint` for a blessed one, the endpoint it serves behind
     (`serving_endpoint`, google.VertexEndpoint); without, they name nothing (resourceName "").
-    With `experiment`, this run (`pipeline_job`) joins that Vertex AI experiment.
+    With `experiment`, this run (`pipeline_job`) joins that Vertex AI experiment. What is created
+    on Vertex AI carries `cloud`'s labels (CloudSettings, with the run's) and key.
     Fails the run (after recording) when the challenger is below min_map."""
     import json
     import logging
     from collections import namedtuple
 
+    from components.cloud.resources import CloudSettings
     from components.model_registry.decision import DecisionRecord
     from components.register.register import register_and_upload
     from components.model_registry.vertex_endpoint import EndpointSpec
@@ -390,7 +406,7 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
                                fingerprint, run_id, train_dir=model.path, vertex_model=vertex_model, vertex_region=vertex_region,
                                serving_image=serving_image, endpoint=EndpointSpec.parse(
                                    vertex_endpoint, endpoint_machine_type, endpoint_accelerator,
-                                   endpoint_min_replicas, endpoint_max_replicas))
+                                   endpoint_min_replicas, endpoint_max_replicas), cloud=CloudSettings.from_json(cloud))
     if experiment:
         from components.model_registry.vertex_experiment import join_experiment
 

@@ -10,9 +10,21 @@ from pathlib import Path
 from components.model_registry.vertex_model import DEFAULT_MACHINE_TYPE, DEFAULT_REGION
 from pipeline.cli_types import UsageError, cron_arg, gs_uri, key_value, kfp_repo
 from pipeline.cli_types import positive_int as _positive_int
-from pipeline.compile_cli import add_compile_options, resources_from_args
+from pipeline.compile_cli import add_cloud_options, add_compile_options, cloud_from_args, resources_from_args
 
 EXIT_OK = 0
+
+
+def _cloud(args):
+    """The --label/--kms-key/--network settings (bad ones: one line each, exit 2)."""
+    from components.cloud.resources import CloudSettings
+
+    if not hasattr(args, "label"):
+        return CloudSettings()
+    try:
+        return cloud_from_args(args)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _vertex_target(args):
@@ -20,7 +32,7 @@ def _vertex_target(args):
 
     return VertexTarget(project=args.project, region=args.region,
                         pipeline_root=getattr(args, "pipeline_root", None),
-                        service_account=getattr(args, "service_account", None))
+                        service_account=getattr(args, "service_account", None), cloud=_cloud(args))
 
 
 def _template(args) -> str:
@@ -76,14 +88,23 @@ def cmd_schedule(args) -> int:
         experiment = _experiment(args, params)
         if experiment:  # each run's register step joins it (Vertex AI's schedules have no experiment)
             params["experiment"] = experiment
-        name = vertex_jobs.create_schedule(target, _template(args), params, args.cron,
-                                           display_name=args.display_name, max_concurrent_runs=args.max_concurrent)
-        print(f"created schedule {name}")
+        template = _template(args)
+        release = vertex_jobs.release_of(template)
+        print(f"schedule {args.display_name}: freezing {release.line()}", flush=True)
+        name = vertex_jobs.create_schedule(target, template, params, args.cron, display_name=args.display_name,
+                                           max_concurrent_runs=args.max_concurrent, release=release)
+        print(f"created schedule {name}: it runs release {release.label} until `detpipe schedule update "
+              f"{name.rsplit('/', 1)[-1]} --template URI` moves it")
     elif args.action == "list":
         rows = vertex_jobs.list_schedules(target)
         for row in rows:
-            print(f"{row['name']}  {row['state']}  {row['cron']}  {row['display_name']}")
-        print(f"{len(rows)} schedule(s)")
+            print(f"{row['name']}  {row['state']}  cron {row['cron']!r}  next {row['next_run']}  "
+                  f"release {row['release']}  {row['runs']} run(s)  {row['display_name']}  ({row['template']})")
+        print(f"{len(rows)} detpipe schedule(s)")
+    elif args.action == "update":
+        moved = vertex_jobs.update_schedule(target, args.schedule, args.template)
+        print(f"moved schedule {moved.old} from release {moved.old_release} to {moved.release.line()}: it is now "
+              f"{moved.new} (same cron, parameters and remaining runs); the old one was deleted")
     else:
         vertex_jobs.change_schedule(target, args.schedule, args.action)
         print(f"{args.action}d schedule {args.schedule}")
@@ -137,7 +158,7 @@ def cmd_batch_predict(args) -> int:
                                instances_format=args.instances_format, machine_type=args.machine_type,
                                accelerator_type=kind, accelerator_count=count, replicas=args.replicas,
                                score_threshold=args.score_threshold)
-    job = submit_batch_prediction(spec, project=args.project, location=args.region)
+    job = submit_batch_prediction(spec, project=args.project, location=args.region, cloud=_cloud(args))
     job.wait_for_resource_creation()
     print(f"batch prediction job {job.resource_name} with {spec.model}: predictions under {args.destination}")
     return EXIT_OK
@@ -150,7 +171,7 @@ def cmd_deploy(args) -> int:
     model = _vertex_model(args)
     deployed = deploy_to_endpoint(model, EndpointSpec(args.endpoint, args.machine_type, kind, count,
                                                       args.min_replicas, args.max_replicas),
-                                  project=args.project, location=args.region)
+                                  project=args.project, location=args.region, cloud=_cloud(args))
     print(f"{model} serves all traffic of endpoint {args.endpoint} (deployed model {deployed.deployed_model_id}); earlier "
           "deployments were removed once it answered its health route")
     return EXIT_OK
@@ -165,6 +186,7 @@ def _add_machine_options(p, what: str) -> None:
     p.add_argument("--machine-type", default=DEFAULT_MACHINE_TYPE, help=f"machines {what} (default %(default)s)")
     p.add_argument("--accelerator", default="", metavar="TYPE[:COUNT]",
                    help="GPUs per machine, e.g. NVIDIA_TESLA_T4:1 (default none)")
+    add_cloud_options(p, network=False)
 
 
 def add_vertex_commands(sub) -> None:
@@ -187,8 +209,9 @@ def _add_run_commands(sub) -> None:
     p.add_argument("--display-name", default="detpipe", help="name of the run in the console (default %(default)s)")
     p.set_defaults(func=cmd_submit)
 
-    p = sub.add_parser("schedule", help="create, list, pause, resume or delete Vertex AI pipeline schedules")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="create|list|pause|resume|delete")
+    p = sub.add_parser("schedule", help="create, list, update, pause, resume or delete Vertex AI pipeline schedules")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION",
+                               help="create|list|update|pause|resume|delete")
     q = actions.add_parser("create", help="run the pipeline on a cron schedule")
     add_vertex_options(q, root=True)
     _add_experiment_options(q)
@@ -197,8 +220,21 @@ def _add_run_commands(sub) -> None:
     q.add_argument("--display-name", default="detpipe-schedule", help="name of the schedule (default %(default)s)")
     q.add_argument("--max-concurrent", type=_positive_int, default=1, help="runs at once at most (default %(default)s)")
     q.set_defaults(func=cmd_schedule)
-    q = actions.add_parser("list", help="list detpipe's schedules in a project and region")
+    q = actions.add_parser("list", help="list detpipe's schedules in a project and region, each with its cron, "
+                                        "state, next run and the release it runs")
     add_vertex_options(q, root=False, template=False)
+    q.set_defaults(func=cmd_schedule)
+    q = actions.add_parser("update", help="move a schedule to another release of the pipeline",
+                           description="A schedule runs the compiled pipeline it was created with, whatever is "
+                                       "uploaded since. This moves it to --template: a new schedule with the same "
+                                       "cron, display name, parameters, service account, labels, key and remaining "
+                                       "runs (the API cannot change a schedule's pipeline in place), then the old "
+                                       "one is deleted.")
+    add_vertex_options(q, root=False, template=False)
+    q.add_argument("schedule", help="schedule ID or full resource name (from `schedule list`)")
+    q.add_argument("--template", required=True,
+                   help="the release to run: compiled YAML or https://REGION-kfp.pkg.dev/PROJECT/REPO/detpipe/TAG "
+                        "(a tag is resolved to its version now)")
     q.set_defaults(func=cmd_schedule)
     for action in ("pause", "resume", "delete"):
         q = actions.add_parser(action, help=f"{action} one schedule")

@@ -2,6 +2,7 @@
 client code runs up to the transport, where a recording fake keeps the request and
 refuses it (it never pretends the call succeeded). Tests assert on those requests."""
 
+import hashlib
 from unittest import mock
 
 import google.api_core.exceptions as gexc
@@ -72,7 +73,8 @@ def test_submit_request_carries_every_setting(recorder, template):
     assert job.runtime_config.gcs_output_directory == "gs://bucket/root"
     values = dict(job.runtime_config.parameter_values)
     assert values["images"] == "gs://bucket/images" and values["data_format"] == "coco" and values["epochs"] == 20
-    assert dict(job.labels) == {"app": "detpipe"}
+    release = hashlib.sha256(open(template, "rb").read()).hexdigest()[:vertex_jobs.RELEASE_CHARS]
+    assert dict(job.labels) == {"app": "detpipe", vertex_jobs.RELEASE_LABEL: release}  # the run says what it ran
     spec = job.pipeline_spec
     assert spec["pipelineInfo"]["name"] == "detpipe"
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
@@ -105,7 +107,7 @@ def test_schedule_list_and_changes_ask_for_the_right_resources(recorder):
     (list_name, list_request), *gets = calls
     assert list_name == "list_schedules"
     assert list_request["request"]["parent"] == "projects/proj/locations/europe-west4"
-    assert list_request["request"]["filter"] == 'labels.app="detpipe"'
+    assert list_request["request"]["filter"] == vertex_jobs.SCHEDULES_FILTER  # tests/test_vertex_cloud.py checks it
     assert [g[0] for g in gets] == ["get_schedule"] * 3
     assert all(g[1]["name"] == "projects/proj/locations/europe-west4/schedules/1234" for g in gets)
 

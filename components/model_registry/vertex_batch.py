@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from components.cloud.resources import CloudSettings
 from components.model_registry.vertex_endpoint import accelerator_problems
 from components.model_registry.vertex_model import CHAMPION_ALIAS, DEFAULT_MACHINE_TYPE
 
@@ -57,7 +58,7 @@ def champion_of(model: str) -> str:
 
 
 def submit_batch_prediction(spec: BatchPredictionSpec, project: str | None = None, location: str | None = None,
-                            credentials=None, sync: bool = False):
+                            credentials=None, sync: bool = False, cloud: CloudSettings = CloudSettings()):
     """Create the job (`aiplatform.BatchPredictionJob.create`); returns it. Raises ValueError
     with one line a problem when the spec cannot be submitted."""
     from google.cloud import aiplatform
@@ -71,5 +72,6 @@ def submit_batch_prediction(spec: BatchPredictionSpec, project: str | None = Non
         model_parameters=None if spec.score_threshold is None else {"score_threshold": spec.score_threshold},
         machine_type=spec.machine_type, accelerator_type=spec.accelerator_type or None,
         accelerator_count=spec.accelerator_count or None, starting_replica_count=spec.replicas,
-        max_replica_count=spec.replicas, labels={"app": "detpipe"}, project=project, location=location,
+        max_replica_count=spec.replicas, labels=cloud.resource_labels(), encryption_spec_key_name=cloud.kms_key or None,
+        project=project, location=location,
         credentials=credentials, sync=sync)

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from components.cloud.resources import CloudSettings
 from components.model_registry.vertex_model import DEFAULT_MACHINE_TYPE, label_value, regional_client
 
 logger = logging.getLogger(__name__)
@@ -111,8 +112,9 @@ def find_endpoint(client, project: str, location: str, name: str):
     return found[0] if found else None
 
 
-def find_or_create_endpoint(client, project: str, location: str, name: str):
-    """The newest endpoint with display name `name`, created when there is none."""
+def find_or_create_endpoint(client, project: str, location: str, name: str, cloud: CloudSettings = CloudSettings()):
+    """The newest endpoint with display name `name`, created when there is none (with `cloud`'s
+    labels and key)."""
     from google.cloud.aiplatform_v1.types import endpoint as gca_endpoint
 
     found = find_endpoint(client, project, location, name)
@@ -121,7 +123,8 @@ def find_or_create_endpoint(client, project: str, location: str, name: str):
     parent = f"projects/{project}/locations/{location}"
     logger.info("creating Vertex AI endpoint %s", name)
     return client.create_endpoint(parent=parent, endpoint=gca_endpoint.Endpoint(
-        display_name=name, labels={"app": "detpipe"})).result(timeout=DEPLOY_TIMEOUT_S)
+        display_name=name, labels=cloud.resource_labels(), encryption_spec=cloud.encryption_spec())
+    ).result(timeout=DEPLOY_TIMEOUT_S)
 
 
 def serving_spec(endpoint, name: str) -> EndpointSpec | None:
@@ -145,7 +148,7 @@ class Deployed(NamedTuple):
 
 
 def deploy_to_endpoint(model: str, spec: EndpointSpec, project: str, location: str, registry_version: str = "",
-                       credentials=None, client=None) -> Deployed:
+                       credentials=None, client=None, cloud: CloudSettings = CloudSettings()) -> Deployed:
     """Deploy `model` to the endpoint of `spec` and undeploy the endpoint's earlier models
     once it serves; returns the endpoint and the new deployed model's id. A failed deployment
     raises and leaves the earlier ones serving."""
@@ -153,7 +156,7 @@ def deploy_to_endpoint(model: str, spec: EndpointSpec, project: str, location: s
     if problems:
         raise ValueError("; ".join(problems))
     client = client or endpoint_api(location, credentials)
-    endpoint = find_or_create_endpoint(client, project, location, spec.endpoint)
+    endpoint = find_or_create_endpoint(client, project, location, spec.endpoint, cloud)
     previous = [d.id for d in endpoint.deployed_models]
     operation = client.deploy_model(request=deploy_request(endpoint.name, model, spec, registry_version))
     new_id = operation.result(timeout=DEPLOY_TIMEOUT_S).deployed_model.id

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from components.cloud.resources import CloudSettings
+
 CHAMPION_ALIAS = "champion"
 # Where a command or the pipeline talks to Vertex AI unless told otherwise, and the machines it
 # asks for to serve or predict (an endpoint, a batch prediction job).
@@ -75,7 +77,7 @@ def model_resource(model: str, project: str | None, location: str | None, creden
 
 
 def upload_version(version: ModelVersion, project: str | None = None, location: str | None = None,
-                   credentials=None, parent_model: str | None = None):
+                   credentials=None, parent_model: str | None = None, cloud: CloudSettings = CloudSettings()):
     """Upload one version (`aiplatform.Model.upload`); `parent_model` None: a new model."""
     from google.cloud import aiplatform
 
@@ -89,7 +91,8 @@ def upload_version(version: ModelVersion, project: str | None = None, location: 
         artifact_uri=version.artifact_uri, serving_container_image_uri=version.serving_image,
         serving_container_command=["detpipe"], serving_container_args=["serve"],
         serving_container_ports=[SERVING_PORT], serving_container_predict_route=PREDICT_ROUTE,
-        serving_container_health_route=HEALTH_ROUTE, labels=version.labels(),
+        serving_container_health_route=HEALTH_ROUTE, labels=cloud.resource_labels(version.labels()),
+        encryption_spec_key_name=cloud.kms_key or None,
         project=project, location=location, credentials=credentials, sync=True)
 
 

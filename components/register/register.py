@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.cloud.resources import CloudSettings
 from components.detector.artifacts import WARM_START_EXTRAS, WARM_START_FILES
 from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
 from components.export.rescore import passed_files
@@ -99,10 +100,11 @@ def register_run(registry: Registry, saved_model_dir: str, data_dir: str, metric
 def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str, data_dir: str, metrics_file: str,
                         decision: DecisionRecord, fingerprint: dict, run_id: str, train_dir: str = "",
                         vertex_model: str = "",
-                        vertex_region: str = "", serving_image: str = "", endpoint=None) -> Registered:
+                        vertex_region: str = "", serving_image: str = "", endpoint=None,
+                        cloud: CloudSettings = CloudSettings()) -> Registered:
     """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version and,
     when it is blessed and `endpoint` (a vertex_endpoint.EndpointSpec) is given, that
-    version deployed behind the endpoint."""
+    version deployed behind the endpoint; both with `cloud`'s labels (and the run's) and key."""
     from components.model_registry.vertex_model import ModelVersion, find_parent_model, resource_parts, upload_version
 
     done = register_run(Registry.open(registry_uri, model_name), saved_model_dir, data_dir, metrics_file,
@@ -113,7 +115,7 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
             blessed=done.status == "blessed", run_id=run_id, data_fingerprint=fingerprint.get("sha256", ""),
             map=done.record["metrics"]["mAP"], registry_version=done.version, description=done.reason)
         parent = find_parent_model(vertex_model, project=None, location=vertex_region or None)
-        model = upload_version(version, location=vertex_region or None, parent_model=parent)
+        model = upload_version(version, location=vertex_region or None, parent_model=parent, cloud=cloud)
         logger.info("Vertex AI model version %s (%s)", getattr(model, "version_id", "?"), model.resource_name)
         done.vertex_model = f"{model.resource_name}@{model.version_id}"
         if endpoint is not None and done.status == "blessed":
@@ -121,5 +123,5 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
 
             project, location = resource_parts(model.resource_name, "models", "model")
             done.vertex_endpoint = deploy_to_endpoint(done.vertex_model, endpoint, project, location,
-                                                      registry_version=done.version).endpoint
+                                                      registry_version=done.version, cloud=cloud).endpoint
     return done

@@ -66,6 +66,8 @@ class TuneConfig:
     backend: str = "auto"
     trial_machine: str = ""
     vertex_region: str = ""
+    cloud: str = ""  # components.cloud CloudSettings as JSON: the tuning job's labels and key
+    gcp_resources: str = ""  # the step's output naming the tuning job (the console links it); "": none
     # A folder kept between runs (the pipeline's: PIPELINE_ROOT/tune-work): the search's split,
     # study and trials go in a subfolder named for the data and these options, so a run killed
     # in its tune step (even by SIGKILL) and run again continues the search there; "": the output folder.
@@ -174,7 +176,7 @@ def tune(config: TuneConfig) -> TuneResult:
         from components.tune.vertex_job import search_on_vertex
 
         best, records = search_on_vertex(work, budget, split, regime, first, config.trial_machine, config.vertex_region,
-                                         config.parallel, config.seed)
+                                         config.parallel, config.seed, config.cloud, config.gcp_resources)
         result, study = TuneResult(best, budget, records, split, regime, round(time.monotonic() - started, 1)), None
     else:
         result, study = _search_here(config, training, work, budget, split, regime, first, started)

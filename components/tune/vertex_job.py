@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from components.cloud.resources import CloudSettings
 from components.tune.budget import SearchBudget
 from components.tune.hparams_file import DEFAULTS, SEARCH_SPACE, BestHparams
 from components.tune.trials import (METRIC, PLAN_FILE, TRIALS_DIR, TrialRecord, TrialRegime, search_record,
@@ -94,9 +95,10 @@ def parameter_spec() -> dict:
 
 
 def tuning_job(plan_uri: str, output_uri: str, machine: TrialMachine, trials: int, parallel: int, region: str,
-               project: str | None = None, credentials=None, seed: int = 0):
+               project: str | None = None, credentials=None, seed: int = 0, cloud: CloudSettings = CloudSettings()):
     """The (unsubmitted) `aiplatform.HyperparameterTuningJob`: its trial job runs
-    `detpipe tune-trial --plan PLAN --output OUTPUT` on `machine`."""
+    `detpipe tune-trial --plan PLAN --output OUTPUT` on `machine`; both carry `cloud`'s labels
+    (with the run's) and key."""
     from google.cloud import aiplatform
 
     pool = {"machine_spec": {"machine_type": machine.machine_type}, "replica_count": 1,
@@ -109,18 +111,24 @@ def tuning_job(plan_uri: str, output_uri: str, machine: TrialMachine, trials: in
     trial_job = aiplatform.CustomJob(display_name="detpipe-tune-trial", worker_pool_specs=[pool],
                                      base_output_dir=gcs_uri(output_uri), staging_bucket=gcs_uri(output_uri),
                                      project=project, location=region,
-                                     credentials=credentials, labels={"app": "detpipe"})
+                                     credentials=credentials, labels=cloud.resource_labels(),
+                                     encryption_spec_key_name=cloud.kms_key or None)
     return aiplatform.HyperparameterTuningJob(
         display_name="detpipe-tune", custom_job=trial_job, metric_spec={METRIC_ID: "maximize"},
         parameter_spec=parameter_spec(), max_trial_count=trials, parallel_trial_count=max(1, min(parallel, trials)),
         max_failed_trial_count=max(1, trials // 2), search_algorithm=None, measurement_selection="last",
-        project=project, location=region, credentials=credentials, labels={"app": "detpipe", "seed": str(seed)})
+        project=project, location=region, credentials=credentials,
+        labels=cloud.resource_labels({"seed": str(seed)}), encryption_spec_key_name=cloud.kms_key or None)
 
 
-def submit(job, output_dir: str, spot: bool, timeout_s: int | None = None):
+ENDED_BY_A_STOP = ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")  # a stopped step's job: start another
+
+
+def submit(job, output_dir: str, spot: bool, timeout_s: int | None = None, network: str = ""):
     """Start the job, its trials on spot VMs when `spot` (Vertex restarts a preempted trial,
     which resumes from its checkpoints under the output), and return it without waiting; or
-    the job an earlier try of this step started (named in OUTPUT/JOB_FILE)."""
+    the job an earlier try of this step started (named in OUTPUT/JOB_FILE) unless a stop of
+    that try cancelled it."""
     from google.cloud import aiplatform
     from google.cloud.aiplatform.compat.types import custom_job as gca_custom_job
 
@@ -128,9 +136,12 @@ def submit(job, output_dir: str, spot: bool, timeout_s: int | None = None):
     if os.path.exists(record):
         with open(record) as handle:
             name = json.load(handle)["resource_name"]
-        logger.info("tune: taking up %s, started by an earlier try of this step", name)
-        return aiplatform.HyperparameterTuningJob.get(name)
-    job.run(sync=False, timeout=timeout_s, restart_job_on_worker_restart=False,
+        earlier = aiplatform.HyperparameterTuningJob.get(name)
+        if earlier.state.name not in ENDED_BY_A_STOP:
+            logger.info("tune: taking up %s, started by an earlier try of this step", name)
+            return earlier
+        logger.info("tune: %s was cancelled when an earlier try stopped: starting another", name)
+    job.run(network=network or None, sync=False, timeout=timeout_s, restart_job_on_worker_restart=False,
             scheduling_strategy=gca_custom_job.Scheduling.Strategy.SPOT if spot else None)
     job.wait_for_resource_creation()
     with open(record, "w") as handle:
@@ -158,22 +169,34 @@ def best_of(trials) -> tuple[dict[str, float], float, list[dict]]:
 
 def search_on_vertex(out: str, budget: SearchBudget, split: TuningSplit, regime: TrialRegime,
                      first: dict[str, float], trial_machine: str, region: str, parallel: int,
-                     seed: int) -> tuple[BestHparams, list[TrialRecord]]:
+                     seed: int, cloud: str = "", gcp_resources: str = "") -> tuple[BestHparams, list[TrialRecord]]:
     """The trials but the defaults as a Vertex AI tuning job (vertex_job.py), the defaults
     trained here meanwhile (this step runs on the training machine; Vizier has no way to be
-    given a first trial), the winner the best of them."""
+    given a first trial), the winner the best of them. The job is the step's `gcp_resources`
+    (the console links it), and a SIGTERM (the run cancelled) cancels it, while the defaults
+    train (the trainer checkpoints and stops) or while the step waits for it."""
+    from components.cloud.job_cancel import TUNING_JOB, cancelled_on_sigterm, vertex_uri, write_gcp_resources
+
     started = time.monotonic()
     if not trial_machine or not region:
         raise ValueError("tune_backend vertex needs the trials' machine and region (the compiled pipeline gives both: "
                          "run it on Vertex AI, or use tune_backend local)")
     machine = TrialMachine.from_json(trial_machine)
+    settings = CloudSettings.from_json(cloud)
     parallel = parallel or DEFAULT_PARALLEL
     job = submit(tuning_job(fuse_path(f"{out}/{PLAN_FILE}"), fuse_path(f"{out}/vertex_trials"), machine,
-                                  budget.trials - 1, parallel, region, seed=seed), out, machine.spot)
+                            budget.trials - 1, parallel, region, seed=seed, cloud=settings), out, machine.spot,
+                 network=settings.network)
+    write_gcp_resources(gcp_resources, TUNING_JOB, vertex_uri(job.resource_name))
     logger.info("tune: the defaults train here while Vertex AI runs %d trial(s), %d at once", budget.trials - 1,
                 parallel)
-    defaults = train_rungs(regime, f"{out}/{TRIALS_DIR}/defaults/model", first, {}, lambda step, score: False)
-    job.wait()
+    with cancelled_on_sigterm(job.cancel, f"Vertex AI tuning job {job.resource_name}") as stop:
+        try:
+            defaults = train_rungs(regime, f"{out}/{TRIALS_DIR}/defaults/model", first, {}, lambda step, score: False)
+        except BaseException:  # the trainer stopped on the SIGTERM (Preempted), or failed: the trials go too
+            stop.now()
+            raise
+        job.wait()
     hparams, score, rows = best_of(job.trials)
     records = [TrialRecord(0, "COMPLETE", dict(first), defaults, {}, regime.stops[-1], 0.0)] + [
         TrialRecord(r["number"], r["state"], r["hparams"], r["score"], {}, regime.stops[-1], 0.0, r["error"])
