@@ -58,7 +58,22 @@ def cmd_show(args) -> int:
         print(f"decision: {comparison_line(DecisionRecord.from_dict(json.loads(text)))}")
     if champion and champion["version"] == args.version:
         print(f"{args.version} is the champion since {champion['since']} ({champion['by']}: {champion['reason']})")
+    if args.vertex_model:
+        print(_vertex_evaluation(args))
     return EXIT_OK
+
+
+def _vertex_evaluation(args) -> str:
+    """The line of the evaluation Vertex AI holds for the version uploaded for args.version."""
+    from components.model_registry.vertex_evaluation import evaluation_line, read_evaluation
+    from components.model_registry.vertex_model import model_api, model_resource, vertex_version_of
+
+    if not args.project:
+        raise ValueError("--vertex-model needs --project")
+    model = model_resource(args.vertex_model, args.project, args.region)
+    version = vertex_version_of(model, args.version, args.region)
+    found = read_evaluation(version, model_api(args.region))
+    return f"{version}: {evaluation_line(found)}" if found else f"{version}: no evaluation imported"
 
 
 def _vertex_promotion(args):
@@ -110,9 +125,15 @@ def add_registry_commands(sub) -> None:
     p = commands.add_parser("list", help="every version with its status and scores; * marks the champion")
     common(p)
     p.set_defaults(func=cmd_list)
-    p = commands.add_parser("show", help="one version's record and decision")
+    p = commands.add_parser("show", help="one version's record and decision (and, with --vertex-model, the "
+                                         "evaluation the Vertex AI Model Registry holds for it)")
     p.add_argument("version", help="e.g. v3")
     common(p)
+    vertex = p.add_argument_group("Vertex AI")
+    vertex.add_argument("--vertex-model", default="", help="Vertex AI model the pipeline uploads to: display name or "
+                                                           "projects/P/locations/L/models/ID")
+    vertex.add_argument("--project", default="", help="Google Cloud project (with --vertex-model)")
+    vertex.add_argument("--region", default=DEFAULT_REGION, help="Vertex AI region (default %(default)s)")
     p.set_defaults(func=cmd_show)
     p = commands.add_parser("promote", help="make a version the champion by hand (pin or roll back)",
                             description="Make VERSION the champion: the next run compares with it, a warm start "

@@ -440,3 +440,96 @@ def test_a_second_sigterm_while_cancelling_does_not_cancel_twice():
             os.kill(os.getpid(), signal.SIGTERM)
             threading.Event().wait(5)
     assert calls == [1]
+
+
+# --- the evaluation in the Model Registry ------------------------------------------------------------------------
+
+# The image object detection metrics schema's fields (gs://google-cloud-aiplatform/schema/modelevaluation/
+# image_object_detection_metrics_1.0.0.yaml; aiplatform v1 REST reference, SchemaModelevaluationMetrics*).
+SCHEMA_FIELDS = {
+    "": {"evaluatedBoundingBoxCount", "boundingBoxMetrics", "boundingBoxMeanAveragePrecision"},
+    "boundingBoxMetrics": {"iouThreshold", "meanAveragePrecision", "confidenceMetrics"},
+    "confidenceMetrics": {"confidenceThreshold", "recall", "precision", "f1Score"},
+}
+
+
+def _schema_problems(found: dict, where: str = "") -> list[str]:
+    problems = [f"{where or 'metrics'}: {key} is not in the schema" for key in set(found) - SCHEMA_FIELDS[where]]
+    for key in ("boundingBoxMetrics", "confidenceMetrics"):
+        for item in found.get(key, []):
+            problems += _schema_problems(item, key)
+    return problems
+
+
+@pytest.fixture(scope="module")
+def raccoon_evaluation(raccoon_model, raccoon_shards, tmp_path_factory):
+    """metrics.json as the evaluate step writes it, for a model trained on raccoon's real photos."""
+    from components.evaluate.evaluator import evaluate_detector
+    from components.evaluate.metrics_file import METRICS_FILE, EvalMetrics
+
+    out = tmp_path_factory.mktemp("raccoon_eval")
+    evaluate_detector(str(raccoon_model), str(raccoon_shards), str(out))
+    return EvalMetrics.read(out / METRICS_FILE)
+
+
+def test_the_evaluation_import_request_holds_a_real_evaluation_in_the_schemas_fields(raccoon_evaluation):
+    from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
+    from google.cloud.aiplatform_v1.types import ModelEvaluation, ModelEvaluationSlice
+    from google.protobuf import json_format
+
+    from components.evaluate.threshold import CONFIDENCE_THRESHOLDS
+    from components.model_registry.vertex_evaluation import (METRICS_SCHEMA, SLICE_DIMENSION, import_evaluation,
+                                                             slice_messages)
+
+    measured = raccoon_evaluation
+    calls = []
+    client = ModelServiceClient(credentials=AnonymousCredentials())
+    version = "projects/proj/locations/europe-west4/models/1234@7"
+    with mock.patch.object(ModelServiceClient, "import_model_evaluation", _refusing(calls)):
+        with pytest.raises(gexc.ServiceUnavailable, match=REFUSED):
+            import_evaluation(version, measured, "detpipe v7", client)
+    (call,) = calls
+    assert call["parent"] == version
+    sent = call["model_evaluation"]
+    assert isinstance(sent, ModelEvaluation) and sent.metrics_schema_uri == METRICS_SCHEMA
+    assert sent.display_name == "detpipe v7"
+    metrics = json_format.MessageToDict(sent._pb.metrics)
+    assert _schema_problems(metrics) == []
+    assert metrics["boundingBoxMeanAveragePrecision"] == pytest.approx(measured.metrics["mAP"])
+    at_50, at_75 = metrics["boundingBoxMetrics"]
+    assert (at_50["iouThreshold"], at_75["iouThreshold"]) == (0.5, 0.75)
+    assert at_50["meanAveragePrecision"] == pytest.approx(measured.metrics["AP50"])
+    assert at_75["meanAveragePrecision"] == pytest.approx(measured.metrics["AP75"])
+    curve = at_50["confidenceMetrics"]
+    assert [p["confidenceThreshold"] for p in curve] == pytest.approx(list(CONFIDENCE_THRESHOLDS))
+    assert all(0.0 <= p[k] <= 1.0 for p in curve for k in ("precision", "recall", "f1Score"))
+    recalls = [p["recall"] for p in curve]
+    assert recalls == sorted(recalls, reverse=True)  # a higher threshold keeps fewer detections
+    assert int(metrics["evaluatedBoundingBoxCount"]) == measured.curve.boxes > 0
+    (raccoon,) = slice_messages(measured)  # one class
+    assert isinstance(raccoon, ModelEvaluationSlice) and raccoon.metrics_schema_uri == METRICS_SCHEMA
+    assert (raccoon.slice_.dimension, raccoon.slice_.value) == (SLICE_DIMENSION, "raccoon")
+    per_class = json_format.MessageToDict(raccoon._pb.metrics)
+    assert _schema_problems(per_class) == []
+    assert per_class["boundingBoxMeanAveragePrecision"] == pytest.approx(measured.per_class["raccoon"])
+
+
+def test_registry_show_reads_the_imported_evaluation_back(raccoon_evaluation):
+    """What `registry show --vertex-model` prints: the newest evaluation a version holds, read
+    from the list the service answers (here: the message the import sends, as stored)."""
+    from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
+
+    from components.model_registry.vertex_evaluation import evaluation_line, evaluation_message, read_evaluation
+
+    stored = evaluation_message(raccoon_evaluation, "detpipe v7")
+    asked = []
+
+    def list_model_evaluations(self, parent=None, **kwargs):
+        asked.append(parent)
+        return [stored]
+
+    with mock.patch.object(ModelServiceClient, "list_model_evaluations", list_model_evaluations):
+        found = read_evaluation("projects/p/locations/l/models/1@7", ModelServiceClient(credentials=AnonymousCredentials()))
+    assert asked == ["projects/p/locations/l/models/1@7"]
+    line = evaluation_line(found)
+    assert line.startswith(f"Vertex AI evaluation: mAP {raccoon_evaluation.metrics['mAP']:.4f}, AP@0.5 ")

@@ -29,7 +29,7 @@ from components.detector.tile_choice import tiles_per_photo
 from components.evaluate.detections_file import DETECTIONS_FILE, write_detections
 from components.evaluate.metrics_file import METRICS_FILE, DetectionCap, EvalMetrics, Gate, PredictionCost
 from components.evaluate.pictures import GALLERY_FILE, draw_evaluation
-from components.evaluate.threshold import best_f1_threshold
+from components.evaluate.threshold import best_f1_threshold, confidence_curve
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def evaluate_detector(model_dir: str, data_dir: str, output_dir: str, min_map: f
     cap = DetectionCap(config.max_detections, sum(
         1 for d in detections if sum(score >= threshold.score for score in d.scores) >= config.max_detections))
     measured = EvalMetrics(metrics, len(truths), Gate(min_map, passed), threshold, round(time.monotonic() - started, 1),
-                           cap, prediction)
+                           cap, prediction, confidence_curve(truths, detections))
     cap_warning = cap.warning(len(truths))
     if cap_warning:
         logger.warning("%s", cap_warning)

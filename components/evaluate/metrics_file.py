@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from components.evaluate.threshold import ThresholdChoice
+from components.evaluate.threshold import ConfidenceCurve, ThresholdChoice
 
 METRICS_FILE = "metrics.json"
 _PER_CLASS = "AP/"  # per-class AP@[.5:.95] keys in `metrics`: "AP/<class name>"
@@ -79,6 +79,7 @@ class EvalMetrics:
     seconds: float
     cap: DetectionCap | None = None  # None in files written before it was measured
     prediction: PredictionCost | None = None  # likewise
+    curve: ConfidenceCurve | None = None  # likewise: precision/recall/F1 at Vertex AI's score thresholds
 
     @property
     def summary(self) -> dict[str, float]:
@@ -97,16 +98,18 @@ class EvalMetrics:
                 "gate": {"min_map": self.gate.min_map, "passed": self.gate.passed},
                 "threshold": self.threshold.to_dict(), "seconds": self.seconds,
                 "cap": asdict(self.cap) if self.cap else None,
-                "prediction": asdict(self.prediction) if self.prediction else None}
+                "prediction": asdict(self.prediction) if self.prediction else None,
+                "curve": self.curve.to_dict() if self.curve else None}
 
     @classmethod
     def from_dict(cls, data: dict) -> "EvalMetrics":
         """The dict `to_dict` wrote; a missing field raises KeyError naming it."""
-        cap, prediction = data.get("cap"), data.get("prediction")  # optional: added later
+        cap, prediction, curve = data.get("cap"), data.get("prediction"), data.get("curve")  # optional: added later
         return cls(metrics=dict(data["metrics"]), num_images=data["num_images"], gate=Gate(**data["gate"]),
                    threshold=ThresholdChoice(**data["threshold"]), seconds=data["seconds"],
                    cap=DetectionCap(**cap) if cap else None,
-                   prediction=PredictionCost(**prediction) if prediction else None)
+                   prediction=PredictionCost(**prediction) if prediction else None,
+                   curve=ConfidenceCurve.from_dict(curve) if curve else None)
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -41,6 +41,54 @@ class ThresholdChoice:
         return asdict(self)
 
 
+# The score thresholds of the confidence curve: those of Vertex AI's image object detection
+# metrics schema (0.05, 0.10, ..., 0.95, 0.96, ..., 0.99), so the Model Registry draws it as its own.
+CONFIDENCE_THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20)) + (0.96, 0.97, 0.98, 0.99)
+
+
+@dataclass(frozen=True)
+class ConfidencePoint:
+    threshold: float  # keep detections scoring at least this
+    precision: float
+    recall: float
+    f1: float
+
+
+@dataclass(frozen=True)
+class ConfidenceCurve:
+    """Precision, recall and F1 of the val detections at each of CONFIDENCE_THRESHOLDS, at IoU
+    `iou`, over `boxes` truth boxes (difficult ones not counted)."""
+
+    boxes: int
+    points: tuple[ConfidencePoint, ...]
+    iou: float = 0.5
+
+    def to_dict(self) -> dict:
+        return {"boxes": self.boxes, "iou": self.iou, "points": [asdict(p) for p in self.points]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ConfidenceCurve":
+        return cls(data["boxes"], tuple(ConfidencePoint(**p) for p in data["points"]), data["iou"])
+
+
+def confidence_curve(truths: list[ImageTruth], detections: list[ImageDetections],
+                     iou_threshold: float = 0.5) -> ConfidenceCurve:
+    """The curve at CONFIDENCE_THRESHOLDS (no detection kept at a threshold: precision 1,
+    recall 0, as a precision-recall curve starts)."""
+    boxes = sum(int((~_difficult(t)).sum()) for t in truths)
+    curve = f1_curve(truths, detections, iou_threshold)
+    points = []
+    for threshold in CONFIDENCE_THRESHOLDS:
+        kept = int((curve.scores >= threshold).sum()) if curve is not None else 0
+        if kept == 0:
+            points.append(ConfidencePoint(threshold, 1.0, 0.0, 0.0))
+        else:
+            i = kept - 1
+            points.append(ConfidencePoint(threshold, round(float(curve.precision[i]), 6),
+                                          round(float(curve.recall[i]), 6), round(float(curve.f1[i]), 6)))
+    return ConfidenceCurve(boxes, tuple(points), iou_threshold)
+
+
 def iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """IoU of yxyx boxes, broadcast over the leading axes: one box [4] with each of `boxes`
     [N, 4], or pairwise with `iou(a[:, None], a[None])` (normalised coordinates: IoU does not

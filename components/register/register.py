@@ -104,7 +104,8 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
                         cloud: CloudSettings = CloudSettings()) -> Registered:
     """`register_run`, then (with `vertex_model`) the Vertex AI Model Registry version and,
     when it is blessed and `endpoint` (a vertex_endpoint.EndpointSpec) is given, that
-    version deployed behind the endpoint; both with `cloud`'s labels (and the run's) and key."""
+    version deployed behind the endpoint; the evaluation imported into the Model Registry for the
+    version (vertex_evaluation.py); all with `cloud`'s labels (and the run's) and key."""
     from components.model_registry.vertex_model import ModelVersion, find_parent_model, resource_parts, upload_version
 
     done = register_run(Registry.open(registry_uri, model_name), saved_model_dir, data_dir, metrics_file,
@@ -118,10 +119,16 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
         model = upload_version(version, location=vertex_region or None, parent_model=parent, cloud=cloud)
         logger.info("Vertex AI model version %s (%s)", getattr(model, "version_id", "?"), model.resource_name)
         done.vertex_model = f"{model.resource_name}@{model.version_id}"
+        from components.model_registry.vertex_evaluation import import_evaluation
+        from components.model_registry.vertex_model import model_api
+
+        project, location = resource_parts(model.resource_name, "models", "model")
+        evaluation = import_evaluation(done.vertex_model, EvalMetrics.read(metrics_file), f"detpipe {done.version}",
+                                       model_api(location))
+        logger.info("Vertex AI evaluation %s (the version's Evaluate tab)", evaluation)
         if endpoint is not None and done.status == "blessed":
             from components.model_registry.vertex_endpoint import deploy_to_endpoint
 
-            project, location = resource_parts(model.resource_name, "models", "model")
             done.vertex_endpoint = deploy_to_endpoint(done.vertex_model, endpoint, project, location,
                                                       registry_version=done.version, cloud=cloud).endpoint
     return done
