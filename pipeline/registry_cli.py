@@ -65,7 +65,7 @@ def cmd_show(args) -> int:
 
 def _vertex_evaluation(args) -> str:
     """The line of the evaluation Vertex AI holds for the version uploaded for args.version."""
-    from components.model_registry.vertex_evaluation import evaluation_line, read_evaluation
+    from components.register.vertex_evaluation import evaluation_line, read_evaluation
     from components.model_registry.vertex_model import model_api, model_resource, vertex_version_of
 
     if not args.project:

@@ -478,7 +478,7 @@ def test_the_evaluation_import_request_holds_a_real_evaluation_in_the_schemas_fi
     from google.protobuf import json_format
 
     from components.evaluate.threshold import CONFIDENCE_THRESHOLDS
-    from components.model_registry.vertex_evaluation import (METRICS_SCHEMA, SLICE_DIMENSION, import_evaluation,
+    from components.register.vertex_evaluation import (METRICS_SCHEMA, SLICE_DIMENSION, import_evaluation,
                                                              slice_messages)
 
     measured = raccoon_evaluation
@@ -519,7 +519,7 @@ def test_registry_show_reads_the_imported_evaluation_back(raccoon_evaluation):
     from the list the service answers (here: the message the import sends, as stored)."""
     from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
 
-    from components.model_registry.vertex_evaluation import evaluation_line, evaluation_message, read_evaluation
+    from components.register.vertex_evaluation import evaluation_line, evaluation_message, read_evaluation
 
     stored = evaluation_message(raccoon_evaluation, "detpipe v7")
     asked = []

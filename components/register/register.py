@@ -119,7 +119,7 @@ def register_and_upload(registry_uri: str, model_name: str, saved_model_dir: str
         model = upload_version(version, location=vertex_region or None, parent_model=parent, cloud=cloud)
         logger.info("Vertex AI model version %s (%s)", getattr(model, "version_id", "?"), model.resource_name)
         done.vertex_model = f"{model.resource_name}@{model.version_id}"
-        from components.model_registry.vertex_evaluation import import_evaluation
+        from components.register.vertex_evaluation import import_evaluation
         from components.model_registry.vertex_model import model_api
 
         project, location = resource_parts(model.resource_name, "models", "model")
