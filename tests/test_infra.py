@@ -68,7 +68,12 @@ def test_cloudbuild_compiles_and_uploads_with_the_pushed_tag():
     assert "upload" in upload and "latest" in upload and "${_TAG}" in upload
     assert build["images"] == [image]
     assert "${_TAG}" in build["substitutions"]["_IMAGE"]
-    assert [s["id"] for s in build["steps"]] == ["build", "push", "compile", "upload"]
+    assert [s["id"] for s in build["steps"]] == ["build", "push", "compile", "upload", "move-schedules"]
+    # The named schedules (none by default) move to the version just uploaded, by its tag.
+    assert build["substitutions"]["_SCHEDULES"] == ""
+    move = steps["move-schedules"]["args"][-1]
+    assert "detpipe schedule update \"$$schedule\"" in move and image in move
+    assert "--template https://${_REGION}-kfp.pkg.dev/${PROJECT_ID}/${_KFP_REPO}/detpipe/${_TAG}" in move
 
 
 def test_terraform_declares_what_the_pipeline_needs():
