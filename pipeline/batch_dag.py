@@ -8,6 +8,7 @@ from kfp import dsl
 
 from pipeline.kfp_batch_steps import batch_predict
 from pipeline.kfp_settings import with_settings
+from components.cloud.resources import CloudSettings
 from pipeline.dag import DEFAULT_IMAGE, call_with_params
 from pipeline.params import (BY_NAME, DATAFLOW, REQUIRED, Param, in_signature_order, pipeline_docstring,
                              pipeline_signature)
@@ -27,15 +28,17 @@ BATCH_PARAMS: tuple[Param, ...] = (
 )
 
 
-def make_batch_pipeline(image: str = DEFAULT_IMAGE):
-    """The @dsl.pipeline function with its step on `image`."""
+def make_batch_pipeline(image: str = DEFAULT_IMAGE, cloud: CloudSettings = CloudSettings()):
+    """The @dsl.pipeline function with its step on `image`, its Dataflow job labelled and keyed
+    by `cloud`."""
     step = dsl.component(with_settings(batch_predict, DATAFLOW, "dataflow"), base_image=image,
                          install_kfp_package=False)
     names = [p.name for p in in_signature_order(BATCH_PARAMS)]
 
     def detpipe_batch_predict(*values):
         p = SimpleNamespace(**dict(zip(names, values)))
-        task = call_with_params(step, p, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER, sdk_container_image=image)
+        task = call_with_params(step, p, pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER, sdk_container_image=image,
+                                cloud=cloud.to_json())
         task.set_display_name("batch-predict")
         task.set_caching_options(False)  # new images arrive under the same prefix, and the champion moves
 

@@ -21,6 +21,6 @@ def compile_pipeline(output: Path, image: str = DEFAULT_IMAGE, resources: StepRe
     output.parent.mkdir(parents=True, exist_ok=True)
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline must be one of {', '.join(PIPELINES)}, got {pipeline!r}")
-    function = make_pipeline(image, resources) if pipeline == "detpipe" else make_batch_pipeline(image)
+    function = make_pipeline(image, resources) if pipeline == "detpipe" else make_batch_pipeline(image, resources.cloud)
     compiler.Compiler().compile(function, str(output))
     return hashlib.sha256(output.read_bytes()).hexdigest()

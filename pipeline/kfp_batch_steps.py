@@ -8,15 +8,17 @@ from kfp.dsl import Dataset, Output
 
 def batch_predict(images: str, registry: str, model_name: str, version: str, pipeline_root: str,
                   score_threshold: float, runner: str, dataflow: dict, beam_options: str,
-                  sdk_container_image: str, predictions: Output[Dataset]) -> NamedTuple(
+                  sdk_container_image: str, cloud: str, predictions: Output[Dataset]) -> NamedTuple(
         "BatchOutputs", [("version", str), ("images_in", int), ("predicted", int), ("rejected", int)]):
     """Predict every image under `images` with the registry's champion (or `version`),
     looked up when the run starts; predictions, rejects and summary.json in `predictions`.
-    `score_threshold` below 0: the export's."""
+    `score_threshold` below 0: the export's. On Dataflow the job carries `cloud`'s labels (CloudSettings,
+    with the run's) and key."""
     import logging
     from collections import namedtuple
 
     from beam.runner import step_beam_args
+    from components.cloud.resources import CloudSettings
     from components.model_registry.registry import SAVED_MODEL_DIR, Registry, RegistryError, resolve_registry
     from components.serve.batch_job import BatchOptions, predict_images
 
@@ -31,7 +33,7 @@ def batch_predict(images: str, registry: str, model_name: str, version: str, pip
     summary = predict_images(BatchOptions(
         model_dir=models.path(chosen, SAVED_MODEL_DIR), images=images, output=predictions.path, model_version=chosen,
         score_threshold=None if score_threshold < 0 else score_threshold, runner=runner,
-        beam_args=step_beam_args(beam_options, runner, sdk_container_image, dataflow)))
+        beam_args=step_beam_args(beam_options, runner, sdk_container_image, dataflow, CloudSettings.from_json(cloud))))
     predictions.metadata.update({"model_version": chosen, "images_in": summary.images_in,
                                  "predicted": summary.predicted, "rejected": summary.rejected,
                                  "registry": models.uri})

@@ -339,6 +339,9 @@ def test_the_compiled_custom_jobs_carry_the_labels_the_key_and_the_network(tmp_p
         assert inputs["labels"]["defaultValue"] == {"team": "vision", "cost_center": "cc-42", "app": "detpipe"}
     data = spec["root"]["dag"]["tasks"]["validate-and-convert"]["inputs"]["parameters"]
     assert CloudSettings.from_json(data["cloud"]["runtimeValue"]["constant"]) == CLOUD
+    compile_pipeline(tmp_path / "b.yaml", resources=StepResources(cloud=CLOUD), pipeline="batch-predict")
+    batch = yaml.safe_load((tmp_path / "b.yaml").read_text())["root"]["dag"]["tasks"]["batch-predict"]
+    assert CloudSettings.from_json(batch["inputs"]["parameters"]["cloud"]["runtimeValue"]["constant"]) == CLOUD
 
 
 # --- a stopped step cancels what it started ---------------------------------------------------------------------
