@@ -229,7 +229,6 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     from components.tune.hparams_file import BEST_FILE, load_hparams, search_seconds
 
     logging.basicConfig(level=logging.INFO)
-    no_gcp_resources(gcp_resources)  # replaced by the tuning job's when one starts
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     with tempfile.TemporaryDirectory() as fetched:
         models = Registry.open(registry, model_name)

@@ -130,8 +130,8 @@ def add_registry_commands(sub) -> None:
     p.add_argument("version", help="e.g. v3")
     common(p)
     vertex = p.add_argument_group("Vertex AI")
-    vertex.add_argument("--vertex-model", default="", help="Vertex AI model the pipeline uploads to: display name or "
-                                                           "projects/P/locations/L/models/ID")
+    vertex.add_argument("--vertex-model", **declared("vertex_model", help="Vertex AI model the pipeline uploads to: "
+                                                                       "display name or projects/P/locations/L/models/ID"))
     vertex.add_argument("--project", default="", help="Google Cloud project (with --vertex-model)")
     vertex.add_argument("--region", default=DEFAULT_REGION, help="Vertex AI region (default %(default)s)")
     p.set_defaults(func=cmd_show)

@@ -261,7 +261,7 @@ OWN_WORDS = {
     ("probe", "--image-size"), ("probe", "--model-size"), ("probe", "--batch-size"), ("probe", "--precision"),
     ("probe", "--xla"), ("data build", "--seed"), ("evaluate", "--min-map"),
     ("train", "--registry"), ("train", "--base-lr"), ("train", "--weight-decay"), ("train", "--augment-strength"),
-    ("registry promote", "--vertex-model"), ("data build", "--images"), ("data build", "--annotations"),
+    ("registry promote", "--vertex-model"), ("registry show", "--vertex-model"), ("data build", "--images"), ("data build", "--annotations"),
     ("data build", "--allow-new-classes"), ("data build", "--allow-anomalies"), ("probe", "--require-gpu"),
     ("probe", "--allow-poor-anchors"), ("probe", "--tile"), ("data build", "--tile"),
     ("tune-trial", "--base_lr_per_64"), ("tune-trial", "--weight_decay"), ("tune-trial", "--augment_strength"),

@@ -28,7 +28,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: `patience` is a STRING ("auto": tied to the plan), time_budget's and holdout's
 # descriptions say auto's caps, the review step's metadata says what judged the labels (issue 87).
-GOLDEN_SHA256 = "fab1f5df28c199a16abdcbd8fc737a7d711543a738a6466799bedbba23364333"
+GOLDEN_SHA256 = "bdc2e2801d79234d7c7ebdb67ba75ec42cc318356fe4fa731e2b13480f015ff1"
 
 
 def test_golden_compile(tmp_path):
