@@ -536,3 +536,41 @@ def test_registry_show_reads_the_imported_evaluation_back(raccoon_evaluation):
     assert asked == ["projects/p/locations/l/models/1@7"]
     line = evaluation_line(found)
     assert line.startswith(f"Vertex AI evaluation: mAP {raccoon_evaluation.metrics['mAP']:.4f}, AP@0.5 ")
+
+
+def test_register_sends_the_evaluation_for_the_version_it_uploaded(tmp_path, monkeypatch):
+    """register_and_upload on a gs:// registry (tests/fake_gcs.py): after the upload (its answer
+    stands in for the service's: the model and version it names) the next request is the
+    evaluation's import for that very version, refused by the recorder."""
+    from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
+
+    from components.model_registry import vertex_model
+    from components.model_registry.registry import Registry
+    from components.register import register
+    from tests.fake_gcs import FakeClient
+    from tests.test_registry import _decision, _run_files
+
+    registry = Registry.open("gs://b/reg", client=FakeClient())
+    monkeypatch.setattr(register.Registry, "open", lambda uri, name: registry)
+    uploaded = []
+    monkeypatch.setattr(vertex_model, "find_parent_model", lambda *args, **kwargs: None)
+    monkeypatch.setattr(vertex_model, "upload_version", lambda version, **kwargs: uploaded.append((version, kwargs))
+                        or mock.Mock(resource_name="projects/proj/locations/europe-west4/models/1234", version_id="7"))
+    monkeypatch.setattr(vertex_model, "model_api", lambda location, credentials=None: ModelServiceClient(
+        credentials=AnonymousCredentials()))
+    calls = []
+    files = _run_files(tmp_path)
+    with mock.patch.object(ModelServiceClient, "import_model_evaluation", _refusing(calls)):
+        with pytest.raises(gexc.ServiceUnavailable, match=REFUSED):
+            register.register_and_upload("gs://b/reg", "detpipe", str(files / "saved_model"), str(files / "data"),
+                                         str(files / "metrics.json"), _decision(True, None), {"sha256": "a" * 64},
+                                         "run-1", vertex_model="detector", vertex_region="europe-west4",
+                                         serving_image="img:1", cloud=CLOUD)
+    (version, kwargs), = uploaded
+    assert version.registry_version == "v1" and kwargs["cloud"] == CLOUD
+    (call,) = calls
+    assert call["parent"] == "projects/proj/locations/europe-west4/models/1234@7"
+    from google.protobuf import json_format
+
+    sent = json_format.MessageToDict(call["model_evaluation"]._pb.metrics)
+    assert sent["boundingBoxMeanAveragePrecision"] == pytest.approx(0.3) and _schema_problems(sent) == []
