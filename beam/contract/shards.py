@@ -15,9 +15,7 @@ import math
 import struct
 import zlib
 from dataclasses import asdict, dataclass
-
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
+from typing import BinaryIO, Callable
 
 from beam.contract.shard_names import GZIP_SUFFIX
 from beam.contract.tfrecord_framing import tfrecord_frame
@@ -51,18 +49,28 @@ def shard_index(key: str, count: int) -> int:
     return min(count - 1, int(stable_fraction(key, seed=-1) * count))
 
 
+def _beam_create(path: str) -> BinaryIO:
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
 class ShardWriter:
     """Streams serialized records into one shard file (GZIP-compressed when its name ends
     in .gz: zlib's header carries no time, so those stay byte-identical too); `info` is
     ready after closing. The bytes are counted and hashed as they are written, as stored,
     so the shard is not read back (on gs:// a second transfer of every shard).
 
-    Records are written in the order given: callers sort by key first.
+    Records are written in the order given: callers sort by key first. `open_file` opens the
+    path for writing bytes: Beam's file systems by default (the job's workers have no
+    TensorFlow); a step that has TensorFlow loaded passes `tf.io.gfile.GFile`'s, so it does
+    not import Beam (a second or more of every process start) for one carve.
     """
 
-    def __init__(self, path: str, split: str):
+    def __init__(self, path: str, split: str, open_file: Callable[[str], BinaryIO] | None = None):
         self.path, self.split, self.records = path, split, 0
-        self._file = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        self._file = (open_file or _beam_create)(path)
         # Beam's own GZIP files use these settings; compressed here, the stored bytes pass through.
         self._gzip = (zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, zlib.MAX_WBITS | 16)
                       if path.endswith(GZIP_SUFFIX) else None)

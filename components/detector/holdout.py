@@ -93,7 +93,8 @@ def carve_tuning_split(data_dir: str, folder: str, fraction: float, seed: int) -
     count = len(files)  # as many shards as the train split: as many parallel readers
     counts = {FIT: 0, HELD_OUT: 0}
     with ExitStack() as stack:
-        writers = {split: [stack.enter_context(ShardWriter(f"{folder}/{shard_name(split, i, count)}", split))
+        writers = {split: [stack.enter_context(ShardWriter(f"{folder}/{shard_name(split, i, count)}", split,
+                                                               lambda path: tf.io.gfile.GFile(path, "wb")))
                            for i in range(count)] for split in (FIT, HELD_OUT)}
         for serialized in tf.data.TFRecordDataset(files, compression_type=compression_type(files)).as_numpy_iterator():
             key = _record_key(serialized)
