@@ -65,7 +65,7 @@ class ShardWriter:
     Records are written in the order given: callers sort by key first. `open_file` opens the
     path for writing bytes: Beam's file systems by default (the job's workers have no
     TensorFlow); a step that has TensorFlow loaded passes `tf.io.gfile.GFile`'s, so it does
-    not import Beam (a second or more of every process start) for one carve.
+    not import Beam (about a second of each process start) for one carve.
     """
 
     def __init__(self, path: str, split: str, open_file: Callable[[str], BinaryIO] | None = None):

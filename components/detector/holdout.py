@@ -19,6 +19,7 @@ import json
 import logging
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
+from functools import partial
 
 from beam.contract import feature_keys as K
 from beam.contract.manifest import LABEL_MAP_FILES
@@ -92,9 +93,9 @@ def carve_tuning_split(data_dir: str, folder: str, fraction: float, seed: int) -
     tf.io.gfile.makedirs(folder)
     count = len(files)  # as many shards as the train split: as many parallel readers
     counts = {FIT: 0, HELD_OUT: 0}
+    create = partial(tf.io.gfile.GFile, mode="wb")  # TensorFlow's file systems: this step does without Beam
     with ExitStack() as stack:
-        writers = {split: [stack.enter_context(ShardWriter(f"{folder}/{shard_name(split, i, count)}", split,
-                                                               lambda path: tf.io.gfile.GFile(path, "wb")))
+        writers = {split: [stack.enter_context(ShardWriter(f"{folder}/{shard_name(split, i, count)}", split, create))
                            for i in range(count)] for split in (FIT, HELD_OUT)}
         for serialized in tf.data.TFRecordDataset(files, compression_type=compression_type(files)).as_numpy_iterator():
             key = _record_key(serialized)
