@@ -14,6 +14,7 @@ from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
+from components.train.refit_choice import REFIT_NOTE
 from components.train.stopped_short import SHORT_OF_PLATEAU
 from pipeline.kfp_settings import with_settings
 
@@ -225,7 +226,8 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     from components.model_registry.warm_source import warm_source
     from components.train.tensorboard_upload import TENSORBOARD_ENV, upload_curves
     from components.train.time_budget import budget_after
-    from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
+    from components.train.refit import train_and_refit
+    from components.train.trainer import ProbeAdvice, TrainConfig
     from components.tune.hparams_file import BEST_FILE, load_hparams, search_seconds
 
     logging.basicConfig(level=logging.INFO)
@@ -237,9 +239,9 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
         # The search and the training share the time budget: the training gets what the search left.
         settings["time_budget"] = budget_after(settings["time_budget"], search_seconds(f"{hparams.path}/{BEST_FILE}"),
                                                bool(advice.gpus))
-        result = train_detector(TrainConfig(data_dir=data.path, output_dir=model.path, probe=advice,
-                                            init_from=source.folder, init_name=source.name,
-                                            init_champion=warm_start == "auto", init_note=source.note, **settings))
+        result = train_and_refit(TrainConfig(data_dir=data.path, output_dir=model.path, probe=advice,
+                                             init_from=source.folder, init_name=source.name,
+                                             init_champion=warm_start == "auto", init_note=source.note, **settings))
     started_from = source.version if result.warm_start["used"] else ""
     outputs = namedtuple("TrainOutputs", ["images_per_second", "started_from", "length"])(
         result.images_per_second, started_from, result.length_line)
@@ -265,7 +267,8 @@ def _train_figure(out: dict) -> str:
     if not out.get("length"):  # a run of an earlier version
         return f"{rate}, " + (f"warm start from {source}" if source else "from scratch")
     trained, _, why = out["length"].partition(", stopped: ")
-    return (f"{rate}, {trained.split(' (')[0]}: {why.split(':')[0]}" + (", short" if why.endswith(SHORT_OF_PLATEAU) else "")
+    return (f"{rate}, {trained.split(' (')[0]}: {why.split(':')[0]}" + (", refit" if REFIT_NOTE in why else "")
+            + (", short" if why.endswith(SHORT_OF_PLATEAU) else "")
             + (f", from {source}" if source else ""))
 
 

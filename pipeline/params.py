@@ -28,6 +28,7 @@ from components.model_registry.registry import DEFAULT_MODEL_NAME
 from components.model_registry.vertex_endpoint import EndpointSpec
 from components.model_registry.vertex_model import DEFAULT_REGION
 from components.train.config import TrainConfig
+from components.train.refit_choice import REFIT_MIN_SHARE, REFIT_MODES
 from components.train.plan import EMA_WINDOW_SHARE, FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
 from components.detector.holdout_size import HOLDOUT_MAX_IMAGES
 from components.train.time_budget import (CPU_AUTO_IMAGES, CPU_AUTO_SECONDS, DEFAULT_PATIENCE, GPU_AUTO_SECONDS,
@@ -127,6 +128,9 @@ PARAMS: tuple[Param, ...] = (
     Param("holdout", float, TrainConfig.holdout, "Share of the train images held out (by the data split's hash rule) "
           f"to score a budgeted run's learning curve, at most {HOLDOUT_MAX_IMAGES} images; never val.",
           cli_type=cli_types.open_fraction),
+    Param("refit", str, TrainConfig.refit, "After a budgeted run, train again on the whole train split for the "
+          f"epochs its held-out curve ran and hand over that model: auto (where the carve is at least "
+          f"{REFIT_MIN_SHARE:.0%} of train and the budget has room), on or off.", choices=REFIT_MODES),
     Param("batch_size", str, TrainConfig.batch_size, "Images per step, or auto to size it to the machine.",
           cli_type=cli_types.batch_size_arg),
     Param("image_size", str, TrainConfig.image_size, "Square model input in pixels, or auto: fitted to the training boxes "

@@ -52,7 +52,8 @@ def _fetch_folder(args):
 def cmd_train(args) -> int:
     from components.detector.fitted_shape import PoorAnchors
     from components.train.loop import PREEMPTED_EXIT_CODE, Preempted
-    from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
+    from components.train.refit import train_and_refit
+    from components.train.trainer import ProbeAdvice, TrainConfig
 
     settings = {**training_values(args), **_hparams_over_defaults(args)}
     try:
@@ -61,7 +62,7 @@ def cmd_train(args) -> int:
         raise _fail_lines([f"--probe {args.probe}: not a probe.json of `detpipe probe --json` ({err!r})"]) from err
     try:
         with _fetch_folder(args) as fetched:
-            result = train_detector(TrainConfig(
+            result = train_and_refit(TrainConfig(
                 data_dir=args.data, output_dir=args.output, verify_shards=args.verify_shards, probe=advice,
                 **_init_from(args, fetched), **settings))
     except Preempted as stopped:  # the code a restarting scheduler (Vertex, --train-retries) expects

@@ -28,7 +28,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: `patience` is a STRING ("auto": tied to the plan), time_budget's and holdout's
 # descriptions say auto's caps, the review step's metadata says what judged the labels (issue 87).
-GOLDEN_SHA256 = "bdc2e2801d79234d7c7ebdb67ba75ec42cc318356fe4fa731e2b13480f015ff1"
+GOLDEN_SHA256 = "cea6ebd3552280b3737b03cc2f862e2b1ecdf0e7e79e0269a7bbd2b5c4506586"
 
 
 def test_golden_compile(tmp_path):

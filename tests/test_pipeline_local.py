@@ -162,6 +162,9 @@ def test_run_local_end_to_end(demo_dir, demo_shards, tmp_path, capsys, monkeypat
     assert "; 1 epoch (" in training and "stopped: budget: " in training
     history = json.loads((run_dir / "train" / "model" / "history.json").read_text())
     assert len([v for v in history["held_out_mAP"] if v is not None]) == 1
+    # A carve of 20% would pay for a refit on the whole split, but the budget is spent: the reason says so.
+    decisions = json.loads((run_dir / "train" / "model" / "train_config.json").read_text())["result"]["decisions"]
+    assert decisions["refit"].startswith("off: the budget has ") and "refit" not in training
     decision = json.loads((registry / "versions" / "v2" / "decision.json").read_text())
     assert decision["champion"]["version"] == "v1" and decision["rule"]["promote_if"] == "better"
     assert decision["rule"]["resamples"] >= 1000 and len(decision["val"]["fingerprint"]) == 64

@@ -4,6 +4,7 @@ weights kept, the curves written where people look, and a deadline that ends a r
 
 import doctest
 import json
+import math
 import os
 from pathlib import Path
 
@@ -12,9 +13,9 @@ import pytest
 
 def test_the_examples_in_the_budget_modules_run():
     from components.detector import artifacts
-    from components.train import schedules, time_budget
+    from components.train import refit_choice, schedules, time_budget
 
-    for module in (time_budget, schedules, artifacts):
+    for module in (time_budget, schedules, artifacts, refit_choice):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 
@@ -218,21 +219,27 @@ def test_a_rising_curve_the_budget_ends_says_it_stopped_short():
     assert slope * math.log((at + 10) / at) < PLATEAU_GAIN <= slope * math.log((at - 1 + 10) / (at - 1))
 
 
+def rising_config(demo_shards, out):
+    from components.train.trainer import ProbeAdvice, TrainConfig
+
+    return TrainConfig(data_dir=str(demo_shards), output_dir=str(out), batch_size=4, image_size=64, time_budget="10m",
+                       holdout=0.1, max_steps=60, refit="on", probe=ProbeAdvice(images_per_second=40.0))
+
+
 @pytest.fixture(scope="module")
 def rising_run(demo_shards, tmp_path_factory):
     """A budgeted training on real shards that its steps' cap ends while its made-up held-out
-    scores still climb (0.1, 0.2, 0.3, ...)."""
+    scores still climb (0.1, 0.2, 0.3, ...); then, with `--refit on`, trained again on the whole
+    train split (refit.py): the model handed over is the refit's."""
     from components.train import curve
-    from components.train.trainer import ProbeAdvice, TrainConfig, train_detector
+    from components.train.refit import train_and_refit
 
     scores = iter(0.1 * (i + 1) for i in range(100))
     real = curve.model_metrics
     curve.model_metrics = lambda *args, **kwargs: {"mAP": next(scores)}
     out = tmp_path_factory.mktemp("rising_run")
     try:
-        result = train_detector(TrainConfig(
-            data_dir=str(demo_shards), output_dir=str(out), batch_size=4, image_size=64, time_budget="10m",
-            holdout=0.1, max_steps=60, probe=ProbeAdvice(images_per_second=40.0)))
+        result = train_and_refit(rising_config(demo_shards, out))
     finally:
         curve.model_metrics = real
     return result, out
@@ -253,6 +260,40 @@ def test_a_run_its_budget_ends_on_a_rising_curve_says_so_where_people_look(risin
     assert training_section(out)["result"]["short"] == result.short  # what the run report shows
     from components.report.run_report import RunInputs, render_run_report
 
-    assert f"Training {result.short}." in render_run_report(RunInputs(train_dir=str(out)))
+    page = render_run_report(RunInputs(train_dir=str(out)))
+    assert f"Training {result.short}." in page and f"The model is a refit on the whole train split ({result.refit})" in page
     figure = KEY_FIGURES["train"]({"images_per_second": 40.0, "length": result.length_line})
-    assert figure.endswith("budget, short")
+    assert figure.endswith("budget, refit, short")
+
+
+@pytest.mark.slow
+def test_a_refit_trains_the_whole_split_for_the_curves_epochs_and_its_model_is_handed_over(rising_run, demo_shards,
+                                                                                           caplog):
+    from components.detector.artifacts import CHECKPOINT_DIR, HistoryFile, TrainConfigFile, load_trained
+    from components.detector.records import count_records
+    from components.train.distribution import weights_digest
+    from components.train.refit import CURVE_RUN, REFIT_DIR, train_and_refit
+
+    result, out = rising_run
+    curve_run = TrainConfigFile.read(out).result[CURVE_RUN]
+    refit = TrainConfigFile.read(out / REFIT_DIR)
+    train = count_records(refit.train["data_dir"], "train")
+    # The curve's run trained the fit part; the refit every train image, its epochs those of the curve's
+    # run (rounded up), its steps capped as the run's were (max_steps).
+    assert curve_run["num_train"] + curve_run["held_out"] == train == refit.result["num_train"]
+    assert refit.train["epochs"] == math.ceil(curve_run["epochs"]) and not refit.result["held_out"]
+    assert result.decisions["refit"].startswith(f"on (given): {refit.train['epochs']} epoch(s) on all {train} ")
+    # The model handed over is the refit's: its weights, named in the result, the report and the run's line.
+    assert result.weights_sha256 == refit.result["weights_sha256"] != curve_run["weights_sha256"]
+    assert weights_digest(load_trained(str(out))[0]) == result.weights_sha256
+    assert result.refit.endswith(f"on all {train} train images") and f"({result.refit})" in result.length_line
+    assert TrainConfigFile.read(out).result["refit"] == result.refit
+    report = (out / "train_report.md").read_text()
+    assert "## Refit" in report and f"the model is the refit's: {result.refit}" in report
+    assert len(HistoryFile.read(out).scored()) >= 2  # the curve that chose the epochs stays the run's
+    # Run again (a refit killed, or a step retried): the curve's run is not trained again and the
+    # refit resumes from its own last checkpoint: the same model.
+    assert (out / REFIT_DIR / CHECKPOINT_DIR).is_dir()
+    with caplog.at_level("INFO"):
+        again = train_and_refit(rising_config(demo_shards, out))
+    assert "the curve's run is done" in caplog.text and again.weights_sha256 == result.weights_sha256

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 from components.detector.tile_choice import DEFAULT_TILE
+from components.train.refit_choice import REFIT_MODES
 from components.train.time_budget import AUTO, check_budget, check_patience
 
 
@@ -67,6 +68,10 @@ class TrainConfig:
     # to score the learning curve and tuning trials, at most holdout.HOLDOUT_MAX_IMAGES images;
     # the same carve for both.
     holdout: float = 0.2
+    # After a budgeted run: train again on the whole train split for the epochs its curve ran, and
+    # hand over that model (refit.py); "auto": where the carve is a large share of train and the
+    # budget has room (refit_choice.choose_refit), "on", "off".
+    refit: str = AUTO
     batch_size: str | int = "auto"  # images per step on one machine, or "auto"
     image_size: int | str = "auto"  # square model input in pixels, or "auto": fitted to the boxes (fitted_shape.py)
     allow_poor_anchors: bool = False  # train even when few boxes can match an anchor after fitting
@@ -125,6 +130,8 @@ class TrainConfig:
         object.__setattr__(self, "patience", check_patience(self.patience))
         if not 0 < self.holdout < 1:
             raise ValueError(f"holdout must be between 0 and 1, got {self.holdout}")
+        if self.refit not in REFIT_MODES:
+            raise ValueError(f"refit must be one of {', '.join(REFIT_MODES)}, got {self.refit!r}")
 
     @property
     def budgeted(self) -> bool:

@@ -46,6 +46,7 @@ from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import (MachineFacts, TrainPlan, auto_batch_ceiling, choose_batch_size,
                                    fine_tune_share, plan_training)
 from components.train.run_length import budget_length, keep_length
+from components.train.refit_choice import REFIT_NOTE
 from components.train.stopped_short import SHORT_OF_PLATEAU, short_line
 from components.train.time_budget import (END_RESERVE_SECONDS, SCORE_SHARE, SMOOTHED_SCORES, RunLength, epoch_cap,
                                           patience_epochs, score_every)
@@ -88,6 +89,9 @@ class TrainResult:
     # This process is the chief: only it writes the job's outputs, and only it may finish
     # them (export, reports); another replica's job ends when training ends.
     is_chief: bool = True
+    held_out: int = 0  # train images the curve was scored on (a budgeted run's carve); 0: none
+    budget_seconds: float = 0.0  # the time budget a budgeted run was given (0: epochs were given)
+    refit: str = ""  # the model is a second training's on the whole split (refit.py): what it trained; "": none
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +101,7 @@ class TrainResult:
         """How long it trained and why it stopped, one line: `24 epochs (744 steps), stopped: plateau: ...`
         (and `; short of its plateau` when the budget ended a rising curve: `short` says more)."""
         return (f"{self.epochs:g} epoch{'' if self.epochs == 1 else 's'} ({self.steps} steps), stopped: {self.stopped}"
-                + (f"; {SHORT_OF_PLATEAU}" if self.short else ""))
+                + (f"; {REFIT_NOTE} ({self.refit})" if self.refit else "") + (f"; {SHORT_OF_PLATEAU}" if self.short else ""))
 
 
 def _machine_facts(role: ClusterRole, strategy: tf.distribute.Strategy, description: str) -> MachineFacts:
@@ -394,7 +398,9 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
         input_wait_share=None if monitor.input_wait_share is None else round(monitor.input_wait_share, 3),
         final_loss=losses["loss"][-1] if losses.get("loss") else None,  # no losses: nothing was left to train
         seconds=round(time.monotonic() - started, 1), weights_sha256=digest, decisions=decisions,
-        shape=facts.shape.metadata(), warm_start=facts.warm.to_dict(), is_chief=role.is_chief)
+        shape=facts.shape.metadata(), warm_start=facts.warm.to_dict(), is_chief=role.is_chief,
+        held_out=facts.held_out.held_out if facts.held_out else 0,
+        budget_seconds=facts.length.seconds if facts.length else 0.0)
     if role.is_chief:
         history.write(out)
         _config_record(facts, result=result.to_dict()).write(out)

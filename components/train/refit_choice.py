@@ -1,0 +1,63 @@
+"""Whether a budgeted run trains again on the whole train split (refit.py), and why: plain
+numbers in, no TensorFlow (the pipeline's parameters and `--help` read these constants)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+REFIT_MODES = ("auto", "on", "off")
+# `auto` refits where the carve is at least this share of train: the small real sets measured
+# (a carve of 20%) gained in every seed, the demo (its carve capped at 200 images, 10%) within
+# the noise (docs/measurements.md, "the held-out carve").
+REFIT_MIN_SHARE = 0.15
+REFIT_NOTE = "refit on the whole train split"  # how the run's length line marks it (TrainResult.length_line)
+
+
+@dataclass(frozen=True)
+class RefitChoice:
+    epochs: int  # 0: no refit
+    reason: str
+
+
+def choose_refit(mode: str, fit: int, held_out: int, epochs: float, seconds: float, budget_seconds: float,
+                 workers: int = 1) -> RefitChoice:
+    """After a budgeted run that trained `epochs` on `fit` images and scored its curve on
+    `held_out` ones in `seconds` of a `budget_seconds` budget: the epochs of a refit on all of
+    train (0: none) and why. The refit is estimated at the run's seconds times whole/fit images
+    (the same epochs on more images, no held-out scores, its own start-up).
+
+    >>> choose_refit("auto", 128, 32, 79.3, 150.0, 1200.0).epochs
+    80
+    >>> print(choose_refit("auto", 128, 32, 79.3, 150.0, 1200.0).reason)
+    auto: the carve is 20% of train (32 of 160); 80 epoch(s) on all 160 train images (about 188 s), within the budget's 1050 s left
+    >>> choose_refit("auto", 1880, 200, 5.0, 140.0, 1200.0).reason[:44]
+    'off: the carve is 10% of train (200 of 2080)'
+    >>> choose_refit("auto", 128, 32, 79.3, 1100.0, 1200.0).epochs, choose_refit("on", 128, 32, 79.3, 1100.0, 1200.0).epochs
+    (0, 80)
+    >>> choose_refit("auto", 128, 0, 30.0, 100.0, 0.0).reason
+    'off: nothing was held out (epochs given, or too few images): the run trained on all of train'
+    """
+    if mode not in REFIT_MODES:
+        raise ValueError(f"refit must be one of {', '.join(REFIT_MODES)}, got {mode!r}")
+    if mode == "off":
+        return RefitChoice(0, "off: given --refit off")
+    if not held_out:
+        return RefitChoice(0, "off: nothing was held out (epochs given, or too few images): the run trained on all "
+                              "of train")
+    if workers > 1:  # the strategy over several machines is made once a process
+        return RefitChoice(0, f"off: {workers} machines trained in lockstep; a refit runs on one machine only")
+    whole = fit + held_out
+    share, again = held_out / whole, max(1, math.ceil(epochs))
+    estimate, left = seconds * whole / fit, budget_seconds - seconds
+    what = f"{again} epoch(s) on all {whole} train images (about {estimate:.0f} s)"
+    if mode == "on":
+        return RefitChoice(again, f"on (given): {what}")
+    if share < REFIT_MIN_SHARE:
+        return RefitChoice(0, f"off: the carve is {share:.0%} of train ({held_out} of {whole}), under "
+                              f"{REFIT_MIN_SHARE:.0%}, where a refit gained within the noise; --refit on trains {what}")
+    if estimate > left:
+        return RefitChoice(0, f"off: the budget has {max(0.0, left):.0f} s left and a refit of {what} would pass it; "
+                              "--refit on trains it anyway")
+    return RefitChoice(again, f"auto: the carve is {share:.0%} of train ({held_out} of {whole}); {what}, within "
+                              f"the budget's {left:.0f} s left")
