@@ -131,7 +131,7 @@ class StepDisplay:
         if self._live is not None:
             self._live.update(self._render())
         elif final and step is not None and self._show:
-            self.console.print(self._line(step), markup=False)
+            self.console.print(self._line(step), markup=False, soft_wrap=True)  # a file or pipe: one line a step, unbroken
 
     def start(self, name: str) -> None:
         self.steps.append(Step(name, time.monotonic()))

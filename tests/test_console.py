@@ -25,7 +25,7 @@ KFP_OUTPUT = """\
 
 def test_router_files_lines_by_step_and_reports_progress_and_figures(tmp_path):
     out = io.StringIO()
-    display = StepDisplay(Console(file=out, force_terminal=False, width=120))
+    display = StepDisplay(Console(file=out, force_terminal=False, width=40))  # narrower than a line: none is broken
     progress = []
     display.progress = lambda text, original=display.progress: (progress.append(text), original(text))
     outputs = {"validate-and-convert": {"parameterValues": {"written": 290, "rejected": 10}}}
