@@ -297,3 +297,4 @@ def test_a_refit_trains_the_whole_split_for_the_curves_epochs_and_its_model_is_h
     with caplog.at_level("INFO"):
         again = train_and_refit(rising_config(demo_shards, out))
     assert "the curve's run is done" in caplog.text and again.weights_sha256 == result.weights_sha256
+    assert (out / "train_report.md").read_text().count("## Refit") == 1

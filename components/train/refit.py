@@ -31,6 +31,7 @@ from components.train.trainer import TrainResult, train_detector
 logger = logging.getLogger(__name__)
 
 REFIT_DIR = "refit"  # under the output folder: the refit's checkpoints, TensorBoard logs, model, report
+REFIT_SECTION = "\n## Refit\n\n"  # of train_report.md, after the curve's run's report
 CURVE_RUN = "curve_run"  # train_config.json's result: the curve's run, beside the refit's figures
 
 
@@ -73,6 +74,6 @@ def _recorded(out: Path, result: TrainResult, first: TrainResult) -> TrainResult
     if result.refit:
         lines.append(f"- the model is the refit's: {result.refit} (its report: `{REFIT_DIR}/{REPORT_FILE}`), final "
                      f"weights sha256 `{result.weights_sha256}`; the curve above is the run that chose its epochs")
-    with open(out / REPORT_FILE, "a") as report:
-        report.write("\n## Refit\n\n" + "\n".join(lines) + "\n")
+    report = (out / REPORT_FILE).read_text().split(REFIT_SECTION)[0]  # a resumed refit's section, once
+    (out / REPORT_FILE).write_text(report + REFIT_SECTION + "\n".join(lines) + "\n")
     return result

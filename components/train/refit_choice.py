@@ -37,6 +37,8 @@ def choose_refit(mode: str, fit: int, held_out: int, epochs: float, seconds: flo
     'off: the carve is 10% of train (200 of 2080)'
     >>> choose_refit("auto", 128, 32, 79.3, 1100.0, 1200.0).epochs, choose_refit("on", 128, 32, 79.3, 1100.0, 1200.0).epochs
     (0, 80)
+    >>> choose_refit("on", 128, 32, 79.3, 150.0, 1200.0, workers=2).reason
+    'off: 2 machines trained in lockstep; a refit runs on one machine only'
     >>> choose_refit("auto", 128, 0, 30.0, 100.0, 0.0).reason
     'off: nothing was held out (epochs given, or too few images): the run trained on all of train'
     """
