@@ -390,3 +390,17 @@ def test_the_traced_learning_rate_is_built_once_a_graph_and_follows_every_step()
     assert traced_calls == 1 and untraced_calls > len(shared)
     for a, b in zip(shared, unshared):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_fit_slow_to_return_after_its_last_callback_is_said_in_the_log(caplog):
+    from types import SimpleNamespace
+
+    from components.train import loop
+
+    with caplog.at_level("WARNING"):
+        loop._say_slow_teardown(SimpleNamespace(fit_ended=time.monotonic() - 2 * loop.SLOW_TEARDOWN_SECONDS))
+        assert "fit returned 1" in caplog.text and "teardown" in caplog.text
+        caplog.clear()
+        loop._say_slow_teardown(SimpleNamespace(fit_ended=time.monotonic()))
+        loop._say_slow_teardown(SimpleNamespace())  # a fit that raised before its end: nothing to say
+    assert caplog.text == ""

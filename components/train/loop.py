@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -174,12 +175,26 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
                 callback.start_segment(steps_done, per_epoch)
         history = parts.model.fit(data, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=per_epoch,
                                   callbacks=callbacks, verbose=verbose)
+        _say_slow_teardown(parts.monitor)
         for name, values in history.history.items():
             logs.setdefault(name, []).extend(float(v) for v in values)
         if parts.model.stop_training:  # the learning curve ended the run (curve.py): a plateau, the budget
             break
         steps_done += (epochs - initial_epoch) * per_epoch
     return logs
+
+
+# A fit that took longer than this to return after its last callback is said in the log: 2 of 7
+# demo trainings here once spent 35-41 s there (the input iterator's teardown, not explained), 0.02 s
+# the others.
+SLOW_TEARDOWN_SECONDS = 5.0
+
+
+def _say_slow_teardown(monitor: TrainingMonitor) -> None:
+    seconds = time.monotonic() - getattr(monitor, "fit_ended", time.monotonic())
+    if seconds > SLOW_TEARDOWN_SECONDS:
+        logger.warning("train: Keras' fit returned %.1f s after its last callback (its input pipeline's teardown)",
+                       seconds)
 
 
 def fit_with_recovery(parts: LoopParts, config: TrainConfig, input_config: InputConfig, steps_done: int, chunk: int,

@@ -90,6 +90,7 @@ class TrainingMonitor(GlobalStep):
 
     def on_train_end(self, logs=None):
         self.writer.flush()
+        self.fit_ended = time.monotonic()  # the last callback of a fit: what follows is Keras' teardown
 
     @property
     def images_per_second(self) -> float:
