@@ -184,8 +184,8 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
     return logs
 
 
-# A fit that took longer than this to return after its last callback is said in the log: 2 of 7
-# demo trainings here once spent 35-41 s there (the input iterator's teardown, not explained), 0.02 s
+# A fit that took longer than this to return after its last callback is said in the log: 3 of 10
+# demo trainings here spent 35-54 s there (the input iterator's teardown, not explained), 0.02 s
 # the others.
 SLOW_TEARDOWN_SECONDS = 5.0
 
