@@ -402,5 +402,5 @@ def test_a_fit_slow_to_return_after_its_last_callback_is_said_in_the_log(caplog)
         assert "fit returned 1" in caplog.text and "teardown" in caplog.text
         caplog.clear()
         loop._say_slow_teardown(SimpleNamespace(fit_ended=time.monotonic()))
-        loop._say_slow_teardown(SimpleNamespace())  # a fit that raised before its end: nothing to say
+        loop._say_slow_teardown(SimpleNamespace(fit_ended=None))  # no fit has ended yet: nothing to say
     assert caplog.text == ""

@@ -191,7 +191,7 @@ SLOW_TEARDOWN_SECONDS = 5.0
 
 
 def _say_slow_teardown(monitor: TrainingMonitor) -> None:
-    seconds = time.monotonic() - getattr(monitor, "fit_ended", time.monotonic())
+    seconds = time.monotonic() - monitor.fit_ended if monitor.fit_ended is not None else 0.0
     if seconds > SLOW_TEARDOWN_SECONDS:
         logger.warning("train: Keras' fit returned %.1f s after its last callback (its input pipeline's teardown)",
                        seconds)

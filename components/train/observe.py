@@ -54,6 +54,7 @@ class TrainingMonitor(GlobalStep):
         self.steps_timed = 0  # steps after the first (the first includes tracing)
         self.input_wait = 0.0
         self.compute = 0.0
+        self.fit_ended: float | None = None  # when the last fit's last callback ran (on_train_end)
 
     def on_epoch_begin(self, epoch, logs=None):
         super().on_epoch_begin(epoch, logs)
