@@ -28,7 +28,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: `patience` is a STRING ("auto": tied to the plan), time_budget's and holdout's
 # descriptions say auto's caps, the review step's metadata says what judged the labels (issue 87).
-GOLDEN_SHA256 = "cea6ebd3552280b3737b03cc2f862e2b1ecdf0e7e79e0269a7bbd2b5c4506586"
+GOLDEN_SHA256 = "f411a08d7b8417dcb478e050910aa5c3af381ed434d6366761866d76e0a1dd8a"
 
 
 def test_golden_compile(tmp_path):

@@ -86,6 +86,13 @@ def jitter_window(shape: tf.Tensor, strength: float, seed: tf.Tensor, size: int,
     aspect = tf.exp(tf.random.stateless_uniform([], seeds[1], -ASPECT * s, ASPECT * s))
     window = base * tf.stack([scale * aspect, scale / aspect])  # (height, width) as fractions of the image
     start = tf.random.stateless_uniform([2], seeds[2]) * (1.0 - window)  # also right when window > 1
+    return pixel_window(shape, window, start, size)
+
+
+def pixel_window(shape: tf.Tensor, window: tf.Tensor, start: tf.Tensor, size: int) -> Window:
+    """The window of an image of `shape` ((height, width), float32) with sides `window` and
+    top-left corner `start` ((y, x) fractions of the image's sides; it may reach past the image)
+    to resize to `size`, in whole pixels (`Window`)."""
     # In whole pixels: the window, its overlap with the image, and where that overlap
     # lands in the output. A slice plus tf.image.resize plus a pad is several times faster
     # on a CPU than one crop_and_resize (benchmarks/input_pipeline.py).
@@ -154,6 +161,39 @@ def draw(strength: float, flip: bool, flip_seed: tf.Tensor, photometric_seed: tf
     shift = tf.random.stateless_uniform([], seeds[0], -0.3 * strength, 0.3 * strength)
     factor = tf.random.stateless_uniform([], seeds[1], 1.0 - 0.4 * strength, 1.0 + 0.4 * strength)
     return tf.stack([flipped, shift, factor])
+
+
+def orient(image: tf.Tensor, boxes: tf.Tensor, orientations: str, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """A square image (uint8, [S, S, C]) and its normalised yxyx boxes turned as `orientations`
+    allows (orientation.ORIENTATIONS): "flips" flips it upside down with probability 0.5, "any"
+    also turns it a quarter counter-clockwise 0-3 times (uniformly); "upright" leaves it. On the
+    host, before the horizontal flip `draw` draws (which then mirrors the turned image)."""
+    if orientations == "upright":
+        return image, boxes
+    seeds = tf.random.experimental.stateless_split(seed, 2)
+    upside_down = tf.random.stateless_uniform([], seeds[0]) < 0.5
+    image = tf.cond(upside_down, lambda: tf.reverse(image, axis=[0]), lambda: image)
+    y0, x0, y1, x1 = tf.unstack(boxes, axis=-1)
+    boxes = tf.where(upside_down, tf.stack([1.0 - y1, x0, 1.0 - y0, x1], axis=-1), boxes)
+    if orientations != "any":
+        return image, boxes
+    turns = tf.random.stateless_uniform([], seeds[1], 0, 4, dtype=tf.int32)
+    y0, x0, y1, x1 = tf.unstack(boxes, axis=-1)
+    # tf.image.rot90 turns counter-clockwise: a point (y, x) goes to (1 - x, y).
+    turned = tf.stack([
+        boxes,
+        tf.stack([1.0 - x1, y0, 1.0 - x0, y1], axis=-1),
+        tf.stack([1.0 - y1, 1.0 - x1, 1.0 - y0, 1.0 - x0], axis=-1),
+        tf.stack([x0, 1.0 - y1, x1, 1.0 - y0], axis=-1),
+    ])
+    return tf.image.rot90(image, turns), tf.gather(turned, turns)
+
+
+def flip_pixels(image: tf.Tensor, draws: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The horizontal flip `draws` holds done on the host (image [S, S, C]) and taken out of
+    the draws: what a mosaic needs of its four images before it lays them out (mosaic.py)."""
+    image = tf.cond(draws[FLIP] > 0.5, lambda: tf.reverse(image, axis=[1]), lambda: image)
+    return image, tf.tensor_scatter_nd_update(draws, [[FLIP]], [0.0])
 
 
 def flip_boxes(boxes: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:

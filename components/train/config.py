@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 from components.detector.tile_choice import DEFAULT_TILE
+from components.train.augment_settings import ORIENTATIONS
 from components.train.refit_choice import REFIT_MODES
 from components.train.time_budget import AUTO, check_budget, check_patience
 
@@ -87,6 +88,13 @@ class TrainConfig:
     ema: bool = True  # evaluate and export a moving average of the weights (losses.AveragedAdamW)
     augment_strength: float = 0.25
     flip: bool = True
+    # Which ways up a training image may be turned (augment.ORIENTATIONS): "upright" (horizontal
+    # flips only, as `flip` says), "flips" (vertical flips too), "any" (also quarter turns): for
+    # photos with no up or down (microscopy, aerial), never on by default for every photo.
+    orientations: str = "upright"
+    # Four images in one (mosaic.py), the last MOSAIC_CLEAN_SHARE of the steps without: off until
+    # measured to pay on real sets (docs/training.md).
+    mosaic: bool = False
     cache: str = ""  # "memory" or a file path: keep encoded records after the first epoch; "": none
     seed: int = 0
     deterministic: bool = False
@@ -130,6 +138,8 @@ class TrainConfig:
         object.__setattr__(self, "patience", check_patience(self.patience))
         if not 0 < self.holdout < 1:
             raise ValueError(f"holdout must be between 0 and 1, got {self.holdout}")
+        if self.orientations not in ORIENTATIONS:
+            raise ValueError(f"orientations must be one of {', '.join(ORIENTATIONS)}, got {self.orientations!r}")
         if self.refit not in REFIT_MODES:
             raise ValueError(f"refit must be one of {', '.join(REFIT_MODES)}, got {self.refit!r}")
 

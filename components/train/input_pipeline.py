@@ -28,7 +28,7 @@ from components.detector.geometry import FIXED_SIZE
 from components.detector.records import (AUTOTUNE, mean_record_bytes, parse_boxes, parse_example,
                                         read_records, shard_files)
 from components.detector.training_rate import TrainingRate
-from components.train import augment
+from components.train import augment, mosaic
 from components.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,10 @@ class InputConfig:
     # the photos hold, and a batch holds windows of different photos).
     tiled: bool = False
     windows_per_photo: int = 1
+    orientations: str = TrainConfig.orientations  # orientation.ORIENTATIONS
+    # The first step trained without mosaic (mosaic.clean_from: the clean end of a run with
+    # --mosaic); 0: no mosaic. Tiled training takes none.
+    mosaic_until_step: int = 0
 
 
 # Host RAM the shuffle buffer may hold of encoded records: 1,024 photos of 10,000 px (~20 MB
@@ -131,11 +135,16 @@ def _tile_window(serialized: tf.Tensor, config: InputConfig, seed: tf.Tensor):
     return augment.fill_window(crop, window, size), boxes, labels
 
 
-def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tuple, dict]:
+# Salts of the draws made beyond `_seeds`' three (orientation, mosaic): folded into the same key.
+ORIENT_SALT, MOSAIC_SALT = 1, 2
+
+
+def _host_example(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig):
     """One training example as the host makes it: parsed, decoded (a large JPEG at the scale
     the model needs: records.decode_at_least), scale-jittered (or resized) to the model size,
-    its flip and photometric jitter drawn and its boxes flipped: `((image, draws), targets)`,
-    the image uint8, its pixels' flip and photometric jitter left to `finish_batch`."""
+    turned as `orientations` allows, its flip and photometric jitter drawn and its boxes
+    flipped: (image uint8, draws, normalised boxes, 1-based labels), the image's flip and
+    photometric jitter left to `finish_batch` (or `finish_one`)."""
     seeds = _seeds(config, index)
     if config.tiled:
         image, boxes, labels = _tile_window(serialized, config, seeds[0])
@@ -143,12 +152,57 @@ def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig)
         example = parse_example(serialized, _decoded_side(config))
         image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
     if config.augment:
+        key = tf.stack([tf.cast(config.seed, tf.int64), index])
+        image, boxes = augment.orient(image, boxes, config.orientations,
+                                      tf.random.experimental.stateless_fold_in(key, ORIENT_SALT))
         draws = augment.draw(config.augment_strength, config.flip, seeds[1], seeds[2])
         boxes = augment.flip_boxes(boxes, draws)
     else:
         draws = tf.constant(augment.NO_DRAWS)
-    image = tf.ensure_shape(image, [config.image_size, config.image_size, 3])
+    return tf.ensure_shape(image, [config.image_size, config.image_size, 3]), draws, boxes, labels
+
+
+def _train_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tuple, dict]:
+    """`_host_example` as the train step takes it: `((image, draws), targets)`."""
+    image, draws, boxes, labels = _host_example(serialized, index, config)
     return (image, draws), _targets(boxes, labels, config.image_size)
+
+
+def _finished(image, draws, boxes, labels, config: InputConfig):
+    """An example of `_host_example`'s form → a training element: `((image, draws), targets)`
+    with `finish_in_step`, else the image finished here (`augment.finish_one`) and its targets."""
+    targets = _targets(boxes, labels, config.image_size)
+    return ((image, draws), targets) if config.finish_in_step else (augment.finish_one(image, draws), targets)
+
+
+def _mosaic_group(indices, images, draws, boxes, labels, config: InputConfig, until: int):
+    """Four examples (`_host_example`'s, their flips already in the pixels) → four mosaics of
+    them (mosaic.py), or the four as they are from example position `until` on (the clean end)."""
+    def mosaics():
+        seed = tf.random.experimental.stateless_fold_in(
+            tf.stack([tf.cast(config.seed, tf.int64), indices[0]]), MOSAIC_SALT)
+        return mosaic.mosaic_four(images, boxes, labels, seed, config.image_size)
+
+    def as_they_are():
+        return images, boxes.to_tensor(), labels.to_tensor()
+
+    out_images, out_boxes, out_labels = tf.cond(indices[0] < until, mosaics, as_they_are)
+    return out_images, draws, out_boxes, out_labels
+
+
+def _mosaic_stream(ds: tf.data.Dataset, config: InputConfig, until: int) -> tf.data.Dataset:
+    """`(index, serialized)` records → training elements made of mosaics until position `until`."""
+    def host(index, serialized):
+        image, draws, boxes, labels = _host_example(serialized, index, config)
+        image, draws = augment.flip_pixels(image, draws)  # the mosaic lays out the flipped pixels
+        return index, image, draws, boxes, labels
+
+    ds = ds.map(host, num_parallel_calls=_calls(config), deterministic=config.deterministic)
+    ds = ds.ragged_batch(mosaic.MOSAIC_IMAGES, drop_remainder=True)
+    ds = ds.map(lambda *group: _mosaic_group(*group, config, until), num_parallel_calls=_calls(config),
+                deterministic=config.deterministic).unbatch()
+    return ds.map(lambda *example: _finished(*example, config), num_parallel_calls=_calls(config),
+                  deterministic=config.deterministic)
 
 
 def per_image_element(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig) -> tuple[tf.Tensor, dict]:
@@ -267,21 +321,31 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     # One fused map per image: on few cores, every extra dataset stage costs more in
     # per-element overhead than the work it holds (benchmarks/input_pipeline.py).
     # Per-element stateless seeds from the example's position keep augmentation reproducible.
-    ds = ds.enumerate(start=skip).map(
-        lambda index, serialized: (_train_element if config.finish_in_step else per_image_element)(
-            serialized, index, config),
-        num_parallel_calls=_calls(config), deterministic=config.deterministic)
+    mosaic_until = config.mosaic_until_step * examples_per_step(config.batch_size, config.workers, policy)
+    if mosaic_until > skip and not config.tiled:
+        ds = _mosaic_stream(ds.enumerate(start=skip), config, mosaic_until)
+    else:
+        ds = ds.enumerate(start=skip).map(
+            lambda index, serialized: (_train_element if config.finish_in_step else per_image_element)(
+                serialized, index, config),
+            num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = _ragged_then_padded_batch(ds, config.batch_size)
     if config.box_floor:
         ds = ds.map(lambda images, targets: pad_boxes_to_bucket(images, targets, config.box_floor))
     ds = ds.prefetch(AUTOTUNE)
+    options = tf.data.Options()
+    # No autotuning thread: tf.data's (TF 2.16) sleeps between its rounds, the pause doubling to a
+    # minute as training runs, and deleting the iterator waits for it to wake (gdb: RootDataset::
+    # Iterator's destructor joining Model::OptimizeLoop), so `fit` returned 16-54 s late in a third
+    # of the demo's trainings. Without it AUTOTUNE's parallelism is the machine's cores, and the
+    # prefetch buffer still grows as needed (its own legacy tuner); the input stays far ahead of
+    # a CPU's training (demo, 2 cores: 1,400-2,400 images/s against training's ~100).
+    options.autotune.enabled = False
     if config.workers > 1:  # tf.distribute splits each global batch; by file, this worker's files are its part
-        options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.OFF if policy == tf.data.experimental.AutoShardPolicy.FILE
             else policy)
-        ds = ds.with_options(options)
-    return ds
+    return ds.with_options(options)
 
 
 # `measure_input_rate`: batches to fill the pipeline's buffers first, then seconds timed.

@@ -32,6 +32,7 @@ from components.train.faults import (FaultPlan, FiniteGuard, InjectFault, NonFin
                                      TrainingDiverged)
 from components.train.global_step import GlobalStep
 from components.train.input_pipeline import InputConfig, model_element_spec, train_dataset
+from components.train.mosaic import clean_from
 from components.train.observe import TrainingMonitor
 from components.train.schedules import ScaledSchedule
 
@@ -166,7 +167,8 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
             epochs, initial_epoch, per_epoch = 1, 0, chunk - into_chunk
         else:
             epochs, initial_epoch, per_epoch = total_steps // chunk, steps_done // chunk, chunk
-        data = train_dataset(config.data_dir, replace(input_config, skip_steps=steps_done))
+        data = train_dataset(config.data_dir, replace(input_config, skip_steps=steps_done,
+                                                      mosaic_until_step=clean_from(total_steps) if config.mosaic else 0))
         # Else the first step is traced twice; and under several workers this is the only
         # build (fit_across_workers skips Keras's own, which fails there).
         build_for_fit(parts.model, model_element_spec(data.element_spec))
@@ -185,8 +187,8 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
 
 
 # A fit that took longer than this to return after its last callback is said in the log: 3 of 10
-# demo trainings here spent 35-54 s there (the input iterator's teardown, not explained), 0.02 s
-# the others.
+# demo trainings here spent 16-54 s there, in the input iterator's destructor waiting for tf.data's
+# autotuning thread, which train_dataset now turns off; kept so that a pause there shows again.
 SLOW_TEARDOWN_SECONDS = 5.0
 
 

@@ -32,6 +32,7 @@ from components.detector.records import count_records, read_box_sample
 from components.detector.shard_check import check_shards, naming_bad_records
 from components.detector.tile_choice import windows_per_photo
 from components.train.accumulation import use_micro_batches
+from components.train.augment_settings import MOSAIC_IMAGES, MOSAIC_SCALE, ORIENTATION_WHAT
 from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
 from components.train.config import ProbeAdvice, TrainConfig
@@ -42,6 +43,7 @@ from components.train.faults import FaultPlan, FiniteGuard
 from components.train.input_pipeline import InputConfig, finishing, on_accelerator, shuffle_buffer_for
 from components.train.loop import (PREEMPTED_EXIT_CODE, LoopParts, Preempted, StopRequest, StoppedAtChunk,
                                    fit_with_recovery)
+from components.train.mosaic import boxes_per_image, clean_from
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import (MachineFacts, TrainPlan, auto_batch_ceiling, choose_batch_size,
                                    fine_tune_share, plan_training)
@@ -259,7 +261,8 @@ def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole =
     if config.budgeted:
         guess, _ = choose_batch_size(config.batch_size, num_train * windows, config.probe.safe_batch)
         length = budget_length(resolved, shape.model, num_train * windows, max(1, guess // machine.local_replicas),
-                               max(1, sample.densest_image_boxes), machine.replicas, bool(machine.gpu_majors), spent,
+                               boxes_per_image(sample.densest_image_boxes, config.mosaic and not shape.model.tiled),
+                               machine.replicas, bool(machine.gpu_majors), spent,
                                fine_tune_share(warm.used), agree,
                                str(Path(config.output_dir) / CHECKPOINT_DIR))
         resolved = replace(resolved, epochs=length.epochs)  # from here on the epochs are a number
@@ -271,7 +274,9 @@ def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole =
         # The trials compile as training will (XLA or not): memory differs between the two.
         xla, _ = choose_xla(config.xla, machine.gpu_majors, machine.replicas, config.deterministic)
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
-                                                                  max(1, sample.densest_image_boxes), limit, xla))
+                                                                  boxes_per_image(sample.densest_image_boxes,
+                                                                                  config.mosaic and not shape.model.tiled),
+                                                                  limit, xla))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
                     warm_weights(warm) if warm.used else None, windows, length, held_out)
 
@@ -330,7 +335,9 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
         finish_in_step=on_accelerator() or plan.xla,
         workers=role.workers, worker_index=role.index,
-        box_floor=max(1, facts.shape.densest_image_boxes) if plan.xla else 0,
+        box_floor=(boxes_per_image(facts.shape.densest_image_boxes, config.mosaic and not facts.shape.model.tiled)
+                   if plan.xla else 0),
+        orientations=config.orientations,
         tiled=facts.shape.model.tiled, windows_per_photo=facts.windows_per_photo,
         shuffle_buffer=shuffle_buffer_for(config.data_dir))
     multi_worker = role.workers > 1  # make_strategy chose MultiWorkerMirroredStrategy
@@ -464,5 +471,11 @@ def _decisions(plan: TrainPlan, facts: RunFacts, model: keras.Model, out: Path, 
     strength = min(config.augment_strength, 1.0)
     decisions["augmentation"] = (f"strength {strength:g}: {'flips, ' if config.flip else ''}scale jitter "
                                  f"±{40 * strength:.0f}% (zoom in and out, boxes cut away dropped), brightness "
-                                 f"±{0.3 * strength:.2g}, contrast ±{40 * strength:.0f}%" if config.augment else "off")
+                                 f"±{0.3 * strength:.2g}, contrast ±{40 * strength:.0f}%"
+                                 + ("" if config.orientations == "upright" else
+                                    f"; turned: {config.orientations} ({ORIENTATION_WHAT[config.orientations]})")
+                                 + (f"; mosaic of {MOSAIC_IMAGES} until step {clean_from(plan.total_steps)} of "
+                                    f"{plan.total_steps}, zoom ±{MOSAIC_SCALE:.0%}"
+                                    if config.mosaic and not facts.shape.model.tiled else "")
+                                 if config.augment else "off")
     return decisions
