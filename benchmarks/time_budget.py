@@ -28,6 +28,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from beam.options import ConvertOptions  # noqa: E402
 from benchmarks.photo_sets import add_photo_options, photo_paths  # noqa: E402
 from components.evaluate.evaluator import evaluate_detector  # noqa: E402
 from components.train.time_budget import GPU_AUTO_SECONDS, MAX_BUDGET_EPOCHS, budget_seconds  # noqa: E402
-from components.train.trainer import TrainConfig, train_detector  # noqa: E402
+from components.train.trainer import TrainConfig, TrainResult, train_detector  # noqa: E402
 
 VAL_FRACTION = 0.2
 BASELINE_EPOCHS = 10  # the default before time budgets
@@ -49,14 +50,15 @@ GPU_SPEEDUP_OVER_T4 = {"L4": 1.5, "A100": 4.0, "H100": 7.0}
 T4_IMAGES_PER_SECOND = 400.0
 
 
-def trained(config: TrainConfig, name: str) -> dict:
-    """Train (or reuse) and score on the test photos."""
+def trained(config: TrainConfig, name: str, train: Callable[[TrainConfig], TrainResult] = train_detector) -> dict:
+    """Train (or reuse) with `train` (`train_detector`; `train_and_refit`: the pipeline's train
+    step, its refit included) and score on the test photos."""
     out = Path(config.output_dir)
     record = out / "bench.json"
     if record.exists():
         return json.loads(record.read_text())
     began = time.monotonic()
-    result = train_detector(config)
+    result = train(config)
     seconds = time.monotonic() - began
     metrics = evaluate_detector(str(out), config.data_dir, str(out / "eval")).metrics
     row = {"metrics": {k: metrics[k] for k in ("mAP", "AP50", "AP75")}, "seconds": round(seconds, 1),
