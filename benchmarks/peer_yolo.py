@@ -99,9 +99,10 @@ def _write_yolo_split(files: list[str], folder: Path) -> list[str]:
     (folder / "images").mkdir(parents=True, exist_ok=True)
     (folder / "labels").mkdir(parents=True, exist_ok=True)
     paths = []
-    for serialized in read_records(files, deterministic=True):
+    for index, serialized in enumerate(read_records(files, deterministic=True)):
         example = tf.train.Example.FromString(serialized.numpy()).features.feature
-        key = example[K.KEY_SHA256].bytes_list.value[0].decode()
+        # The record's place and key: byte-identical photos (one key) stay two files, each its labels.
+        key = f"{index:05d}-{example[K.KEY_SHA256].bytes_list.value[0].decode()[:16]}"
         fmt = example[K.FORMAT].bytes_list.value[0].decode().lower().replace("jpg", "jpeg")
         image = folder / "images" / f"{key}.{'jpg' if fmt == 'jpeg' else fmt}"
         image.write_bytes(example[K.ENCODED].bytes_list.value[0])

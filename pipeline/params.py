@@ -28,8 +28,7 @@ from components.model_registry.registry import DEFAULT_MODEL_NAME
 from components.model_registry.vertex_endpoint import EndpointSpec
 from components.model_registry.vertex_model import DEFAULT_REGION
 from components.train.config import TrainConfig
-from components.train.augment_settings import (MOSAIC_CLEAN_SHARE, MOSAIC_IMAGES, MOSAIC_SCALE, ORIENTATION_WHAT,
-                                               ORIENTATIONS)
+from components.train.augment_settings import MOSAIC_CLEAN_SHARE, MOSAIC_IMAGES, MOSAIC_SCALE, ORIENTATIONS
 from components.train.refit_choice import REFIT_MIN_SHARE, REFIT_MODES
 from components.train.plan import EMA_WINDOW_SHARE, FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
 from components.detector.holdout_size import HOLDOUT_MAX_IMAGES
@@ -160,12 +159,12 @@ PARAMS: tuple[Param, ...] = (
           f"{EMA_WINDOW_SHARE:.0%} of training; false: the last step's weights."),
     Param("flip", bool, TrainConfig.flip, "Horizontal flips when augmenting; false for text or classes that "
           "differ left from right."),
-    Param("orientations", str, TrainConfig.orientations, "Which ways up a training image may be turned: " + "; ".join(
-          f"{name}: {what}" for name, what in ORIENTATION_WHAT.items()) + ". For photos with no up or down "
-          "(microscopy, aerial); upright for the rest.", choices=ORIENTATIONS),
-    Param("mosaic", bool, TrainConfig.mosaic, f"Train on mosaics of {MOSAIC_IMAGES} images (a window of their 2x2 "
-          f"canvas, zoomed {1 - MOSAIC_SCALE:g}-{1 + MOSAIC_SCALE:g}x, boxes it cuts mostly away dropped), the last {MOSAIC_CLEAN_SHARE:.0%} of the steps on whole images; not with "
-          "tiling."),
+    Param("orientations", str, TrainConfig.orientations, "Which ways up a training image may be turned: upright "
+          "(left-right flips only), flips (also upside down) or any (also quarter turns): for photos with no up "
+          "or down.", choices=ORIENTATIONS),
+    Param("mosaic", bool, TrainConfig.mosaic, f"Train on mosaics of {MOSAIC_IMAGES} images, zoomed "
+          f"{1 - MOSAIC_SCALE:g}-{1 + MOSAIC_SCALE:g}x, the last {MOSAIC_CLEAN_SHARE:.0%} of the steps on whole "
+          "images; not with tiling."),
     Param("preset", str, "", "A KerasHub RetinaNet preset (retinanet_resnet50_fpn_coco, a kaggle:// or gs:// "
           "handle) whose pretrained backbone replaces model_size's; needs network access on the training machine. "
           "Empty: none."),

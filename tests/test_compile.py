@@ -28,7 +28,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: `patience` is a STRING ("auto": tied to the plan), time_budget's and holdout's
 # descriptions say auto's caps, the review step's metadata says what judged the labels (issue 87).
-GOLDEN_SHA256 = "f411a08d7b8417dcb478e050910aa5c3af381ed434d6366761866d76e0a1dd8a"
+GOLDEN_SHA256 = "0a7ccfb3ab4fd7b850c9d5bd1894985359368b701e610e3a4732787d23cc02e0"
 
 
 def test_golden_compile(tmp_path):
