@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 from beam.convert_job import build_dataset  # noqa: E402
 from beam.options import ConvertOptions  # noqa: E402
 from benchmarks.photo_sets import add_photo_options, photo_paths  # noqa: E402
+from benchmarks.seed_tables import per_seed_line  # noqa: E402
 from benchmarks.time_budget import VAL_FRACTION, trained  # noqa: E402
 from components.train import curve, time_budget  # noqa: E402
 from components.train.trainer import TrainConfig  # noqa: E402
@@ -94,8 +95,7 @@ def main() -> None:
               f"{statistics.mean(r['seconds'] for r in rows):.0f} | {statistics.mean(r['epochs'] for r in rows):.1f} | "
               f"{statistics.mean(r['num_train'] for r in rows):.0f} | "
               f"{', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))} |")
-    print("per seed (test mAP): " + "; ".join(
-        f"seed {s}: " + ", ".join(f"{name} {results[s][name]['metrics']['mAP']:.3f}" for name in names) for s in seeds))
+    print(per_seed_line(results, seeds, names))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from beam.contract.label_map import read_dataset_label_map  # noqa: E402
 from beam.convert_job import build_dataset  # noqa: E402
 from beam.options import ConvertOptions  # noqa: E402
 from benchmarks.photo_sets import add_photo_options, photo_paths  # noqa: E402
+from benchmarks.seed_tables import per_seed_line  # noqa: E402
 from benchmarks.time_budget import VAL_FRACTION, trained  # noqa: E402
 from components.detector.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics  # noqa: E402
 from components.detector.holdout import FIT, HELD_OUT, carve_tuning_split  # noqa: E402
@@ -236,8 +237,7 @@ def main() -> None:
         print(f"| {name} | {mean[name]['mAP']:.4f} | {mean[name]['AP50']:.4f} | {mean[name]['AP75']:.4f} | "
               f"{statistics.mean(r['seconds'] for r in rows):.0f} | {statistics.mean(r['epochs'] for r in rows):.1f} | "
               f"{ratio} |")
-    print("per seed (test mAP): " + "; ".join(
-        f"seed {s}: " + ", ".join(f"{name} {results[s][name]['metrics']['mAP']:.3f}" for name in names) for s in seeds))
+    print(per_seed_line(results, seeds, names))
 
 
 if __name__ == "__main__":
