@@ -109,6 +109,11 @@ def test_mosaic_stream_on_real_photos_then_its_clean_end(raccoon_shards):
                        orientations="any")
     plain = _batches(raccoon_shards, base, 3)
     mixed = _batches(raccoon_shards, InputConfig(**{**base.__dict__, "mosaic_until_step": 2}), 3)
+    for finish_in_step in (False, True):  # what the model is built for: dense batches of the plain stream's shapes
+        configs = [InputConfig(**{**base.__dict__, "finish_in_step": finish_in_step, "mosaic_until_step": until})
+                   for until in (0, 2)]
+        specs = [train_dataset(str(raccoon_shards), c).element_spec for c in configs]
+        assert specs[1] == specs[0], specs
     for (images, targets), (m_images, m_targets) in zip(plain[:2], mixed[:2]):
         assert not np.allclose(images, m_images)  # steps 0 and 1: mosaics
         boxes, labels = m_targets["boxes"], m_targets["labels"]
@@ -126,3 +131,14 @@ def test_training_stream_runs_without_the_autotuning_thread(raccoon_shards):
     # Its destructor waited up to a minute for that thread to wake (input_pipeline.train_dataset).
     for config in (InputConfig(batch_size=4), InputConfig(batch_size=4, workers=2)):
         assert train_dataset(str(raccoon_shards), config).options().autotune.enabled is False
+
+
+def test_a_real_training_on_mosaics_turned_any_way(raccoon_shards, tmp_path):
+    from components.train.trainer import TrainConfig, train_detector
+
+    result = train_detector(TrainConfig(data_dir=str(raccoon_shards), output_dir=str(tmp_path / "out"), epochs=1,
+                                        max_steps=6, batch_size="4", image_size="96", mosaic=True,
+                                        orientations="any"))
+    assert (tmp_path / "out" / "model.keras").exists() and np.isfinite(result.final_loss)
+    assert "mosaic of 4 until step" in result.decisions["augmentation"]
+    assert "turned: any" in result.decisions["augmentation"]

@@ -187,7 +187,10 @@ def _mosaic_group(indices, images, draws, boxes, labels, config: InputConfig, un
         return images, boxes.to_tensor(), labels.to_tensor()
 
     out_images, out_boxes, out_labels = tf.cond(indices[0] < until, mosaics, as_they_are)
-    return out_images, draws, out_boxes, out_labels
+    # Static shapes, as the plain stream's: a batch of images of unknown channels would be ragged.
+    size = config.image_size
+    return (tf.ensure_shape(out_images, [mosaic.MOSAIC_IMAGES, size, size, 3]), draws,
+            tf.ensure_shape(out_boxes, [mosaic.MOSAIC_IMAGES, None, 4]), out_labels)
 
 
 def _mosaic_stream(ds: tf.data.Dataset, config: InputConfig, until: int) -> tf.data.Dataset:
