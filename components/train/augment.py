@@ -165,7 +165,7 @@ def draw(strength: float, flip: bool, flip_seed: tf.Tensor, photometric_seed: tf
 
 def orient(image: tf.Tensor, boxes: tf.Tensor, orientations: str, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """A square image (uint8, [S, S, C]) and its normalised yxyx boxes turned as `orientations`
-    allows (orientation.ORIENTATIONS): "flips" flips it upside down with probability 0.5, "any"
+    allows (augment_settings.ORIENTATIONS): "flips" flips it upside down with probability 0.5, "any"
     also turns it a quarter counter-clockwise 0-3 times (uniformly); "upright" leaves it. On the
     host, before the horizontal flip `draw` draws (which then mirrors the turned image)."""
     if orientations == "upright":

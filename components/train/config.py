@@ -88,7 +88,7 @@ class TrainConfig:
     ema: bool = True  # evaluate and export a moving average of the weights (losses.AveragedAdamW)
     augment_strength: float = 0.25
     flip: bool = True
-    # Which ways up a training image may be turned (augment.ORIENTATIONS): "upright" (horizontal
+    # Which ways up a training image may be turned (augment_settings.ORIENTATIONS): "upright" (horizontal
     # flips only, as `flip` says), "flips" (vertical flips too), "any" (also quarter turns): for
     # photos with no up or down (microscopy, aerial), never on by default for every photo.
     orientations: str = "upright"

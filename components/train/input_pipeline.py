@@ -64,7 +64,7 @@ class InputConfig:
     # the photos hold, and a batch holds windows of different photos).
     tiled: bool = False
     windows_per_photo: int = 1
-    orientations: str = TrainConfig.orientations  # orientation.ORIENTATIONS
+    orientations: str = TrainConfig.orientations  # augment_settings.ORIENTATIONS
     # The first step trained without mosaic (mosaic.clean_from: the clean end of a run with
     # --mosaic); 0: no mosaic. Tiled training takes none.
     mosaic_until_step: int = 0
@@ -92,9 +92,14 @@ def _targets(boxes, labels, image_size: int) -> dict:
     return {"boxes": boxes * float(image_size), "labels": tf.cast(labels, tf.float32) - 1.0}
 
 
+def _key(config: InputConfig, index: tf.Tensor) -> tf.Tensor:
+    """The stateless key of the example (or group of examples) at `index`: every draw's root."""
+    return tf.stack([tf.cast(config.seed, tf.int64), index])
+
+
 def _seeds(config: InputConfig, index: tf.Tensor) -> tf.Tensor:
     """Scale jitter's, the flip's and the photometric jitter's seeds of the example at `index`."""
-    return tf.random.experimental.stateless_split(tf.stack([tf.cast(config.seed, tf.int64), index]), 3)
+    return tf.random.experimental.stateless_split(_key(config, index), 3)
 
 
 def _decoded_side(config: InputConfig) -> float:
@@ -152,9 +157,8 @@ def _host_example(serialized: tf.Tensor, index: tf.Tensor, config: InputConfig):
         example = parse_example(serialized, _decoded_side(config))
         image, boxes, labels = _window(example["image"], example["boxes"], example["labels"], config, seeds[0])
     if config.augment:
-        key = tf.stack([tf.cast(config.seed, tf.int64), index])
         image, boxes = augment.orient(image, boxes, config.orientations,
-                                      tf.random.experimental.stateless_fold_in(key, ORIENT_SALT))
+                                      tf.random.experimental.stateless_fold_in(_key(config, index), ORIENT_SALT))
         draws = augment.draw(config.augment_strength, config.flip, seeds[1], seeds[2])
         boxes = augment.flip_boxes(boxes, draws)
     else:
@@ -179,8 +183,7 @@ def _mosaic_group(indices, images, draws, boxes, labels, config: InputConfig, un
     """Four examples (`_host_example`'s, their flips already in the pixels) → four mosaics of
     them (mosaic.py), or the four as they are from example position `until` on (the clean end)."""
     def mosaics():
-        seed = tf.random.experimental.stateless_fold_in(
-            tf.stack([tf.cast(config.seed, tf.int64), indices[0]]), MOSAIC_SALT)
+        seed = tf.random.experimental.stateless_fold_in(_key(config, indices[0]), MOSAIC_SALT)
         return mosaic.mosaic_four(images, boxes, labels, seed, config.image_size)
 
     def as_they_are():
@@ -325,7 +328,7 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     # per-element overhead than the work it holds (benchmarks/input_pipeline.py).
     # Per-element stateless seeds from the example's position keep augmentation reproducible.
     mosaic_until = config.mosaic_until_step * examples_per_step(config.batch_size, config.workers, policy)
-    if mosaic_until > skip and not config.tiled:
+    if mosaic_until > skip and not config.tiled:  # a tile takes no mosaic (mosaic.takes_mosaic)
         ds = _mosaic_stream(ds.enumerate(start=skip), config, mosaic_until)
     else:
         ds = ds.enumerate(start=skip).map(

@@ -32,7 +32,7 @@ from components.train.faults import (FaultPlan, FiniteGuard, InjectFault, NonFin
                                      TrainingDiverged)
 from components.train.global_step import GlobalStep
 from components.train.input_pipeline import InputConfig, model_element_spec, train_dataset
-from components.train.mosaic import clean_from
+from components.train.mosaic import clean_from, takes_mosaic
 from components.train.observe import TrainingMonitor
 from components.train.schedules import ScaledSchedule
 
@@ -167,8 +167,8 @@ def _fit_to_end(parts: LoopParts, config: TrainConfig, input_config: InputConfig
             epochs, initial_epoch, per_epoch = 1, 0, chunk - into_chunk
         else:
             epochs, initial_epoch, per_epoch = total_steps // chunk, steps_done // chunk, chunk
-        data = train_dataset(config.data_dir, replace(input_config, skip_steps=steps_done,
-                                                      mosaic_until_step=clean_from(total_steps) if config.mosaic else 0))
+        clean = clean_from(total_steps) if takes_mosaic(config.mosaic, input_config.tiled) else 0
+        data = train_dataset(config.data_dir, replace(input_config, skip_steps=steps_done, mosaic_until_step=clean))
         # Else the first step is traced twice; and under several workers this is the only
         # build (fit_across_workers skips Keras's own, which fails there).
         build_for_fit(parts.model, model_element_spec(data.element_spec))

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from components.train import augment
 from components.train.augment_settings import MOSAIC_CLEAN_SHARE, MOSAIC_IMAGES, MOSAIC_SCALE
+
 # Where each image of a group lies on the canvas: its top-left corner in fractions of the canvas.
 _QUADRANTS = ((0.0, 0.0), (0.0, 0.5), (0.5, 0.0), (0.5, 0.5))
 
@@ -67,6 +68,12 @@ def mosaic_four(images: tf.Tensor, boxes: tf.RaggedTensor, labels: tf.RaggedTens
         out_boxes.append(moved)
         out_labels.append(kept)
     return tf.stack(outputs), tf.stack(out_boxes), tf.stack(out_labels)
+
+
+def takes_mosaic(asked: bool, tiled: bool) -> bool:
+    """Whether a run trains on mosaics: `--mosaic` asked for it, and its model is not tiled (a
+    tile of a large photo takes none)."""
+    return asked and not tiled
 
 
 def boxes_per_image(densest: int, mosaic: bool) -> int:

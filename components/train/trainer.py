@@ -43,7 +43,7 @@ from components.train.faults import FaultPlan, FiniteGuard
 from components.train.input_pipeline import InputConfig, finishing, on_accelerator, shuffle_buffer_for
 from components.train.loop import (PREEMPTED_EXIT_CODE, LoopParts, Preempted, StopRequest, StoppedAtChunk,
                                    fit_with_recovery)
-from components.train.mosaic import boxes_per_image, clean_from
+from components.train.mosaic import boxes_per_image, clean_from, takes_mosaic
 from components.train.observe import StepClock, TrainingMonitor, draw_loss_curve
 from components.train.plan import (MachineFacts, TrainPlan, auto_batch_ceiling, choose_batch_size,
                                    fine_tune_share, plan_training)
@@ -131,6 +131,16 @@ class RunFacts:
     # the part it trains on and the part its curve is scored on (holdout.py). None: all of train.
     length: RunLength | None = None
     held_out: TuningSplit | None = None
+
+    @property
+    def boxes_per_image(self) -> int:
+        """The most boxes a training image holds (mosaic.boxes_per_image): four photos' in a mosaic."""
+        return boxes_per_image(self.shape.densest_image_boxes, self.mosaic)
+
+    @property
+    def mosaic(self) -> bool:
+        """Whether training takes mosaics (mosaic.takes_mosaic)."""
+        return takes_mosaic(self.config.mosaic, self.shape.model.tiled)
 
     @property
     def fine_tune_share(self) -> float:
@@ -256,13 +266,13 @@ def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole =
     warm, shape = choose_warm_start(config, label_map, sample, fresh)
     logger.info("train: starts %s", warm.line())
     windows = windows_per_photo(sample, shape.model.tiling) if shape.model.tiled else 1
+    boxes = boxes_per_image(sample.densest_image_boxes, takes_mosaic(config.mosaic, shape.model.tiled))
     resolved = replace(config, image_size=shape.model.image_size)  # from here on the size is a number
     length = None
     if config.budgeted:
         guess, _ = choose_batch_size(config.batch_size, num_train * windows, config.probe.safe_batch)
         length = budget_length(resolved, shape.model, num_train * windows, max(1, guess // machine.local_replicas),
-                               boxes_per_image(sample.densest_image_boxes, config.mosaic and not shape.model.tiled),
-                               machine.replicas, bool(machine.gpu_majors), spent,
+                               boxes, machine.replicas, bool(machine.gpu_majors), spent,
                                fine_tune_share(warm.used), agree,
                                str(Path(config.output_dir) / CHECKPOINT_DIR))
         resolved = replace(resolved, epochs=length.epochs)  # from here on the epochs are a number
@@ -274,9 +284,7 @@ def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole =
         # The trials compile as training will (XLA or not): memory differs between the two.
         xla, _ = choose_xla(config.xla, machine.gpu_majors, machine.replicas, config.deterministic)
         measured = replace(machine, auto_batch=measure_auto_batch(resolved, shape.model, machine.local_replicas,
-                                                                  boxes_per_image(sample.densest_image_boxes,
-                                                                                  config.mosaic and not shape.model.tiled),
-                                                                  limit, xla))
+                                                                  boxes, limit, xla))
     return RunFacts(resolved, label_map, num_train, shape, measured, warm,
                     warm_weights(warm) if warm.used else None, windows, length, held_out)
 
@@ -335,8 +343,7 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
         finish_in_step=on_accelerator() or plan.xla,
         workers=role.workers, worker_index=role.index,
-        box_floor=(boxes_per_image(facts.shape.densest_image_boxes, config.mosaic and not facts.shape.model.tiled)
-                   if plan.xla else 0),
+        box_floor=facts.boxes_per_image if plan.xla else 0,
         orientations=config.orientations,
         tiled=facts.shape.model.tiled, windows_per_photo=facts.windows_per_photo,
         shuffle_buffer=shuffle_buffer_for(config.data_dir))
@@ -476,6 +483,6 @@ def _decisions(plan: TrainPlan, facts: RunFacts, model: keras.Model, out: Path, 
                                     f"; turned: {config.orientations} ({ORIENTATION_WHAT[config.orientations]})")
                                  + (f"; mosaic of {MOSAIC_IMAGES} until step {clean_from(plan.total_steps)} of "
                                     f"{plan.total_steps}, zoom ±{MOSAIC_SCALE:.0%}"
-                                    if config.mosaic and not facts.shape.model.tiled else "")
+                                    if facts.mosaic else "")
                                  if config.augment else "off")
     return decisions
