@@ -20,23 +20,28 @@ VAL_FRACTION ?= 0.1
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-# --compile-bytecode: the libraries' .pyc files written once, at install. Without them every
-# process compiles what it imports, on every start, wherever .pyc files are not written
-# back (PYTHONDONTWRITEBYTECODE, read-only installs): TensorFlow's import took 14.5 s, not
-# 5.3 s, and each Beam worker process 8.5 s, not 2.4 s. The image does the same
-# (UV_COMPILE_BYTECODE in infra/Dockerfile).
+# Bytecode: Python writes each module's .pyc the first time a process imports it, so the
+# recipes below clear PYTHONDONTWRITEBYTECODE (some machines set it; without .pyc files every
+# process compiles all it imports on every start: TensorFlow's import 14.5 s, not 5.3 s).
+# Compiling at install instead (uv's --compile-bytecode) compiles all 23,000 library files, of
+# which `make run` imports about 7,200: the install took 40-69 s more on 2 cores, the first
+# step (validate-and-convert) 10 s more without it; `make run` on a fresh clone 4:51-5:17 ->
+# 3:56 (docs/measurements.md). The image still compiles at build (UV_COMPILE_BYTECODE in
+# infra/Dockerfile): its files are read-only at run time.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(VENV)/.synced: pyproject.toml uv.lock Makefile
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "detpipe needs Python 3.11 ($(PYTHON) not found on PATH): install it, or set PYTHON=/path/to/python3.11"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "detpipe needs Python 3.11; $(PYTHON) is $$($(PYTHON) --version 2>&1)"; exit 1; }
 	@[ "$$($(PYTHON) -m uv --version 2>/dev/null | cut -d' ' -f2)" = "$(UV_VERSION)" ] || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)" || $(PYTHON) -m pip install --quiet --user "uv==$(UV_VERSION)"
 	@$(PYTHON) -m uv --version >/dev/null 2>&1 || { echo "could not install uv $(UV_VERSION) with $(PYTHON) -m pip"; exit 1; }
-	$(PYTHON) -m uv sync --frozen --compile-bytecode --python $(PYTHON)
+	$(PYTHON) -m uv sync --frozen --python $(PYTHON)
 	@touch $@
 
 # The infrastructure scanners (checkov, hadolint) in their own locked environment:
 # infra/scan/pyproject.toml says why they stay out of uv.lock.
 $(IAC_VENV)/.synced: infra/scan/pyproject.toml infra/scan/uv.lock Makefile | $(VENV)/.synced
-	UV_PROJECT_ENVIRONMENT=$(abspath $(IAC_VENV)) $(PYTHON) -m uv sync --frozen --compile-bytecode --project infra/scan --python $(PYTHON)
+	UV_PROJECT_ENVIRONMENT=$(abspath $(IAC_VENV)) $(PYTHON) -m uv sync --frozen --project infra/scan --python $(PYTHON)
 	@touch $@
 
 env: $(VENV)/.synced  ## build .venv from uv.lock
