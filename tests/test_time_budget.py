@@ -12,11 +12,26 @@ import pytest
 
 
 def test_the_examples_in_the_budget_modules_run():
-    from components.detector import artifacts
+    from components.detector import artifacts, training_rate
     from components.train import refit_choice, schedules, time_budget
 
-    for module in (time_budget, schedules, artifacts, refit_choice):
+    for module in (time_budget, schedules, artifacts, refit_choice, training_rate):
         assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_a_hiccup_does_not_make_the_measured_training_rate():
+    """The rate a budget plans with is the median step: the case that once read 2,226 images/s
+    (a delayed step in the short timing call, so the long call was barely longer) reads the
+    steps' own rate, and so does a run with its slowest step anywhere."""
+    from components.detector.training_rate import median_step_rate
+
+    steady = [0.1 * i for i in range(11)]  # 10 steps of 0.1 s, batch 8: 80 images/s
+    assert median_step_rate(steady, 8) == pytest.approx(80.0)
+    for late in range(1, 11):
+        ends = [t + (0.9 if i >= late else 0.0) for i, t in enumerate(steady)]  # one step 1 s long
+        assert median_step_rate(ends, 8) == pytest.approx(80.0)
+    with pytest.raises(ValueError, match="at least two steps"):
+        median_step_rate([1.0], 8)
 
 
 def test_a_budget_becomes_epochs_at_the_measured_rate():
