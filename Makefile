@@ -24,9 +24,9 @@ help:  ## list the targets
 # recipes below clear PYTHONDONTWRITEBYTECODE (some machines set it; without .pyc files every
 # process compiles all it imports on every start: TensorFlow's import 14.5 s, not 5.3 s).
 # Compiling at install instead (uv's --compile-bytecode) compiles all 23,000 library files, of
-# which `make run` imports about 7,200: the install took 40-69 s more on 2 cores, the first
+# which `make run` imports about 7,200: the install took 32-69 s more on 2 cores, the first
 # step (validate-and-convert) 10 s more without it; `make run` on a fresh clone 4:51-5:17 ->
-# 3:56 (docs/measurements.md). The image still compiles at build (UV_COMPILE_BYTECODE in
+# 3:56-4:26 (docs/measurements.md). The image still compiles at build (UV_COMPILE_BYTECODE in
 # infra/Dockerfile): its files are read-only at run time.
 unexport PYTHONDONTWRITEBYTECODE
 

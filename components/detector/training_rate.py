@@ -14,6 +14,7 @@ the slower of them.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -36,12 +37,9 @@ def median_step_rate(step_ends: list[float], batch: int) -> float:
     >>> median_step_rate([0.0, 0.1, 0.2, 0.3, 1.3, 1.4], 8)  # one 1 s hiccup among 0.1 s steps
     80.0
     """
-    gaps = sorted(b - a for a, b in zip(step_ends, step_ends[1:]))
-    if not gaps:
+    if len(step_ends) < 2:
         raise ValueError("median_step_rate needs the ends of at least two steps")
-    middle = len(gaps) // 2
-    median = gaps[middle] if len(gaps) % 2 else (gaps[middle - 1] + gaps[middle]) / 2
-    return batch / max(median, 1e-9)
+    return batch / max(statistics.median(b - a for a, b in zip(step_ends, step_ends[1:])), 1e-9)
 
 
 @dataclass(frozen=True)
