@@ -36,8 +36,9 @@ def fingerprint_source(images: str, annotations: str, split_file: str, val_annot
     from components.fingerprint.fingerprint import fingerprint_source as fingerprint
     from components.fingerprint.fingerprint import unchanged_data_line
     from components.model_registry.registry import Registry, resolve_registry
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     found = fingerprint(images, annotations, split_file=split_file, val_annotations=val_annotations,
                         val_images=val_images)
     registry = resolve_registry(registry, pipeline_root)
@@ -74,7 +75,6 @@ def validate_and_convert(
     and the options, so unchanged data is not converted (and retrained) again only because
     the champion moved. On Dataflow (`data_runner`), the job is the step's `gcp_resources` (the
     console links it) and a stopped step cancels it; `cloud` (CloudSettings) labels and keys it."""
-    import logging
     import tempfile
     from collections import namedtuple
     from functools import partial
@@ -87,8 +87,9 @@ def validate_and_convert(
     from components.detector.tile_counts import count_tiles
     from components.model_registry.registry import Registry
     from components.report.run_report import write_dataset_page
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     no_gcp_resources(gcp_resources)  # replaced by the job's when one starts
     settings = CloudSettings.from_json(cloud)
     hold = None if data_runner == "DirectRunner" else held_dataflow_job(
@@ -130,13 +131,13 @@ def probe(data: Input[Dataset], require_gpu: bool, probe_dry_run: bool, settings
     false); fails the run on FAIL.
     `probe_json` tells tune and train a starting batch, the precision and the parallelism.
     Returns the verdict."""
-    import logging
     from pathlib import Path
 
     from components.probe.probe_report import probe_with_data, write_probe
     from components.train.config import TrainConfig
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     dry_run = TrainConfig(data_dir=data.path, output_dir="", **settings)
     result = probe_with_data(data.path, settings, dry_run=dry_run,
                              dry_run_off="" if probe_dry_run else "probe_dry_run false", require_gpu=require_gpu,
@@ -166,7 +167,6 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     it), cancelled when the step is stopped, and carries `cloud`'s labels and key. Returns the winner's mAP on the
     tuning split (-1 without a search: KFP metadata and outputs cannot hold NaN) and a line saying
     what the search decided, cost and gained."""
-    import logging
     import math
     import shutil
     from collections import namedtuple
@@ -177,8 +177,9 @@ def tune_hyperparameters(data: Input[Dataset], probe_json: Input[Artifact], tune
     from components.tune.search import WORK_DIR, TuneConfig, tune
     from components.tune.tune_report import REPORT_FILE
     from components.tune.vertex_job import fuse_path
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     no_gcp_resources(gcp_resources)  # replaced by the tuning job's when one starts
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     result = tune(TuneConfig(data_dir=data.path, output_dir=hparams.path, trials=tune_trials,
@@ -214,7 +215,6 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     The champion is looked up here, not passed in (as in the data step): the cache key is
     the data and the options, so unchanged data is not retrained only because the
     champion moved."""
-    import logging
     import os
     import shutil
     import tempfile
@@ -229,8 +229,9 @@ def train(data: Input[Dataset], hparams: Input[Artifact], probe_json: Input[Arti
     from components.train.refit import train_and_refit
     from components.train.trainer import ProbeAdvice, TrainConfig
     from components.tune.hparams_file import BEST_FILE, load_hparams, search_seconds
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     advice = ProbeAdvice.from_probe_file(probe_json.path)
     with tempfile.TemporaryDirectory() as fetched:
         models = Registry.open(registry, model_name)
@@ -284,7 +285,6 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     `metrics` carries the figures Vertex AI Experiments compares runs by (with the training's
     cost, from the model's metadata), `confusion_matrix` the matrix its console draws. `rule`:
     the promotion rule's parameters (PromotionRule)."""
-    import logging
     import shutil
 
     from components.evaluate.champion import evaluate_against_champion
@@ -292,8 +292,9 @@ def evaluate(model: Input[Model], data: Input[Dataset], registry: str, model_nam
     from components.evaluate.metrics_file import METRICS_FILE
     from components.evaluate.pictures import CONFUSION_DATA_FILE, read_confusion
     from components.model_registry.decision import DECISION_FILE, PromotionRule
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     out = evaluation.path  # metrics, report, pictures, decision
     result, record = evaluate_against_champion(
         model.path, data.path, out, PromotionRule(**rule), registry=registry,
@@ -324,12 +325,12 @@ def review(model: Input[Model], data: Input[Dataset], evaluation: Input[Artifact
     the detections evaluation made (no second prediction pass): label_review.jsonl and
     label_review.html in `label_review`, the page again as `review_page` (the console shows it).
     Returns the summary line."""
-    import logging
     import shutil
 
     from components.review.review import PAGE_FILE, review_model
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     result = review_model(model.path, data.path, label_review.path, evaluation_dir=evaluation.path)
     shutil.copyfile(f"{label_review.path}/{PAGE_FILE}", review_page.path)
     label_review.metadata.update({"flagged": result.flagged, "images": result.images, "confident": result.confident,
@@ -346,7 +347,6 @@ def export(model: Input[Model], metrics_json: Input[Artifact], data: Input[Datas
     as its default; beside it, each file `export_formats` asks for, re-scored on the val split
     and kept (so registered) only within its tolerance (export_report.md). Returns that
     threshold and one line on the files. `settings`: the export_* parameters (ExportSettings)."""
-    import logging
     from collections import namedtuple
 
     from components.export.converted import export_files
@@ -354,8 +354,9 @@ def export(model: Input[Model], metrics_json: Input[Artifact], data: Input[Datas
     from components.export.rescore import files_line
     from components.evaluate.metrics_file import chosen_threshold
     from components.export.saved_model import export_trained
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     config = export_trained(model.path, saved_model.path, *chosen_threshold(metrics_json.path))
     chosen = ExportSettings.from_parameters(settings)
     converted = chosen.converted()
@@ -391,7 +392,6 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
     on Vertex AI carries `cloud`'s labels (CloudSettings, with the run's) and key.
     Fails the run (after recording) when the challenger is below min_map."""
     import json
-    import logging
     from collections import namedtuple
 
     from components.cloud.resources import CloudSettings
@@ -399,8 +399,9 @@ def register(saved_model: Input[Model], model: Input[Model], metrics_json: Input
     from components.register.register import register_and_upload
     from components.model_registry.vertex_endpoint import EndpointSpec
     from components.model_registry.vertex_model import resource_uri
+    from pipeline.step_exit import start_step
 
-    logging.basicConfig(level=logging.INFO)
+    start_step()
     verdict = DecisionRecord.read(decision.path)
     with open(source.path) as handle:
         fingerprint = json.load(handle)
@@ -430,7 +431,9 @@ def report(data: Input[Dataset], probe_json: Input[Artifact], hparams: Input[Art
            champion: str, run_id: str, run_report: Output[HTML]):
     """One self-contained HTML page about the run (what the Vertex AI console shows)."""
     from components.report.run_report import RunInputs, write_run_report
+    from pipeline.step_exit import start_step
 
+    start_step()
     write_run_report(RunInputs(
         dataset_dir=data.path, probe_json=probe_json.path, tune_dir=hparams.path, train_dir=model.path,
         evaluation_dir=evaluation.path, review_dir=label_review.path, decision_json=decision.path,

@@ -28,7 +28,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
 # Last change: `patience` is a STRING ("auto": tied to the plan), time_budget's and holdout's
 # descriptions say auto's caps, the review step's metadata says what judged the labels (issue 87).
-GOLDEN_SHA256 = "0a7ccfb3ab4fd7b850c9d5bd1894985359368b701e610e3a4732787d23cc02e0"
+GOLDEN_SHA256 = "c5262853d6e2b600ae737f46ffa58a07ec4f9d6384e330aa86400055f29c3c5e"
 
 
 def test_golden_compile(tmp_path):
