@@ -3,6 +3,7 @@ beam/contract/tfrecord_framing.py): the same bytes as TensorFlow's reader, on sh
 step wrote, plain and GZIP; damaged framing named; shards of other converters left to TensorFlow."""
 
 import gzip
+import json
 import shutil
 
 import pytest
@@ -44,3 +45,26 @@ def test_gzip_shards_damage_and_other_converters(raccoon_shards, tmp_path):
     shutil.copytree(raccoon_shards, other)
     (other / "manifest.json").unlink()
     assert split_photos(str(other), "val") is None
+
+
+@pytest.mark.parametrize("dropped", ["SOURCE_ID", "ENCODED"])
+def test_a_record_without_its_source_id_or_image_is_left_to_tensorflow(raccoon_shards, tmp_path, dropped):
+    from beam.contract import example_proto as pb
+    from beam.contract import feature_keys as K
+    from beam.contract.manifest import Manifest
+    from beam.contract.shards import ShardWriter
+    from beam.contract.tfrecord_framing import read_tfrecords
+    from components.detector.split_photos import split_photos
+
+    edited = tmp_path / "edited"
+    shutil.copytree(raccoon_shards, edited)
+    manifest = Manifest.from_dict(json.loads((edited / "manifest.json").read_text()))
+    shard = next(s["name"] for s in manifest.shards if s["split"] == "val")
+    records = list(read_tfrecords(str(edited / shard)))
+    first = pb.Example.FromString(records[0])
+    del first.features.feature[getattr(K, dropped)]
+    with ShardWriter(str(edited / shard), "val") as writer:  # the data step's writer and framing
+        for record in [first.SerializeToString(), *records[1:]]:
+            writer.write(record)
+    assert split_photos(str(raccoon_shards), "val") is not None
+    assert split_photos(str(edited), "val") is None

@@ -2,8 +2,9 @@
 the photos and no model (the label review's crops), which would otherwise pay TensorFlow's
 import (about 4 s of the review step's 7 on 2 cores) to read bytes.
 
-Only from shards `detpipe data build` wrote (its manifest lists them); None otherwise, or when
-two records share a source id: then the caller reads them with TensorFlow, in evaluation's order.
+Only from shards `detpipe data build` wrote (its manifest lists them); None otherwise, when
+two records share a source id, or when a record has no source id or no encoded image (shards
+edited after the build): then the caller reads them with TensorFlow, in evaluation's order.
 """
 
 from __future__ import annotations
@@ -38,8 +39,16 @@ def split_photos(data_dir: str, split: str = "val") -> dict[str, bytes] | None:
     for shard in sorted((s for s in manifest.shards if s["split"] == split), key=lambda s: s["name"]):
         for record in read_tfrecords(f"{root}/{shard['name']}"):
             feature = pb.Example.FromString(record).features.feature
-            name = feature[K.SOURCE_ID].bytes_list.value[0].decode("utf-8", "replace")
+            names, images = _values(feature, K.SOURCE_ID), _values(feature, K.ENCODED)
+            if len(names) != 1 or len(images) != 1:
+                return None
+            name = names[0].decode("utf-8", "replace")
             if name in photos:
                 return None
-            photos[name] = feature[K.ENCODED].bytes_list.value[0]
+            photos[name] = images[0]
     return photos
+
+
+def _values(feature, key: str) -> list[bytes]:
+    """The bytes values of `key` (none when the record lacks it: reading the map does not add it)."""
+    return list(feature[key].bytes_list.value) if key in feature else []
