@@ -13,9 +13,9 @@ import pytest
 
 def test_the_examples_in_the_budget_modules_run():
     from components.detector import artifacts, training_rate
-    from components.train import refit_choice, schedules, time_budget
+    from components.train import refit_choice, schedules, stopped_short, time_budget
 
-    for module in (time_budget, schedules, artifacts, refit_choice, training_rate):
+    for module in (time_budget, schedules, artifacts, refit_choice, training_rate, stopped_short):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 
@@ -226,6 +226,13 @@ def test_a_rising_curve_the_budget_ends_says_it_stopped_short():
     flat = [(2, 0.5), (4, 0.6), (6, 0.61), (8, 0.605), (10, 0.61), (12, 0.60), (14, 0.61)]
     assert short_line(flat, patience=6, seconds_per_epoch=22.0, images_per_second=88.5, cap=100, every=2) == ""
     assert short_line([(1, 0.3)], patience=10, seconds_per_epoch=1, images_per_second=1, cap=100) == ""  # one point
+    # A run its epoch cap ended (raccoon-like: 100 epochs in a 10-minute budget, still rising): a longer
+    # budget buys no more epochs, so the line names --epochs beyond the cap, never a --time-budget.
+    capped = [(10, 0.05), (30, 0.18), (60, 0.25), (80, 0.28), (100, 0.295)]
+    line = short_line(capped, patience=20, seconds_per_epoch=4.5, images_per_second=59.7, cap=100)
+    assert "at the most epochs a budget buys (100)" in line and "--time-budget" not in line
+    past = int(line.split("--epochs ")[1].split(" ")[0])
+    assert 100 < past <= 500 and f"about {past} epochs would reach its plateau" in line
     # The plateau estimate: gains under PLATEAU_GAIN per patience window from there on.
     slope = 0.1
     at = plateau_epoch(slope, 10, 1000)

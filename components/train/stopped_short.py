@@ -16,6 +16,13 @@ True
 >>> short_line([(2, 0.30), (4, 0.72), (6, 0.72), (8, 0.71)], patience=4, seconds_per_epoch=20.0, images_per_second=90.0,
 ...            cap=100)
 ''
+
+A run that its epoch cap ended (not its time) is told `--epochs`, which a longer budget would not buy:
+
+>>> capped = short_line([(25, 0.15), (50, 0.24), (75, 0.28), (100, 0.30)], patience=20, seconds_per_epoch=4.5,
+...                     images_per_second=60.0, cap=100)
+>>> capped.split("; ")[1]
+'about 165 epochs would reach its plateau: --epochs 165 (about 13m at the 60.0 images/s trained here)'
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ from components.train.time_budget import plateaued
 # HOLDOUT_MAX_IMAGES held-out images (0.011 on the demo's, holdout_size.py), a gain the curve
 # could not show.
 PLATEAU_GAIN = 0.01
+# A run its epoch cap ended: the plateau is estimated up to this many times the cap (the estimate
+# beyond what the curve showed grows loose; a farther one is said as this bound).
+BEYOND_CAP = 5
 SHORT_OF_PLATEAU = "short of its plateau"  # how the run's length line marks it (TrainResult.length_line)
 
 
@@ -74,11 +84,21 @@ def short_line(scored: list[tuple[float, float]], patience: int, seconds_per_epo
     done = points[-1][0]
     if slope <= 0 or slope * math.log((done + max(1, patience)) / done) < PLATEAU_GAIN:
         return ""
-    reach = max(math.ceil(done) + 1, plateau_epoch(slope, patience, cap))
-    seconds = reach * seconds_per_epoch
-    budget = f"{math.ceil(seconds / 60)}m" if seconds >= 60 else f"{math.ceil(seconds)}s"
     first_epoch, first = points[0]
-    return (f"stopped short: the held-out curve was still rising (mAP {first:.3f} at epoch {first_epoch:g} to "
-            f"{scores[-1]:.3f} at epoch {done:g}); about {reach} epochs would reach its plateau"
+    rising = (f"stopped short: the held-out curve was still rising (mAP {first:.3f} at epoch {first_epoch:g} to "
+              f"{scores[-1]:.3f} at epoch {done:g})")
+    if done >= cap:  # the cap ended it, not the time: a longer budget buys nothing more, --epochs does
+        reach = max(math.ceil(done) + 1, plateau_epoch(slope, patience, BEYOND_CAP * cap))
+        return (f"{rising}, at the most epochs a budget buys ({cap}); about {reach} epochs would reach its "
+                f"plateau: --epochs {reach} (about {_duration(reach * seconds_per_epoch)} at the "
+                f"{images_per_second:.1f} images/s trained here)")
+    reach = max(math.ceil(done) + 1, plateau_epoch(slope, patience, cap))
+    return (f"{rising}; about {reach} epochs would reach its plateau"
             + (" (the most a budget buys)" if reach >= cap else "")
-            + f": --time-budget {budget} at the {images_per_second:.1f} images/s trained here")
+            + f": --time-budget {_duration(reach * seconds_per_epoch)} at the {images_per_second:.1f} images/s "
+              "trained here")
+
+
+def _duration(seconds: float) -> str:
+    """A budget as `--time-budget` takes it, rounded up: `8m`, `45s`."""
+    return f"{math.ceil(seconds / 60)}m" if seconds >= 60 else f"{math.ceil(seconds)}s"
