@@ -50,13 +50,20 @@ def start_step() -> None:
     def leave() -> None:
         if not failures and not _written_since(written, started):
             return  # not finished (a SystemExit, a failure before the output): Python's own ending
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1 if failures else 0)
+        leave_now(1 if failures else 0)
 
     sys.excepthook = note_failure
     atexit.register(leave)
+
+
+def leave_now(code: int) -> None:
+    """Leave with `code` without Python's interpreter teardown (the libraries' module and C++
+    object destruction), the log handlers and standard streams flushed first. Only for a process
+    whose every file is written and closed (a step after its output, a CLI command that allows it)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def output_file(argv: list[str]) -> str | None:

@@ -26,8 +26,8 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: `patience` is a STRING ("auto": tied to the plan), time_budget's and holdout's
-# descriptions say auto's caps, the review step's metadata says what judged the labels (issue 87).
+# Last change: every step starts with `pipeline.step_exit.start_step()` instead of
+# `logging.basicConfig` (its process leaves without Python's teardown once its output is written).
 GOLDEN_SHA256 = "c5262853d6e2b600ae737f46ffa58a07ec4f9d6384e330aa86400055f29c3c5e"
 
 

@@ -87,12 +87,12 @@ def short_line(scored: list[tuple[float, float]], patience: int, seconds_per_epo
     first_epoch, first = points[0]
     rising = (f"stopped short: the held-out curve was still rising (mAP {first:.3f} at epoch {first_epoch:g} to "
               f"{scores[-1]:.3f} at epoch {done:g})")
-    if done >= cap:  # the cap ended it, not the time: a longer budget buys nothing more, --epochs does
-        reach = max(math.ceil(done) + 1, plateau_epoch(slope, patience, BEYOND_CAP * cap))
+    at_cap = done >= cap  # the cap ended it, not the time: a longer budget buys nothing more, --epochs does
+    reach = max(math.ceil(done) + 1, plateau_epoch(slope, patience, BEYOND_CAP * cap if at_cap else cap))
+    if at_cap:
         return (f"{rising}, at the most epochs a budget buys ({cap}); about {reach} epochs would reach its "
                 f"plateau: --epochs {reach} (about {_duration(reach * seconds_per_epoch)} at the "
                 f"{images_per_second:.1f} images/s trained here)")
-    reach = max(math.ceil(done) + 1, plateau_epoch(slope, patience, cap))
     return (f"{rising}; about {reach} epochs would reach its plateau"
             + (" (the most a budget buys)" if reach >= cap else "")
             + f": --time-budget {_duration(reach * seconds_per_epoch)} at the {images_per_second:.1f} images/s "
