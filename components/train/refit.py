@@ -53,8 +53,10 @@ def train_and_refit(config: TrainConfig) -> TrainResult:
     logger.info("train: refit = %s", choice.reason)
     if not choice.epochs:
         return _recorded(out, replace(first, decisions={**first.decisions, "refit": choice.reason}), first)
+    # At the curve's run's input size where its budget chose it (afforded_size.py); else fitted again, as it was.
     second = train_detector(replace(config, output_dir=str(refit_dir), epochs=choice.epochs,
-                                    fine_tune_epochs=choice.epochs, batch_size=first.batch_size))
+                                    fine_tune_epochs=choice.epochs, batch_size=first.batch_size,
+                                    image_size=first.afforded_size or config.image_size))
     shutil.copyfile(refit_dir / MODEL_FILE, out / MODEL_FILE)
     merged = replace(first, model_path=str(out / MODEL_FILE), weights_sha256=second.weights_sha256,
                      final_loss=second.final_loss, seconds=round(first.seconds + second.seconds, 1), best_step=0,

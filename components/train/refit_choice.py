@@ -42,26 +42,43 @@ def choose_refit(mode: str, fit: int, held_out: int, epochs: float, seconds: flo
     >>> choose_refit("auto", 128, 0, 30.0, 100.0, 0.0).reason
     'off: nothing was held out (epochs given, or too few images): the run trained on all of train'
     """
-    if mode not in REFIT_MODES:
-        raise ValueError(f"refit must be one of {', '.join(REFIT_MODES)}, got {mode!r}")
-    if mode == "off":
-        return RefitChoice(0, "off: given --refit off")
-    if not held_out:
-        return RefitChoice(0, "off: nothing was held out (epochs given, or too few images): the run trained on all "
-                              "of train")
-    if workers > 1:  # the strategy over several machines is made once a process
-        return RefitChoice(0, f"off: {workers} machines trained in lockstep; a refit runs on one machine only")
     whole = fit + held_out
-    share, again = held_out / whole, max(1, math.ceil(epochs))
-    estimate, left = seconds * whole / fit, budget_seconds - seconds
+    again, estimate, left = max(1, math.ceil(epochs)), seconds * whole / max(1, fit), budget_seconds - seconds
     what = f"{again} epoch(s) on all {whole} train images (about {estimate:.0f} s)"
+    why = _ruled_out(mode, fit, held_out, workers, what)
+    if why:
+        return RefitChoice(0, why)
     if mode == "on":
         return RefitChoice(again, f"on (given): {what}")
-    if share < REFIT_MIN_SHARE:
-        return RefitChoice(0, f"off: the carve is {share:.0%} of train ({held_out} of {whole}), under "
-                              f"{REFIT_MIN_SHARE:.0%}, where a refit gained within the noise; --refit on trains {what}")
     if estimate > left:
         return RefitChoice(0, f"off: the budget has {max(0.0, left):.0f} s left and a refit of {what} would pass it; "
                               "--refit on trains it anyway")
-    return RefitChoice(again, f"auto: the carve is {share:.0%} of train ({held_out} of {whole}); {what}, within "
-                              f"the budget's {left:.0f} s left")
+    return RefitChoice(again, f"auto: the carve is {held_out / whole:.0%} of train ({held_out} of {whole}); {what}, "
+                              f"within the budget's {left:.0f} s left")
+
+
+def refit_expected(mode: str, fit: int, held_out: int, workers: int = 1) -> bool:
+    """Whether `choose_refit` refits a run of this carve and these machines when the budget has
+    the time (what a plan made before training can know).
+
+    >>> refit_expected("auto", 128, 32), refit_expected("auto", 1880, 200), refit_expected("on", 1880, 200)
+    (True, False, True)
+    """
+    return not _ruled_out(mode, fit, held_out, workers)
+
+
+def _ruled_out(mode: str, fit: int, held_out: int, workers: int, what: str = "a refit") -> str:
+    """Why no refit runs whatever the time left ("": one may)."""
+    if mode not in REFIT_MODES:
+        raise ValueError(f"refit must be one of {', '.join(REFIT_MODES)}, got {mode!r}")
+    if mode == "off":
+        return "off: given --refit off"
+    if not held_out:
+        return "off: nothing was held out (epochs given, or too few images): the run trained on all of train"
+    if workers > 1:  # the strategy over several machines is made once a process
+        return f"off: {workers} machines trained in lockstep; a refit runs on one machine only"
+    whole = fit + held_out
+    if mode == "auto" and held_out / whole < REFIT_MIN_SHARE:
+        return (f"off: the carve is {held_out / whole:.0%} of train ({held_out} of {whole}), under "
+                f"{REFIT_MIN_SHARE:.0%}, where a refit gained within the noise; --refit on trains {what}")
+    return ""

@@ -141,6 +141,7 @@ class RunLength:
     images_per_second: float = 0.0  # the rate it was turned into epochs at
     affordable: float = 0.0  # epochs the budget would pay for without the cap (a search may use the rest)
     cap: int = 0  # the most epochs the run may reach when its pace is corrected (0: epoch_cap's)
+    image_size: int = 0  # the input size the budget afforded above the fitted one (afforded_size.py); 0: none
 
 
 def epoch_cap(fine_tune_share: float = 1.0) -> int:

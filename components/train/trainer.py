@@ -32,6 +32,7 @@ from components.detector.records import count_records, read_box_sample
 from components.detector.shard_check import check_shards, naming_bad_records
 from components.detector.tile_choice import windows_per_photo
 from components.train.accumulation import use_micro_batches
+from components.train.afforded_size import budget_shape
 from components.train.augment_settings import MOSAIC_IMAGES, MOSAIC_SCALE, ORIENTATION_WHAT
 from components.train.batch_search import GPU_BATCH_LIMIT, measure_auto_batch
 from components.train.checkpoints import StepCheckpoints
@@ -94,6 +95,7 @@ class TrainResult:
     held_out: int = 0  # train images the curve was scored on (a budgeted run's carve); 0: none
     budget_seconds: float = 0.0  # the time budget a budgeted run was given (0: epochs were given)
     refit: str = ""  # the model is a second training's on the whole split (refit.py): what it trained; "": none
+    afforded_size: int = 0  # the input size the budget afforded above the fitted one (afforded_size.py); 0: none
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -275,7 +277,10 @@ def gather_facts(config: TrainConfig, machine: MachineFacts, role: ClusterRole =
                                boxes, machine.replicas, bool(machine.gpu_majors), spent,
                                fine_tune_share(warm.used), agree,
                                str(Path(config.output_dir) / CHECKPOINT_DIR))
-        resolved = replace(resolved, epochs=length.epochs)  # from here on the epochs are a number
+        shape, length = budget_shape(config, sample, num_class_slots(label_map), shape, length, held_out, warm.used,
+                                     machine.workers, bool(machine.gpu_majors))
+        # from here on the epochs are a number
+        resolved = replace(resolved, image_size=shape.model.image_size, epochs=length.epochs)
     measured = machine
     if config.batch_size == "auto":
         # A from-scratch run's batch is bounded by its steps (plan.steps_bound): search no higher.
@@ -414,7 +419,8 @@ def finish_run(facts: RunFacts, plan: TrainPlan, built: BuiltRun, role: ClusterR
         seconds=round(time.monotonic() - started, 1), weights_sha256=digest, decisions=decisions,
         shape=facts.shape.metadata(), warm_start=facts.warm.to_dict(), is_chief=role.is_chief,
         held_out=facts.held_out.held_out if facts.held_out else 0,
-        budget_seconds=facts.length.seconds if facts.length else 0.0)
+        budget_seconds=facts.length.seconds if facts.length else 0.0,
+        afforded_size=facts.length.image_size if facts.length else 0)
     if role.is_chief:
         history.write(out)
         _config_record(facts, result=result.to_dict()).write(out)
