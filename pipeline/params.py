@@ -135,7 +135,8 @@ PARAMS: tuple[Param, ...] = (
     Param("batch_size", str, TrainConfig.batch_size, "Images per step, or auto to size it to the machine.",
           cli_type=cli_types.batch_size_arg),
     Param("image_size", str, TrainConfig.image_size, "Square model input in pixels, or auto: fitted to the training boxes "
-          "(with the pyramid levels and anchors).", cli_type=cli_types.image_size_arg),
+          "(with the pyramid levels and anchors), and larger where a given time_budget buys more than "
+          f"{MAX_BUDGET_EPOCHS} epochs at that size.", cli_type=cli_types.image_size_arg),
     Param("tile", str, TrainConfig.tile, "auto: tiles at full resolution for large photos whose small objects a "
           "resize would lose (with --image-size auto); none: whole photos; SIZE[:OVERLAP]: tiles of SIZE px "
           "overlapping by OVERLAP px.",

@@ -379,6 +379,17 @@ def test_the_dry_run_names_a_fix_for_each_kind_of_failure():
     assert "run `detpipe train` here" in fix_for(KeyError("something else"))
 
 
+def test_the_dry_run_plans_with_the_runs_own_budget_at_least_its_floor():
+    """So that it plans what the run will (the input size a given budget affords included),
+    and a short budget does not end its steps; the module's examples run."""
+    import doctest
+
+    from components.probe import dry_run
+
+    assert doctest.testmod(dry_run).failed == 0
+    assert dry_run.dry_run_budget("2h") == "2h" and dry_run.dry_run_budget("1m") == dry_run.DRY_RUN_BUDGET
+
+
 def test_the_probe_assumes_the_tiles_training_will_take(large_photo_shards):
     """Large photos with small objects: the memory check assumes the tile as the input, and the
     input rate times windows of the photos at full resolution, as training takes them."""

@@ -32,7 +32,9 @@ logger = logging.getLogger(__name__)
 
 DRY_RUN_STEPS = 2
 DRY_RUN_IMAGES = 2  # per device and step: the dry run checks the code paths, not the memory
-DRY_RUN_BUDGET = "1h"  # a budgeted run's deadline, far enough that the dry run's steps all run
+# The shortest deadline a budgeted dry run gets, far enough that its steps all run; a longer budget
+# (or `auto`) is kept, so the dry run plans what the run will, the input size a budget affords included.
+DRY_RUN_BUDGET = "10m"
 # Train images a budgeted dry run holds out and scores once (the curve's code path, not its
 # precision): scoring the demo's 407 held-out images took 4.7 s of a 35 s probe on 2 cores.
 DRY_RUN_HELD_OUT = 16
@@ -85,8 +87,9 @@ def dry_run(config: TrainConfig, recommendations: dict | None = None, steps: int
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="detpipe-dry-run-") as scratch:
-        # A budgeted config keeps its curve (carve, held-out scores), not its deadline: the dry run runs its steps.
-        trial = replace(config, output_dir=scratch, max_steps=steps, checkpoint_every=1, time_budget=DRY_RUN_BUDGET,
+        # A budgeted config keeps its curve (carve, held-out scores); its deadline is at least DRY_RUN_BUDGET.
+        trial = replace(config, output_dir=scratch, max_steps=steps, checkpoint_every=1,
+                        time_budget=dry_run_budget(config.time_budget),
                         holdout=_held_out_share(config),
                         cache="",  # a file cache would be written outside the scratch folder, and half
                         batch_size=DRY_RUN_IMAGES * max(1, len(training_devices())),
@@ -105,6 +108,19 @@ def dry_run(config: TrainConfig, recommendations: dict | None = None, steps: int
             f"{decisions['precision']}; XLA {decisions['xla']}; {decisions['devices']}; then a checkpoint, the weight "
             "average, model.keras and the SavedModel export")
     return DryRun(True, round(time.monotonic() - started, 1), what, decisions=decisions)
+
+
+def dry_run_budget(budget: str) -> str:
+    """The dry run's time budget: the run's own, or DRY_RUN_BUDGET where that is shorter.
+
+    >>> dry_run_budget("auto"), dry_run_budget("25m"), dry_run_budget("15s")
+    ('auto', '25m', '10m')
+    """
+    from components.train.time_budget import AUTO, budget_seconds
+
+    if budget == AUTO or budget_seconds(budget) >= budget_seconds(DRY_RUN_BUDGET):
+        return budget
+    return DRY_RUN_BUDGET
 
 
 def _held_out_share(config: TrainConfig) -> float:
