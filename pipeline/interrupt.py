@@ -29,17 +29,24 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 def stop_child_processes() -> None:
     """Kill every process this one started, and theirs (each worker of a local job and the
-    command Beam's runner started it with), and wait until they are dead."""
+    command Beam's runner started it with), and wait until they are dead. Looked for again
+    until none is left: the runner's threads may start a worker after the first look, and a
+    worker left alive prints its gRPC clients' failures once the job's servers stop."""
     import psutil
 
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        with suppress(psutil.NoSuchProcess):
-            child.kill()
     # Gone or a zombie (dead, not yet reaped by its parent) is dead: psutil.wait_procs waits
     # for the zombies of processes that are not this one's children to be reaped (~1 s here).
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_alive(child) for child in children):
+    seen: list = []
+    while time.monotonic() < deadline:
+        found = psutil.Process().children(recursive=True)  # all of them first: a killed parent's orphans escape
+        seen += [child for child in found if child not in seen]
+        living = [child for child in seen if _alive(child)]
+        if not living:
+            return
+        for child in living:
+            with suppress(psutil.NoSuchProcess):
+                child.kill()
         time.sleep(0.01)
 
 
