@@ -121,13 +121,15 @@ MIN_TRAINING_SHARE = 0.1
 
 def budget_after(text: str, spent: float, on_gpu: bool) -> str:
     """The budget a training gets after a search spent `spent` seconds of it (in seconds;
-    at least MIN_TRAINING_SHARE of it); the budget as it is when nothing was spent or when
-    the training's length is given.
+    at least MIN_TRAINING_SHARE of it); the budget as it is when nothing was spent, when the
+    training's length is given, or when it is `auto`: a bound of its own (the images on a CPU,
+    the hour on a GPU, which the curve or the epoch cap ends sooner), where seconds left of it
+    would read as a budget given in time, and buy a larger input (afforded_size.py).
 
-    >>> budget_after("20m", 300, on_gpu=False), budget_after("auto", 0, on_gpu=True), budget_after("1m", 100, False)
+    >>> budget_after("20m", 300, on_gpu=False), budget_after("auto", 300, on_gpu=True), budget_after("1m", 100, False)
     ('900s', 'auto', '6s')
     """
-    if spent <= 0:
+    if spent <= 0 or text == AUTO:
         return text
     seconds, _ = chosen_budget(text, on_gpu)
     return f"{max(seconds * MIN_TRAINING_SHARE, seconds - spent):.0f}s"
