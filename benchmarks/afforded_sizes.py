@@ -1,4 +1,4 @@
-"""The input size a given time budget affords (components/train/afforded_size.py), on paper: for
+"""The input size a given time budget affords with `--grow-input` (components/train/afforded_size.py), on paper: for
 shards already built (`detpipe data build`), what `budget_shape` chooses at each budget for each
 training rate at the fitted size, on a GPU and on a CPU, with the epochs it plans. Arithmetic on
 the real boxes, no training: the table in docs/measurements.md ("On a GPU, on paper").
@@ -46,7 +46,7 @@ def main() -> None:
                 cells = []
                 for rate in rates:
                     length = epochs_for_budget(minutes * 60, SET_UP_SECONDS, rate, carve.fit)
-                    budgeted = TrainConfig(data_dir=data, output_dir="", time_budget=f"{minutes:g}m")
+                    budgeted = TrainConfig(data_dir=data, output_dir="", time_budget=f"{minutes:g}m", grow_input=True)
                     shape, planned = budget_shape(budgeted, sample, num_class_slots(label_map), fitted, length, carve,
                                                   False, 1, on_gpu)
                     cells.append(f"{shape.model.image_size} px, {planned.epochs} epochs")

@@ -135,8 +135,10 @@ PARAMS: tuple[Param, ...] = (
     Param("batch_size", str, TrainConfig.batch_size, "Images per step, or auto to size it to the machine.",
           cli_type=cli_types.batch_size_arg),
     Param("image_size", str, TrainConfig.image_size, "Square model input in pixels, or auto: fitted to the training boxes "
-          "(with the pyramid levels and anchors), and larger where a given time_budget buys more than "
-          f"{MAX_BUDGET_EPOCHS} epochs at that size.", cli_type=cli_types.image_size_arg),
+          "(with the pyramid levels and anchors).", cli_type=cli_types.image_size_arg),
+    Param("grow_input", bool, TrainConfig.grow_input, "With a time_budget given in time and image_size auto: spend "
+          f"what the budget buys beyond {MAX_BUDGET_EPOCHS} epochs (and the refit) on a larger input, up to the "
+          "photos' size; off until measured on more sets."),
     Param("tile", str, TrainConfig.tile, "auto: tiles at full resolution for large photos whose small objects a "
           "resize would lose (with --image-size auto); none: whole photos; SIZE[:OVERLAP]: tiles of SIZE px "
           "overlapping by OVERLAP px.",

@@ -1,5 +1,5 @@
-"""A given time budget that buys more than the capped epochs at the fitted input size spends the
-rest on a larger input (components/train/afforded_size.py): the rule on raccoon's real boxes, where
+"""With `--grow-input`, a given time budget that buys more than the capped epochs at the fitted
+input size spends the rest on a larger input (components/train/afforded_size.py): the rule on raccoon's real boxes, where
 it does not apply, a resumed run's kept size, and the refit at the curve's run's size."""
 
 import doctest
@@ -39,7 +39,8 @@ def _length(affordable: float) -> RunLength:
 
 def _shape(raccoon_shards, fit, affordable, **settings):
     sample, classes, fitted = fit
-    config = TrainConfig(data_dir=str(raccoon_shards), output_dir="", **{"time_budget": "25m", **settings})
+    config = TrainConfig(data_dir=str(raccoon_shards), output_dir="", **{"time_budget": "25m", "grow_input": True,
+                                                                      **settings})
     return budget_shape(config, sample, classes, fitted, _length(affordable), CARVE, False, 1, False)
 
 
@@ -69,14 +70,15 @@ def test_a_budget_that_buys_more_than_the_cap_trains_a_larger_input(raccoon_shar
 
 def test_where_the_rule_does_not_apply_the_fitted_shape_stays(raccoon_shards, raccoon_fit):
     _, _, fitted = raccoon_fit
-    for settings in ({"time_budget": "auto"},  # auto ends at its images or its curve: the same model on any machine
+    for settings in ({"grow_input": False},  # the default: off until measured to pay on two real sets
+                     {"time_budget": "auto"},  # auto ends at its images or its curve: the same model on any machine
                      {"image_size": 128},  # a size a person gave
                      {}):  # a budget that pays for no more than the capped epochs and the refit
         affordable = 250 if not settings else 5000
         shape, length = _shape(raccoon_shards, raccoon_fit, affordable, **settings)
         assert shape is fitted and length == _length(affordable), settings
     sample, classes, _ = raccoon_fit
-    config = TrainConfig(data_dir=str(raccoon_shards), output_dir="", time_budget="25m")
+    config = TrainConfig(data_dir=str(raccoon_shards), output_dir="", time_budget="25m", grow_input=True)
     warm = budget_shape(config, sample, classes, fitted, _length(5000), CARVE, True, 1, False)
     assert warm[0] is fitted  # a warm start keeps its source's shape
 
@@ -85,7 +87,7 @@ def test_a_resumed_run_keeps_the_size_its_budget_afforded(raccoon_shards, raccoo
     from dataclasses import replace
 
     sample, classes, fitted = raccoon_fit
-    config = TrainConfig(data_dir=str(raccoon_shards), output_dir="", time_budget="25m")
+    config = TrainConfig(data_dir=str(raccoon_shards), output_dir="", time_budget="25m", grow_input=True)
     kept = replace(_length(800), image_size=192)  # run_length.json, as the first attempt wrote it
     shape, length = budget_shape(config, sample, classes, fitted, kept, CARVE, False, 1, False)
     assert shape.model.image_size == 192 and length is kept

@@ -26,9 +26,8 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the image_size parameter's description says a given time budget may afford a
-# larger input (components/train/afforded_size.py).
-GOLDEN_SHA256 = "89b7027d8ba48548bf48375fff453c049c955aad70d1cd1494ca1352f0418468"
+# Last change: the grow_input parameter (components/train/afforded_size.py, off by default).
+GOLDEN_SHA256 = "daab094aa40bcc9c8d21b616683fbae923b2df6af7ca3eb6a04455184c444279"
 
 
 def test_golden_compile(tmp_path):

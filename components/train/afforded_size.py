@@ -1,5 +1,6 @@
-"""The input size a given time budget affords: where `--time-budget` buys more than the capped
-epochs at the size fitted to the boxes (`--image-size auto`), the rest buys a larger input.
+"""The input size a given time budget affords (`--grow-input`): where `--time-budget` buys more
+than the capped epochs at the size fitted to the boxes (`--image-size auto`), the rest buys a larger
+input. Off by default until measured to pay on two real sets (docs/measurements.md).
 
 Past MAX_BUDGET_EPOCHS a budget's extra time went unspent: on 2 cores a 10-minute raccoon run
 reached its 100 epochs at 128 px in 278 s, cards' in 456 s, and at 25 minutes most of the budget
@@ -95,9 +96,10 @@ def scaled_epochs(affordable: float, speed: float, cap: int) -> int:
 def budget_shape(config, sample, num_classes: int, shape, length, held_out, warm: bool, workers: int,
                  on_gpu: bool):
     """The shape and length of a budgeted run of `config` after the input size its budget affords
-    (`afforded_size`): the `shape` (FittedShape) fitted to the boxes of `sample` and the `length`
-    (RunLength) as they are where no larger size fits or the rule does not apply (an `auto`
-    budget, a given or tiled size, a `warm` start, which keeps its source's shape), else the shape
+    (`afforded_size`, with `config.grow_input`): the `shape` (FittedShape) fitted to the boxes of
+    `sample` and the `length` (RunLength) as they are where no larger size fits or the rule does not
+    apply (grow_input off, an `auto` budget, a given or tiled size, a `warm` start, which keeps its
+    source's shape), else the shape
     fitted at the larger size and the length at its estimated rate. A length kept from a run this
     one resumes holds its size: that one. `held_out`: the carve (TuningSplit) or None."""
     from dataclasses import replace
@@ -121,7 +123,8 @@ def budget_shape(config, sample, num_classes: int, shape, length, held_out, warm
 
     if length.image_size:
         return at(length.image_size, f"{length.image_size}: the size this run's budget afforded when it started"), length
-    if config.time_budget == AUTO or config.image_size != "auto" or shape.model.tiled or warm:
+    off = not config.grow_input or config.time_budget == AUTO or config.image_size != "auto"
+    if off or shape.model.tiled or warm:
         return shape, length
     fit, carved = (held_out.fit, held_out.held_out) if held_out is not None else (0, 0)
     cap = length.cap or epoch_cap()

@@ -75,6 +75,10 @@ class TrainConfig:
     refit: str = AUTO
     batch_size: str | int = "auto"  # images per step on one machine, or "auto"
     image_size: int | str = "auto"  # square model input in pixels, or "auto": fitted to the boxes (fitted_shape.py)
+    # With a time budget given in time and `image_size` auto: spend what the budget buys beyond the capped
+    # epochs (and the refit) on a larger input (afforded_size.py). Off until measured to pay on two real
+    # sets (docs/measurements.md: raccoon at 25 minutes, +0.054 and -0.008 in two seeds).
+    grow_input: bool = False
     allow_poor_anchors: bool = False  # train even when few boxes can match an anchor after fitting
     tile: str = DEFAULT_TILE  # "auto": tiles at full resolution for large photos with small objects (tile_choice.py); "none"
     model_size: str = "tiny"
