@@ -56,20 +56,21 @@ def afforded_size(fitted: int, ceiling: int, affordable: float, needed: float,
     None
     """
     base = cost(fitted)
-    chosen = None
+    chosen = None  # (size, speed) of the largest size that fits so far
     size = fitted + SIZE_STEP - fitted % SIZE_STEP
     while size <= ceiling:
         speed = base / cost(size)
         if affordable * speed < needed * AFFORD_MARGIN:
             break
-        chosen = AffordedSize(size, speed, "")
+        chosen = size, speed
         size += SIZE_STEP
     if chosen is None:
         return None
-    return AffordedSize(chosen.size, chosen.speed, (
-        f"{chosen.size}: the budget buys {affordable:.0f} epochs at the fitted {fitted}px and the run needs "
-        f"{needed:.0f} (the capped epochs and a refit): {chosen.size}px costs about {1 / chosen.speed:.2f}x the "
-        f"compute, within the budget with {AFFORD_MARGIN - 1:.0%} to spare (at most {ceiling}px)"))
+    size, speed = chosen
+    return AffordedSize(size, speed, (
+        f"{size}: the budget buys {affordable:.0f} epochs at the fitted {fitted}px and the run needs {needed:.0f} "
+        f"(the capped epochs and a refit): {size}px costs about {1 / speed:.2f}x the compute, within the budget "
+        f"with {AFFORD_MARGIN - 1:.0%} to spare (at most {ceiling}px)"))
 
 
 def refit_factor(mode: str, fit: int, held_out: int, workers: int) -> float:
@@ -99,8 +100,7 @@ def budget_shape(config, sample, num_classes: int, shape, length, held_out, warm
     (`afforded_size`, with `config.grow_input`): the `shape` (FittedShape) fitted to the boxes of
     `sample` and the `length` (RunLength) as they are where no larger size fits or the rule does not
     apply (grow_input off, an `auto` budget, a given or tiled size, a `warm` start, which keeps its
-    source's shape), else the shape
-    fitted at the larger size and the length at its estimated rate. A length kept from a run this
+    source's shape), else the shape fitted at the larger size and the length at its estimated rate. A length kept from a run this
     one resumes holds its size: that one. `held_out`: the carve (TuningSplit) or None."""
     from dataclasses import replace
     from functools import cache
