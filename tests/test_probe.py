@@ -230,6 +230,26 @@ def test_real_collection_on_this_machine(demo_shards):
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;\\\\u202e\\|") == 2  # in Markdown a doubled backslash shows one
 
 
+def test_the_input_rate_stops_timing_once_far_above_the_training_rate(demo_shards, monkeypatch):
+    """Timing ends after INPUT_SETTLED_SECONDS where the input makes INPUT_SETTLED_RATIO times the
+    rate it is compared with, else after `seconds`: on a clock that moves 0.05 s a read, counted
+    by the batches drawn."""
+    import itertools
+
+    from components.train import input_pipeline as pipeline
+
+    def timed(settled_above):
+        clock = itertools.count()
+        monkeypatch.setattr(pipeline.time, "perf_counter", lambda: next(clock) * 0.05)
+        made = pipeline.measure_input_rate(str(demo_shards), 64, 2, seconds=1.0, settled_above=settled_above)
+        monkeypatch.undo()
+        return int(made.source.split("measured: ", 1)[1].split(" ", 1)[0])
+
+    # 2 images a read of the clock: 40 images/s on it. 1 image/s is settled from 0.3 s on, 20 never.
+    settled, full, slow = timed(1.0), timed(None), timed(20.0)
+    assert settled == 2 * round(pipeline.INPUT_SETTLED_SECONDS / 0.05 - 1) and full == slow == 2 * 19
+
+
 def test_cli_probe_json_and_baseline(tmp_path, capsys):
     assert main(["probe", "--json", str(tmp_path / "here.json")]) == 0
     saved = json.loads((tmp_path / "here.json").read_text())

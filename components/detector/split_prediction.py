@@ -17,7 +17,7 @@ import tensorflow as tf
 from components.detector.artifacts import TrainConfigFile
 from components.detector.coco_metrics import ImageDetections, ImageTruth, coco_box_metrics
 from components.detector.detect import BatchDetector
-from components.detector.records import eval_examples, to_model_image
+from components.detector.records import as_graph, eval_examples, to_model_image
 from components.detector.shard_check import naming_bad_records
 from components.detector.tile_choice import Tiling
 from components.detector.tiles import TiledDetector
@@ -30,8 +30,8 @@ KEPT_BYTES = 1 << 30
 def whole_photo_batches(data_dir: str, image_size: int, batch_size: int, split: str) -> tf.data.Dataset:
     """The split's photos at the model size (`to_model_image`), `batch_size` at a time, with their truth."""
     return eval_examples(data_dir, split, shorter_side=image_size).map(
-        lambda ex: (to_model_image(ex["image"], image_size),
-                    {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width", "source_id")}),
+        as_graph(lambda ex: (to_model_image(ex["image"], image_size),
+                             {k: ex[k] for k in ("boxes", "labels", "difficult", "height", "width", "source_id")})),
         num_parallel_calls=tf.data.AUTOTUNE,
     ).ragged_batch(batch_size).prefetch(2)
 

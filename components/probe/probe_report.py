@@ -138,7 +138,8 @@ def run_probe(require_gpu: bool = False, data_dir: str | None = None, output_dir
 
         try:
             model = expect.model()
-            made = measure_input_rate(shards, model.image_size, batch, tiled=model.tiled)
+            made = measure_input_rate(shards, model.image_size, batch, tiled=model.tiled,
+                                      settled_above=expect.images_per_second)
             expect = replace(expect, input_images_per_second=made.images_per_second, input_source=made.source)
         except FileNotFoundError:  # no train split to time (storage timed what there is)
             pass

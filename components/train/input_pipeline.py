@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from beam.contract.decoding import decode_crop
 from components.detector.geometry import FIXED_SIZE
-from components.detector.records import (AUTOTUNE, mean_record_bytes, parse_boxes, parse_example,
+from components.detector.records import (AUTOTUNE, as_graph, mean_record_bytes, parse_boxes, parse_example,
                                         read_records, shard_files)
 from components.detector.training_rate import TrainingRate
 from components.train import augment, mosaic
@@ -203,11 +203,11 @@ def _mosaic_stream(ds: tf.data.Dataset, config: InputConfig, until: int) -> tf.d
         image, draws = augment.flip_pixels(image, draws)  # the mosaic lays out the flipped pixels
         return index, image, draws, boxes, labels
 
-    ds = ds.map(host, num_parallel_calls=_calls(config), deterministic=config.deterministic)
+    ds = ds.map(as_graph(host), num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = ds.ragged_batch(mosaic.MOSAIC_IMAGES, drop_remainder=True)
-    ds = ds.map(lambda *group: _mosaic_group(*group, config, until), num_parallel_calls=_calls(config),
+    ds = ds.map(as_graph(lambda *group: _mosaic_group(*group, config, until)), num_parallel_calls=_calls(config),
                 deterministic=config.deterministic).unbatch()
-    return ds.map(lambda *example: _finished(*example, config), num_parallel_calls=_calls(config),
+    return ds.map(as_graph(lambda *example: _finished(*example, config)), num_parallel_calls=_calls(config),
                   deterministic=config.deterministic)
 
 
@@ -268,7 +268,7 @@ def _ragged_then_padded_batch(ds: tf.data.Dataset, batch_size: int) -> tf.data.D
         return images, {"boxes": targets["boxes"].to_tensor(default_value=0.0),
                         "labels": targets["labels"].to_tensor(default_value=-1.0)}
 
-    return ds.ragged_batch(batch_size, drop_remainder=True).map(padded)
+    return ds.ragged_batch(batch_size, drop_remainder=True).map(as_graph(padded))
 
 
 def pad_boxes_to_bucket(images: tf.Tensor, targets: dict, floor: int) -> tuple[tf.Tensor, dict]:
@@ -332,12 +332,12 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
         ds = _mosaic_stream(ds.enumerate(start=skip), config, mosaic_until)
     else:
         ds = ds.enumerate(start=skip).map(
-            lambda index, serialized: (_train_element if config.finish_in_step else per_image_element)(
-                serialized, index, config),
+            as_graph(lambda index, serialized: (_train_element if config.finish_in_step else per_image_element)(
+                serialized, index, config)),
             num_parallel_calls=_calls(config), deterministic=config.deterministic)
     ds = _ragged_then_padded_batch(ds, config.batch_size)
     if config.box_floor:
-        ds = ds.map(lambda images, targets: pad_boxes_to_bucket(images, targets, config.box_floor))
+        ds = ds.map(as_graph(lambda images, targets: pad_boxes_to_bucket(images, targets, config.box_floor)))
     ds = ds.prefetch(AUTOTUNE)
     options = tf.data.Options()
     # No autotuning thread: tf.data's (TF 2.16) sleeps between its rounds, the pause doubling to a
@@ -354,23 +354,33 @@ def train_dataset(data_dir: str, config: InputConfig) -> tf.data.Dataset:
     return ds.with_options(options)
 
 
-# `measure_input_rate`: batches to fill the pipeline's buffers first, then seconds timed.
+# `measure_input_rate`: batches to fill the pipeline's buffers first, then seconds timed. Timing ends
+# after INPUT_SETTLED_SECONDS where the rate so far is INPUT_SETTLED_RATIO times the rate it is
+# compared with (`settled_above`, training's): the answer (the input keeps up) is settled then, and
+# a CPU's input runs far ahead of its training (demo, 2 cores: ~2,500 images/s against ~90), where
+# the full INPUT_SECONDS cost 1.7 s of each probe.
 INPUT_WARMUP_BATCHES = 3
 INPUT_SECONDS = 2.0
+INPUT_SETTLED_SECONDS = 0.3
+INPUT_SETTLED_RATIO = 4.0
 
 
 def measure_input_rate(data_dir: str, image_size: int, batch: int, seconds: float = INPUT_SECONDS,
-                       tiled: bool = False) -> TrainingRate:
+                       tiled: bool = False, settled_above: float | None = None) -> TrainingRate:
     """Images/s of the training input pipeline (`train_dataset`, augmentation as training does
     it) on the train shards of `data_dir` at `image_size` (windows of the photos at full
-    resolution when `tiled`), for about `seconds` after a warm-up."""
+    resolution when `tiled`), for about `seconds` after a warm-up; sooner where the rate is far
+    above `settled_above` images/s (INPUT_SETTLED_RATIO)."""
     # Where training does the flip and photometric jitter: in the step on a GPU, on the host on a CPU.
     config = InputConfig(image_size=image_size, batch_size=batch, finish_in_step=on_accelerator(), tiled=tiled)
     batches = iter(train_dataset(data_dir, config))
     for _ in range(INPUT_WARMUP_BATCHES):
         next(batches)
     count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
+    while (elapsed := time.perf_counter() - started) < seconds:
+        if (settled_above and elapsed >= INPUT_SETTLED_SECONDS
+                and count / elapsed >= INPUT_SETTLED_RATIO * settled_above):
+            break
         next(batches)
         count += batch
     rate = count / (time.perf_counter() - started)
