@@ -55,11 +55,12 @@ demo: $(DEMO)/.done  ## write the synthetic demo dataset to demo-data/
 run: $(DEMO)/.done  ## run the whole pipeline locally on the demo dataset
 	$(DETPIPE) run --local --images $(DEMO)/images --annotations $(DEMO)/annotations --val-fraction $(VAL_FRACTION) --time-budget $(TIME_BUDGET)
 
-# pytest-xdist workers: one more than the CPUs this process may use. Many tests wait on the
-# processes they start (DAG steps, trainers, servers, Beam workers) and a core idles meanwhile;
-# the extra worker fills that time. Measured on this 2-core machine, clean clones: `make test`
-# 11:22 and 11:46 with 3 workers, 11:43 and 11:53 with 2 (runs differ by up to a minute).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# pytest-xdist workers: one per CPU this process may use. With one thread in each TensorFlow op
+# pool (tests/conftest.py) the tests and the processes they start keep the cores busy without an
+# extra worker, which then only adds contention. Measured on a 2-core machine, clean clones
+# (2026-12-07): `make test` 12:40-13:41 with 3 workers (22.1-24.1 user CPU-min), 11:49 with 2
+# (20.3); before the thread limit, 11:22 and 11:46 with 3, 11:43 and 11:53 with 2 elsewhere.
+TEST_WORKERS ?= $(shell nproc)
 
 test: $(VENV)/.synced $(IAC_VENV)/.synced  ## run the tests (what CI runs: every test, end-to-end runs on real data included)
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile

@@ -97,8 +97,9 @@ def test_the_xla_step_gives_the_same_losses_and_weights_as_without(raccoon_shard
     """The real detector and loss on a real batch, three steps from the same weights: XLA's
     losses within 1e-5 (relative; measured 5e-7) of the step without. The weights: fused ops
     round differently, and Adam's normalised update turns a gradient near 0 into up to the
-    learning rate (1e-3) either way, so a few weights may differ by a fraction of a step
-    (measured: at most 2.3e-4, in 9 of 9,408 of a layer): all within 1e-3, 99% within 1e-4."""
+    learning rate (1e-3) either way, so a few weights may differ by up to two steps' worth a
+    step (measured: at most 2.3e-4, in 9 of 9,408 of a layer; once 1.27e-3, 0.25% of the weights
+    over 1e-4, with one thread per op pool): all within 3 x 2 x 1e-3, 99% within 1e-4."""
     import keras
     import tensorflow as tf
 
@@ -123,7 +124,7 @@ def test_the_xla_step_gives_the_same_losses_and_weights_as_without(raccoon_shard
     (losses, weights), (xla_losses, xla_weights) = runs[False], runs[True]
     np.testing.assert_allclose(xla_losses, losses, rtol=1e-5)
     differences = np.concatenate([np.abs(a - b).ravel() for a, b in zip(weights, xla_weights)])
-    assert differences.max() <= 1e-3 and np.mean(differences > 1e-4) < 0.01, (differences.max(),
+    assert differences.max() <= 3 * 2 * 1e-3 and np.mean(differences > 1e-4) < 0.01, (differences.max(),
                                                                                 np.mean(differences > 1e-4))
 
 
