@@ -58,8 +58,8 @@ run: $(DEMO)/.done  ## run the whole pipeline locally on the demo dataset
 # pytest-xdist workers: one per CPU this process may use. With one thread in each TensorFlow op
 # pool (tests/conftest.py) the tests and the processes they start keep the cores busy without an
 # extra worker, which then only adds contention. Measured on a 2-core machine, clean clones
-# (2026-12-07): `make test` 12:40-13:41 with 3 workers (22.1-24.1 user CPU-min), 11:49 with 2
-# (20.3); before the thread limit, 11:22 and 11:46 with 3, 11:43 and 11:53 with 2 elsewhere.
+# (2026-12-07): `make test` 12:40-13:41 with 3 workers (22.1-24.1 user CPU-min), 11:49 and 12:25
+# with 2 (20.3, 20.7); before the thread limit, 11:22 and 11:46 with 3, 11:43 and 11:53 with 2 elsewhere.
 TEST_WORKERS ?= $(shell nproc)
 
 test: $(VENV)/.synced $(IAC_VENV)/.synced  ## run the tests (what CI runs: every test, end-to-end runs on real data included)
