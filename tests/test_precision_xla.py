@@ -97,8 +97,8 @@ def test_the_xla_step_gives_the_same_losses_and_weights_as_without(raccoon_shard
     """The real detector and loss on a real batch, three steps from the same weights: XLA's
     losses within 1e-5 (relative; measured 5e-7) of the step without. The weights: fused ops
     round differently, and Adam's normalised update turns a gradient near 0 into up to the
-    learning rate (1e-3) either way, so a few weights may differ by up to two steps' worth a
-    step (measured: at most 2.3e-4, in 9 of 9,408 of a layer; once 1.27e-3, 0.25% of the weights
+    learning rate (1e-3) either way, so a few weights may differ by up to twice the learning
+    rate a step (measured: at most 2.3e-4, in 9 of 9,408 of a layer; once 1.27e-3, 0.25% of the weights
     over 1e-4, with one thread per op pool): all within 3 x 2 x 1e-3, 99% within 1e-4."""
     import keras
     import tensorflow as tf
