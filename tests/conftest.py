@@ -24,6 +24,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llv
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
+import components  # noqa: E402,F401  its __init__ trims TensorFlow's import here as in the CLI (components/tf_import.py)
+
 REPO = Path(__file__).resolve().parents[1]
 # The real photos, in the repository (tests/data/README.md), so a clone tests with nothing beside it.
 RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO / "tests" / "data" / "raccoon"))
