@@ -26,6 +26,15 @@ os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
 import components  # noqa: E402,F401  its __init__ trims TensorFlow's import here as in the CLI (components/tf_import.py)
 
+# Grappler, TensorFlow's graph optimizer, rewrites every new graph before its first run (fusing
+# ops for faster steps): ~1.2-2 s of the ~8-10 CPU-seconds a tiny 6-step training takes here, where
+# the steps it speeds up are a handful. Off in this process only, where most tests train, trace and
+# export in small: the processes tests start (the DAG's steps, the CLI, workers, servers) run
+# TensorFlow as shipped, Grappler on. The graphs compute the same functions either way.
+import tensorflow as tf  # noqa: E402
+
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
 REPO = Path(__file__).resolve().parents[1]
 # The real photos, in the repository (tests/data/README.md), so a clone tests with nothing beside it.
 RACCOON = Path(os.environ.get("DETPIPE_RACCOON", REPO / "tests" / "data" / "raccoon"))
