@@ -61,12 +61,14 @@ run: $(DEMO)/.done  ## run the whole pipeline locally on the demo dataset
 # (2026-12-07): `make test` 12:40-13:41 with 3 workers (22.1-24.1 user CPU-min), 11:49 and 12:25
 # with 2 (20.3, 20.7); before the thread limit, 11:22 and 11:46 with 3, 11:43 and 11:53 with 2 elsewhere.
 TEST_WORKERS ?= $(shell nproc)
+# Each worker takes whole modules (--dist loadfile) in the order tests/conftest.py sets, longest first
+# (--no-loadscope-reorder: pytest-xdist would order them by their count of tests instead).
 
 test: $(VENV)/.synced $(IAC_VENV)/.synced  ## run the tests (what CI runs: every test, end-to-end runs on real data included)
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-fast: $(VENV)/.synced $(IAC_VENV)/.synced  ## the tests without the slow end-to-end and long training ones, for iteration
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow"
 
 compile: $(VENV)/.synced  ## compile the pipeline to detpipe.yaml and print its sha256
 	$(DETPIPE) compile --output detpipe.yaml
