@@ -16,7 +16,6 @@ from unittest import mock
 import google.api_core.exceptions as gexc
 import pytest
 from google.auth.credentials import AnonymousCredentials
-from google.cloud.aiplatform import initializer
 from google.cloud.aiplatform_v1.services.schedule_service import ScheduleServiceClient
 from google.cloud.aiplatform_v1.types import pipeline_job as gca_pipeline_job
 from google.cloud.aiplatform_v1.types import schedule as gca_schedule
@@ -87,6 +86,8 @@ def _schedule(name: str, job_labels: dict, **kwargs) -> gca_schedule.Schedule:
 def schedules():
     """The schedule service with two existing schedules, detpipe's (1) and another team's (2):
     lists and gets answer with them; creates and deletes are recorded and refused."""
+    from google.cloud.aiplatform import initializer  # the SDK's import (2-4 s) only in the tests that use it
+
     calls = []
     existing = {"1": _schedule("1", {"app": "detpipe", "team": "vision", vertex_jobs.RELEASE_LABEL: "a" * 16},
                                max_run_count=10, started_run_count=4, max_concurrent_run_count=2),
