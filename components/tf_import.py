@@ -4,13 +4,14 @@ never uses.
 Importing TensorFlow imports Keras, and the two import, each inside `try: import ... except
 ImportError`, scikit-learn (with SciPy) for Keras' scikit-learn wrappers, matplotlib.pyplot for
 Keras' image-gallery plot, pandas for Keras' DataFrame inputs, and googleapiclient for
-TensorFlow's GCE cluster resolver (TPU pods): 1.7-2.6 s of the 4.5-6 s of CPU every step, worker
-and trial process spent importing TensorFlow on 2 cores (docs/measurements.md). `install()`
-(called by the packages' `__init__`) hides those names from the import system while `tensorflow`
-or `keras` is being imported, and only then: the libraries take the ImportError they are written
-for, and the same names import normally afterwards, where detpipe uses them (cleanlab's
-scikit-learn, the evaluation's pictures, TFDV's pandas). The Beam workers' `skip_imports`
-(beam/local_worker.py) is another thing: modules a worker never imports at all.
+TensorFlow's GCE cluster resolver (TPU pods): 1.6-2.0 of the 4.0-4.5 CPU-seconds a process spent
+importing the trainer on 2 cores, paid by every step, trial, worker and server
+(docs/measurements.md). `install()` (called by the packages' `__init__`) hides those names from
+the import system while `tensorflow` or `keras` is being imported, and only then: the libraries
+take the ImportError they are written for, and the same names import normally afterwards, where
+detpipe uses them (cleanlab's scikit-learn, the evaluation's pictures, TFDV's pandas). The Beam
+workers' `skip_imports` (beam/local_worker.py) is another thing: modules a worker never imports at
+all.
 
 By hand because it is about this stack's import graph: no library does it. How it knows an
 import is in progress: importlib marks a module's spec `_initializing` while the module runs
