@@ -15,7 +15,9 @@ all.
 
 By hand because it is about this stack's import graph: no library does it. How it knows an
 import is in progress: importlib marks a module's spec `_initializing` while the module runs
-(what `import` itself reads to tell a half-imported module, importlib/_bootstrap.py).
+(what `import` itself reads to tell a half-imported module, importlib/_bootstrap.py). A library
+that asked `importlib.util.find_spec` for one of them during that import would get the error, not
+None: TensorFlow 2.16 and Keras 3.15 ask it only of keras and tf_keras (checked in their sources).
 
     >>> install(); install()  # once per process, however often it is called
     >>> sum(isinstance(finder, _HiddenDuringImport) for finder in sys.meta_path)
