@@ -26,8 +26,8 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: the grow_input parameter (components/train/afforded_size.py, off by default).
-GOLDEN_SHA256 = "daab094aa40bcc9c8d21b616683fbae923b2df6af7ca3eb6a04455184c444279"
+# Last change: MAX_BUDGET_EPOCHS 100 -> 300, which the time_budget and grow_input help read.
+GOLDEN_SHA256 = "9cc5f45b17873c2d9dfa233ea6dc0363c565765b62a67cb8bab4384651fa8b43"
 
 
 def test_golden_compile(tmp_path):
