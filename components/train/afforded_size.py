@@ -2,10 +2,11 @@
 than the capped epochs at the size fitted to the boxes (`--image-size auto`), the rest buys a larger
 input. Off by default until measured to pay on two real sets (docs/measurements.md).
 
-Past MAX_BUDGET_EPOCHS a budget's extra time goes unspent: with the cap at 100 (it is 300 now), on 2
-cores a 10-minute raccoon run reached its 100 epochs at 128 px in 278 s, cards' in 456 s, and at 25
-minutes most of the budget was left (docs/measurements.md, "Against the peer"). The larger input sees each object at more
-pixels, which the boxes' localisation (AP75) and small objects gain from.
+Past MAX_BUDGET_EPOCHS a budget's extra time goes unspent: with the cap at 100 (before it was
+raised), on 2 cores a 10-minute raccoon run reached its 100 epochs at 128 px in 278 s, cards' in
+456 s, and at 25 minutes most of the budget was left (docs/measurements.md, "Against the peer").
+The larger input sees each object at more pixels, which the boxes' localisation (AP75) and small
+objects gain from.
 
 The rule: the largest multiple of SIZE_STEP above the fitted size, up to the `auto` size's cap
 (the photos' median long side, the device's SIZE_BUDGET: geometry.size_cap), at which the
