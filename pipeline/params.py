@@ -28,7 +28,8 @@ from components.model_registry.registry import DEFAULT_MODEL_NAME
 from components.model_registry.vertex_endpoint import EndpointSpec
 from components.model_registry.vertex_model import DEFAULT_REGION
 from components.train.config import TrainConfig
-from components.train.augment_settings import MOSAIC_CLEAN_SHARE, MOSAIC_IMAGES, MOSAIC_SCALE, ORIENTATIONS
+from components.train.augment_settings import (LONG_RUN_EPOCHS, LONG_RUN_STRENGTH_FACTOR, MOSAIC_CLEAN_SHARE, MOSAIC_IMAGES,
+                                              MOSAIC_SCALE, ORIENTATIONS, STRENGTH_GROWS_AFTER)
 from components.train.refit_choice import REFIT_MIN_SHARE, REFIT_MODES
 from components.train.plan import EMA_WINDOW_SHARE, FINE_TUNE_EPOCH_SHARE, FINE_TUNE_LR_SHARE
 from components.detector.holdout_size import HOLDOUT_MAX_IMAGES
@@ -176,7 +177,8 @@ PARAMS: tuple[Param, ...] = (
           cli_type=cli_types.positive_float),
     Param("weight_decay", float, TrainConfig.weight_decay, "AdamW weight decay.", cli_type=cli_types.non_negative_float),
     Param("augment_strength", float, TrainConfig.augment_strength, "0-1: random crops (boxes cut away are dropped) "
-          "and brightness/contrast jitter, flips apart.",
+          f"and brightness/contrast jitter, flips apart, of a run up to {STRENGTH_GROWS_AFTER} epochs; a longer run's "
+          f"grows with its planned epochs, to {LONG_RUN_STRENGTH_FACTOR:g}x at {LONG_RUN_EPOCHS} (at most 1).",
           cli_type=cli_types.unit_float),
     Param("fine_tune_epochs", int, TrainConfig.fine_tune_epochs, f"Epochs of a warm-started run; 0: "
           f"{FINE_TUNE_EPOCH_SHARE:.0%} of epochs, rounded, at least 1.", cli_type=cli_types.non_negative_int),

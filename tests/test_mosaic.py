@@ -133,12 +133,20 @@ def test_training_stream_runs_without_the_autotuning_thread(raccoon_shards):
         assert train_dataset(str(raccoon_shards), config).options().autotune.enabled is False
 
 
-def test_a_real_training_on_mosaics_turned_any_way(raccoon_shards, tmp_path):
+def test_a_real_training_on_mosaics_turned_any_way(raccoon_shards, tmp_path, monkeypatch):
+    from components.train import loop
+    from components.train.augment_settings import LONG_RUN_EPOCHS, run_strength
     from components.train.trainer import TrainConfig, train_detector
 
-    result = train_detector(TrainConfig(data_dir=str(raccoon_shards), output_dir=str(tmp_path / "out"), epochs=1,
-                                        max_steps=6, batch_size="4", image_size="96", mosaic=True,
-                                        orientations="any"))
+    streams = []  # what the input pipeline is asked for: the plan's strength, grown for a long run
+    real_stream = loop.train_dataset
+    monkeypatch.setattr(loop, "train_dataset", lambda data, config: streams.append(config) or real_stream(data, config))
+    result = train_detector(TrainConfig(data_dir=str(raccoon_shards), output_dir=str(tmp_path / "out"),
+                                        epochs=LONG_RUN_EPOCHS, max_steps=6, batch_size="4", image_size="96",
+                                        mosaic=True, orientations="any"))
     assert (tmp_path / "out" / "model.keras").exists() and np.isfinite(result.final_loss)
     assert "mosaic of 4 until step" in result.decisions["augmentation"]
     assert "turned: any" in result.decisions["augmentation"]
+    grown = run_strength(TrainConfig.augment_strength, LONG_RUN_EPOCHS)[0]
+    assert grown > TrainConfig.augment_strength and streams and {c.augment_strength for c in streams} == {grown}
+    assert result.decisions["augmentation"].startswith(f"strength {grown:g}: ")

@@ -13,9 +13,9 @@ import pytest
 
 def test_the_examples_in_the_budget_modules_run():
     from components.detector import artifacts, training_rate
-    from components.train import refit_choice, schedules, stopped_short, time_budget
+    from components.train import augment_settings, refit_choice, schedules, stopped_short, time_budget
 
-    for module in (time_budget, schedules, artifacts, refit_choice, training_rate, stopped_short):
+    for module in (time_budget, schedules, artifacts, refit_choice, training_rate, stopped_short, augment_settings):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 
@@ -62,6 +62,26 @@ def test_the_plan_takes_the_epochs_the_budget_bought():
         plan_training(config, MachineFacts(), 100)
     with pytest.raises(ValueError, match="time_budget must be 'auto' or a duration"):
         TrainConfig("data", "out", time_budget="soon")
+
+
+def test_a_long_plan_augments_harder():
+    from components.train.augment_settings import LONG_RUN_EPOCHS, STRENGTH_GROWS_AFTER
+    from components.train.config import TrainConfig
+    from components.train.plan import MachineFacts, plan_training
+    from components.train.time_budget import RunLength
+
+    def strength(epochs, **given):
+        plan = plan_training(TrainConfig("data", "out", batch_size=8, **given), MachineFacts(), 100,
+                             length=RunLength(epochs, "bought"))
+        return plan.augment_strength, plan.decisions["augmentation"]
+
+    assert strength(STRENGTH_GROWS_AFTER) == (0.25, f"strength 0.25: as given (a run of up to {STRENGTH_GROWS_AFTER} "
+                                                    "epochs keeps it)")
+    long, why = strength(LONG_RUN_EPOCHS)
+    assert long == 0.6 and why.startswith(f"strength 0.6: 0.25 given x 2.4 for {LONG_RUN_EPOCHS} planned epochs")
+    assert 0.25 < strength((STRENGTH_GROWS_AFTER + LONG_RUN_EPOCHS) // 2)[0] < 0.6
+    assert strength(LONG_RUN_EPOCHS, augment_strength=0.0)[0] == 0.0  # none given stays none
+    assert strength(LONG_RUN_EPOCHS, augment_strength=0.9)[0] == 1.0  # at most 1
 
 
 def test_the_stop_rule_on_made_up_curves():

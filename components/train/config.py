@@ -90,7 +90,7 @@ class TrainConfig:
     augment: bool = True
     box_loss: str = "giou"  # "giou" (1 - GIoU of the decoded boxes) or "huber" (KerasHub's default); losses.py
     ema: bool = True  # evaluate and export a moving average of the weights (losses.AveragedAdamW)
-    augment_strength: float = 0.25
+    augment_strength: float = 0.25  # of a run up to augment_settings.STRENGTH_GROWS_AFTER epochs; longer: run_strength
     flip: bool = True
     # Which ways up a training image may be turned (augment_settings.ORIENTATIONS): "upright" (horizontal
     # flips only, as `flip` says), "flips" (vertical flips too), "any" (also quarter turns): for

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from components.detector.box_losses import BOX_LOSSES
 from components.detector.precision import choose_precision, choose_xla
+from components.train.augment_settings import run_strength
 from components.train.config import TrainConfig
 from components.train.time_budget import RunLength
 
@@ -53,6 +54,7 @@ class TrainPlan:
     chunk: int  # steps between checkpoints
     peak_lr: float
     warmup_steps: int
+    augment_strength: float  # the run's, from --augment-strength and its epochs (augment_settings.run_strength)
     ema_momentum: float = 0.99  # of the weights' moving average (used when config.ema)
     decisions: dict[str, str] = field(default_factory=dict)
 
@@ -225,6 +227,7 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
     peak_lr = config.base_lr_per_64 * batch / 64 * lr_share
     warmup = max(1, int(total * (FINE_TUNE_WARMUP_FRACTION if fine_tune else config.warmup_fraction)))
     momentum, ema_reason = ema_momentum(total, FINE_TUNE_EMA_SHARE if fine_tune else EMA_WINDOW_SHARE)
+    strength, strength_reason = run_strength(config.augment_strength, epochs)
     decisions = {
         "batch_size": f"{batch}: {batch_reason}",
         "epochs": f"{epochs}: {epochs_reason}; {steps_per_epoch} steps each",
@@ -238,9 +241,10 @@ def plan_training(config: TrainConfig, machine: MachineFacts, num_train: int, fi
         "xla": xla_reason,
         "weight_average": ema_reason if config.ema else "off: the last step's weights are evaluated and exported",
         "box_loss": f"{config.box_loss}: {BOX_LOSSES[config.box_loss]}",
+        "augmentation": f"strength {strength:g}: {strength_reason}",
         "devices": machine.strategy + (f", global batch {batch}" if machine.replicas > 1 else ""),
     }
     return TrainPlan(batch_size=batch, machine_batch=machine_batch, replicas=machine.replicas,
                      workers=machine.workers, precision=precision, xla=xla, steps_per_epoch=steps_per_epoch,
                      total_steps=total, chunk=chunk, peak_lr=peak_lr, warmup_steps=warmup, ema_momentum=momentum,
-                     decisions=decisions)
+                     augment_strength=strength, decisions=decisions)

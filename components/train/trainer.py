@@ -344,7 +344,7 @@ def build_run(facts: RunFacts, plan: TrainPlan, role: ClusterRole, strategy: tf.
     steps_done = checkpoints.restore()
     input_config = InputConfig(
         image_size=config.image_size, batch_size=plan.batch_size, augment=config.augment,
-        augment_strength=config.augment_strength, flip=config.flip, cache=config.cache,
+        augment_strength=plan.augment_strength, flip=config.flip, cache=config.cache,
         seed=config.seed, deterministic=config.deterministic, parallelism=config.probe.input_parallelism,
         finish_in_step=on_accelerator() or plan.xla,
         workers=role.workers, worker_index=role.index,
@@ -481,8 +481,8 @@ def _decisions(plan: TrainPlan, facts: RunFacts, model: keras.Model, out: Path, 
         decisions["held_out_curve"] = "off: --epochs given: every epoch on the whole train split, the last weights kept"
     decisions["checkpoints"] = (f"every {plan.chunk} steps to {out / CHECKPOINT_DIR}"
                                 + (f"; resumed after step {steps_done}" if steps_done else ""))
-    strength = min(config.augment_strength, 1.0)
-    decisions["augmentation"] = (f"strength {strength:g}: {'flips, ' if config.flip else ''}scale jitter "
+    strength = plan.augment_strength
+    decisions["augmentation"] = (f"{plan.decisions['augmentation']}; {'flips, ' if config.flip else ''}scale jitter "
                                  f"±{40 * strength:.0f}% (zoom in and out, boxes cut away dropped), brightness "
                                  f"±{0.3 * strength:.2g}, contrast ±{40 * strength:.0f}%"
                                  + ("" if config.orientations == "upright" else
