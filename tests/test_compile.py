@@ -26,7 +26,7 @@ def test_same_sha_from_two_directories_and_hash_seeds(tmp_path):
 
 
 # Updated deliberately when the DAG or a component changes: `detpipe compile` prints it.
-# Last change: MAX_BUDGET_EPOCHS 100 -> 300, which the time_budget and grow_input help read.
+# Last change: augment_strength's help names how a long run's strength grows (augment_settings.run_strength).
 GOLDEN_SHA256 = "b93f6bf95c291de5d157db8b9c6a79db6dad1533d90580fe791bcb4a94522f63"
 
 
