@@ -29,6 +29,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from components.train.augment_settings import clamped_strength
+
 MIN_VISIBLE = 0.4  # keep a cropped box only if at least this share of its area is left
 # The 1-based label of an ignored region: the input pipeline's 0-based shift makes it -2,
 # KerasHub's RetinaNetLabelEncoder's `ignore_class`, whose anchors the loss skips (taught
@@ -41,13 +43,9 @@ ZOOM = 0.4  # at strength 1, a scale jitter window's sides are 1 ± ZOOM of the 
 ASPECT = 0.15  # ... times exp(± ASPECT) one way and its inverse the other
 
 
-def _clamped(strength: float) -> float:
-    return min(max(strength, 0.0), 1.0)
-
-
 def smallest_window(strength: float) -> float:
     """The smallest side of a `scale_jitter` window, as a fraction of the image's side."""
-    s = _clamped(strength)
+    s = clamped_strength(strength)
     return (1.0 - ZOOM * s) * math.exp(-ASPECT * s)
 
 
@@ -80,7 +78,7 @@ def jitter_window(shape: tf.Tensor, strength: float, seed: tf.Tensor, size: int,
     `base` (fractions of the image's sides: 1, the whole image; a tile's `tile / shape`),
     at a random place; a window larger than the image zooms out (the image lies somewhere
     inside it, the rest grey)."""
-    s = _clamped(strength)
+    s = clamped_strength(strength)
     seeds = tf.random.experimental.stateless_split(seed, 3)
     scale = tf.random.stateless_uniform([], seeds[0], 1.0 - ZOOM * s, 1.0 + ZOOM * s)
     aspect = tf.exp(tf.random.stateless_uniform([], seeds[1], -ASPECT * s, ASPECT * s))

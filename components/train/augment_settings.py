@@ -26,6 +26,11 @@ LONG_RUN_EPOCHS = 300
 LONG_RUN_STRENGTH_FACTOR = 2.4  # 0.25 -> 0.6, the strength measured at LONG_RUN_EPOCHS
 
 
+def clamped_strength(strength: float) -> float:
+    """A strength as the augmentation applies it: within 0-1."""
+    return min(max(strength, 0.0), 1.0)
+
+
 def run_strength(given: float, epochs: int) -> tuple[float, str]:
     """The augmentation strength of a run of `epochs` planned epochs whose `--augment-strength`
     is `given` (clamped to 0-1), and why.
@@ -35,10 +40,10 @@ def run_strength(given: float, epochs: int) -> tuple[float, str]:
     >>> run_strength(0.5, 300)[0], run_strength(0.0, 300)[0], run_strength(1.5, 10)[0]
     (1.0, 0.0, 1.0)
     """
-    base = min(max(given, 0.0), 1.0)
+    base = clamped_strength(given)
     share = min(max((epochs - STRENGTH_GROWS_AFTER) / (LONG_RUN_EPOCHS - STRENGTH_GROWS_AFTER), 0.0), 1.0)
     factor = 1.0 + (LONG_RUN_STRENGTH_FACTOR - 1.0) * share
-    strength = round(min(1.0, base * factor), 3)
+    strength = round(clamped_strength(base * factor), 3)
     if share == 0.0 or base == 0.0:
         return strength, f"as given (a run of up to {STRENGTH_GROWS_AFTER} epochs keeps it)"
     return strength, (f"{base:g} given x {factor:.3g} for {epochs} planned epochs (a run past {STRENGTH_GROWS_AFTER} "
