@@ -253,6 +253,16 @@ def test_a_rising_curve_the_budget_ends_says_it_stopped_short():
     assert "at the most epochs a budget buys (100)" in line and "--time-budget" not in line
     past = int(line.split("--epochs ")[1].split(" ")[0])
     assert 100 < past <= 500 and f"about {past} epochs would reach its plateau" in line
+    # A run whose pace, measured early, planned fewer epochs than its budget buys at the pace it
+    # trained (the demo at 25 minutes: 82 epochs planned, the plateau about 84 at 22 minutes of
+    # the 25): the line names --epochs, never a budget no longer than the one given.
+    line = short_line(rising, patience=10, seconds_per_epoch=22.0, images_per_second=88.5, cap=100,
+                      budget_seconds=minutes * 60 + 60)
+    assert line.endswith(f"--epochs {epochs}") and "--time-budget" not in line
+    assert f"which the {minutes + 1}m given buys at the 88.5 images/s trained here" in line
+    assert short_line(rising, patience=10, seconds_per_epoch=22.0, images_per_second=88.5, cap=100,
+                      budget_seconds=epochs * 22.0 - 1) == short_line(rising, patience=10, seconds_per_epoch=22.0,
+                                                                     images_per_second=88.5, cap=100)
     # The plateau estimate: gains under PLATEAU_GAIN per patience window from there on.
     slope = 0.1
     at = plateau_epoch(slope, 10, 1000)

@@ -68,11 +68,14 @@ def plateau_epoch(slope: float, patience: int, cap: int) -> int:
 
 
 def short_line(scored: list[tuple[float, float]], patience: int, seconds_per_epoch: float, images_per_second: float,
-               cap: int, every: int = 1) -> str:
+               cap: int, every: int = 1, budget_seconds: float = 0.0) -> str:
     """One line when a run that ended by its budget still had a rising held-out curve, else "".
     `scored`: (epoch, held-out mAP) of every score; `patience`: the run's (epochs); `every`: epochs
     between scores; `seconds_per_epoch`: the run's own pace, scores and checkpoints included;
-    `cap`: the most epochs a budget buys."""
+    `cap`: the most epochs a budget buys; `budget_seconds`: the budget the run had (0: not known).
+    When that budget would already buy the plateau at the pace trained (the run planned fewer
+    epochs on a slower pace measured early), the line names `--epochs`, not a budget no longer
+    than the one given."""
     points = [(epoch, score) for epoch, score in scored if epoch > 0]
     if len(points) < 2:
         return ""
@@ -93,6 +96,11 @@ def short_line(scored: list[tuple[float, float]], patience: int, seconds_per_epo
         return (f"{rising}, at the most epochs a budget buys ({cap}); about {reach} epochs would reach its "
                 f"plateau: --epochs {reach} (about {_duration(reach * seconds_per_epoch)} at the "
                 f"{images_per_second:.1f} images/s trained here)")
+    needed = reach * seconds_per_epoch
+    if 0 < needed <= budget_seconds:
+        return (f"{rising}; about {reach} epochs would reach its plateau, which the {_duration(budget_seconds)} "
+                f"given buys at the {images_per_second:.1f} images/s trained here (the run planned fewer on a slower "
+                f"pace early on): --epochs {reach}")
     return (f"{rising}; about {reach} epochs would reach its plateau"
             + (" (the most a budget buys)" if reach >= cap else "")
             + f": --time-budget {_duration(reach * seconds_per_epoch)} at the {images_per_second:.1f} images/s "

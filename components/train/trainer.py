@@ -442,7 +442,7 @@ def _short_of_plateau(facts: RunFacts, plan: TrainPlan, curve: LearningCurve, hi
     scored = [(step / plan.steps_per_epoch, value) for step, value in history.scored()]
     per_epoch = facts.examples_per_epoch / images_per_second * (1 + SCORE_SHARE)
     return short_line(scored, curve.plan.plateau_epochs, per_epoch, images_per_second,
-                      epoch_cap(facts.fine_tune_share), curve.plan.score_every)
+                      epoch_cap(facts.fine_tune_share), curve.plan.score_every, facts.length.seconds)
 
 
 def _config_record(facts: RunFacts, result: dict) -> TrainConfigFile:
