@@ -103,7 +103,7 @@ def short_line(scored: list[tuple[float, float]], patience: int, seconds_per_epo
                 f"pace early on): --epochs {reach}")
     return (f"{rising}; about {reach} epochs would reach its plateau"
             + (" (the most a budget buys)" if reach >= cap else "")
-            + f": --time-budget {_duration(reach * seconds_per_epoch)} at the {images_per_second:.1f} images/s "
+            + f": --time-budget {_duration(needed)} at the {images_per_second:.1f} images/s "
               "trained here")
 
 
