@@ -231,6 +231,33 @@ def test_the_deadline_stops_before_the_chunk_that_would_pass_it():
     assert not curve(-1.0, end_step=10)._out_of_time(step=10)  # the last chunk: nothing left to stop
 
 
+def test_a_budget_is_corrected_again_by_the_mean_pace_at_its_rechecks():
+    """curve.LearningCurve._correct on its own: the early corrections take one chunk's time; at
+    each of RECHECK_SHARES of the planned steps the length is set again by the mean of every
+    chunk timed, so a slow early chunk does not leave the budget's end unspent."""
+    import time
+
+    from components.train.curve import RECHECK_SHARES, CurvePlan, LearningCurve
+    from components.train.schedules import WarmupCosine
+
+    schedule = WarmupCosine(1.0, warmup_steps=10, total_steps=200)
+    made = LearningCurve(CurvePlan(10, deadline=time.monotonic() + 100.0, budgeted=True, end_step=200,
+                                   examples_per_epoch=100, chunk=10), record=lambda: None, writer=None,
+                         schedule=schedule)
+    made._paced = [8.0, 1]  # the second chunk: 8 s
+    made._correct(step=20, chunk_seconds=8.0)  # 12 more epochs of 8 s in the ~100 s left
+    assert made.plan.end_step == 140 and "by step 20 (a whole chunk's time)" in made.state.corrected
+    assert not made._due_correction(30, chunk_time=4.0)  # no score, no recheck share reached yet
+    made._paced = [8.0 + 4.0 * 3, 4]  # then chunks of 4 s: a mean of 5 s
+    step = int(RECHECK_SHARES[0] * 140) // 10 * 10 + 10
+    assert made._due_correction(step, chunk_time=4.0)
+    made._correct(step, chunk_seconds=4.0)
+    assert made.plan.end_step > 140 and int(schedule.total_steps.numpy()) == made.plan.end_step
+    assert "the mean of the 4 chunks timed" in made.state.corrected.split("; then ")[1]
+    assert made._rechecks == 1 and not made._due_correction(step + 10, chunk_time=4.0)
+    assert made._due_correction(int(RECHECK_SHARES[1] * made.plan.end_step) + 10, chunk_time=4.0)
+
+
 def test_a_rising_curve_the_budget_ends_says_it_stopped_short():
     """A made-up curve still climbing when the budget ends: one line, with the epochs to the
     plateau and the budget that buys them at the run's pace; a flat or falling one: nothing."""
