@@ -253,7 +253,7 @@ def test_a_budget_is_corrected_again_by_the_mean_pace_at_its_rechecks():
     assert made._due_correction(step, chunk_time=4.0)
     made._correct(step, chunk_seconds=4.0)
     assert made.plan.end_step > 140 and int(schedule.total_steps.numpy()) == made.plan.end_step
-    assert "the mean of the 4 chunks timed" in made.state.corrected.split("; then ")[1]
+    assert "the mean pace of the 4 chunks timed" in made.state.corrected.split("; then ")[1]
     assert made._rechecks == 1 and not made._due_correction(step + 10, chunk_time=4.0)
     assert made._due_correction(int(RECHECK_SHARES[1] * made.plan.end_step) + 10, chunk_time=4.0)
 

@@ -183,10 +183,10 @@ class LearningCurve(GlobalStep):
         total = min(total, plan.max_step) if plan.max_step else total
         if recheck and total == plan.end_step:
             return
-        pace = (f"the mean of the {self._paced[1]} chunks timed by step {step}" if recheck else
-                f"by step {step} (a whole chunk's time)")
-        line = (f"{epochs} epochs ({total} steps) at the {plan.examples_per_epoch / per_epoch:.1f} images/s trained "
-                f"{pace}" + (f" and {score:.1f} s a held-out score" if score else "")
+        rate = plan.examples_per_epoch / per_epoch
+        pace = (f"at {rate:.1f} images/s, the mean pace of the {self._paced[1]} chunks timed by step {step}," if recheck
+                else f"at the {rate:.1f} images/s trained by step {step} (a whole chunk's time)")
+        line = (f"{epochs} epochs ({total} steps) {pace}" + (f" and {score:.1f} s a held-out score" if score else "")
                 + f", {left:.0f} s before the budget's end" + ("" if total != plan.end_step else ": as planned"))
         self.state.corrected = f"{self.state.corrected}; then {line}" if self.state.corrected else line
         if total != plan.end_step:
