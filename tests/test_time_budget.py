@@ -244,11 +244,11 @@ def test_a_budget_is_corrected_again_by_the_mean_pace_at_its_rechecks():
     made = LearningCurve(CurvePlan(10, deadline=time.monotonic() + 100.0, budgeted=True, end_step=200,
                                    examples_per_epoch=100, chunk=10), record=lambda: None, writer=None,
                          schedule=schedule)
-    made._paced = [8.0, 1]  # the second chunk: 8 s
+    made._paced_seconds, made._paced_chunks = 8.0, 1  # the second chunk: 8 s
     made._correct(step=20, chunk_seconds=8.0)  # 12 more epochs of 8 s in the ~100 s left
     assert made.plan.end_step == 140 and "by step 20 (a whole chunk's time)" in made.state.corrected
     assert not made._due_correction(30, chunk_time=4.0)  # no score, no recheck share reached yet
-    made._paced = [8.0 + 4.0 * 3, 4]  # then chunks of 4 s: a mean of 5 s
+    made._paced_seconds, made._paced_chunks = 8.0 + 4.0 * 3, 4  # then chunks of 4 s: a mean of 5 s
     step = int(RECHECK_SHARES[0] * 140) // 10 * 10 + 10
     assert made._due_correction(step, chunk_time=4.0)
     made._correct(step, chunk_seconds=4.0)

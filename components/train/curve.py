@@ -105,7 +105,7 @@ class LearningCurve(GlobalStep):
         self._chunk_end = 0.0  # when the last chunk's end (its checkpoint, its score) was done
         self._corrections = 0  # of the budget's length (`_correct`)
         self._rechecks = 0  # of RECHECK_SHARES passed
-        self._paced = [0.0, 0]  # seconds and count of the whole chunks timed (all but the first)
+        self._paced_seconds, self._paced_chunks = 0.0, 0  # of the whole chunks timed (all but the first)
         self._score_seconds = 0.0  # the last held-out score's
         self._scored_epoch = 0  # the whole epochs done at the last score
         self._vertex = (tf.summary.create_file_writer(os.environ[VERTEX_TENSORBOARD_ENV])
@@ -122,7 +122,7 @@ class LearningCurve(GlobalStep):
             del self.state.rows[later]
         chunk_time = time.monotonic() - self._chunk_end if self._chunk_end else 0.0  # steps, input, checkpoint
         if chunk_time > 0:
-            self._paced = [self._paced[0] + chunk_time, self._paced[1] + 1]
+            self._paced_seconds, self._paced_chunks = self._paced_seconds + chunk_time, self._paced_chunks + 1
         row = {"step": step, "epoch": round(step / self.plan.steps_per_epoch, 3),
                "learning_rate": float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
                **{name: float(value) for name, value in (logs or {}).items()}, "held_out_mAP": None}
@@ -171,7 +171,7 @@ class LearningCurve(GlobalStep):
             self._rechecks += 1
         self._corrections += 1
         if recheck:
-            chunk_seconds = self._paced[0] / max(1, self._paced[1])
+            chunk_seconds = self._paced_seconds / max(1, self._paced_chunks)
         chunk_seconds, score, left = self._agree([chunk_seconds, self._score_seconds,
                                                   plan.deadline - time.monotonic()])
         done = step / plan.steps_per_epoch
@@ -184,7 +184,8 @@ class LearningCurve(GlobalStep):
         if recheck and total == plan.end_step:
             return
         rate = plan.examples_per_epoch / per_epoch
-        pace = (f"at {rate:.1f} images/s, the mean pace of the {self._paced[1]} chunks timed by step {step}," if recheck
+        timed = self._paced_chunks
+        pace = (f"at {rate:.1f} images/s, the mean pace of the {timed} chunks timed by step {step}," if recheck
                 else f"at the {rate:.1f} images/s trained by step {step} (a whole chunk's time)")
         line = (f"{epochs} epochs ({total} steps) {pace}" + (f" and {score:.1f} s a held-out score" if score else "")
                 + f", {left:.0f} s before the budget's end" + ("" if total != plan.end_step else ": as planned"))
