@@ -129,6 +129,20 @@ def test_an_object_cut_by_tile_borders_is_one_detection_in_the_photo_s_pixels():
     assert (out["labels"].numpy()[count:] == -1).all() and out["boxes"].shape == (10, 4)
 
 
+def test_two_tiles_overlapping_objects_of_two_classes_both_stay_and_one_class_s_repeat_goes():
+    # A 300 x 400 photo in two 256 px tiles (x starts 0 and 144): a card of class 0 and a card of
+    # class 1 fanned over it (IoU 0.6), each seen whole by both tiles.
+    origins = tf.constant([[0, 0], [0, 144]])
+    detections = _tile_detections([
+        [((50, 150, 150, 230), 0.9, 0), ((50, 170, 150, 250), 0.7, 1)],
+        [((50, 6, 150, 86), 0.8, 0), ((50, 26, 150, 106), 0.6, 1)],
+    ])
+    out = merge_tile_detections(detections, origins, 300, 400, tile=256, max_detections=5)
+    count = int(out["num_detections"])
+    assert [(round(float(s), 2), int(c)) for s, c in zip(out["confidence"].numpy()[:count],
+                                                          out["labels"].numpy()[:count])] == [(0.9, 0), (0.7, 1)]
+
+
 def test_a_detection_in_the_grey_beyond_the_photo_is_clipped_to_it():
     out = merge_tile_detections(_tile_detections([[((10, 10, 90, 60), 0.9, 0)]]), tf.constant([[0, 0]]), 50, 200,
                                 tile=128, max_detections=3)

@@ -12,7 +12,7 @@ border (one that is not the photo's edge) is a fragment of an object: it is drop
 detection that touches no inner border covers most of it (intersection over the fragment's
 area >= FRAGMENT_COVERED), and kept otherwise (an object larger than the overlap keeps its
 best fragment rather than vanishing). Then the same object seen whole by two tiles is one
-detection after a class-agnostic NMS over the whole photo, the detector's own rule.
+detection after an NMS per class over the whole photo, the detector's own rule (nms.py).
 
 Written here rather than taken from SAHI (the reference for sliced inference): SAHI slices
 and merges in Python around a PyTorch model, image by image; this runs inside the exported
@@ -30,6 +30,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from components.detector.detect import detect
+from components.detector.nms import class_apart
 from components.detector.tile_choice import BORDER_MARGIN, Tiling
 
 PAD_GREY = 127  # what lies beyond a photo's edge in a tile, as beyond it in training's zoom-out
@@ -80,7 +81,7 @@ def merge_tile_detections(detections: dict[str, tf.Tensor], origins: tf.Tensor, 
     for one image: boxes [max_detections, 4], confidence, labels, num_detections (rows past it -1).
 
     Fragments cut by a tile's inner border are dropped where a whole detection covers them,
-    then a class-agnostic NMS at `iou_threshold` keeps at most `max_detections` (see the module)."""
+    then an NMS per class at `iou_threshold` keeps at most `max_detections` (see the module)."""
     boxes = tf.cast(detections["boxes"], tf.float32)
     scores = tf.cast(detections["confidence"], tf.float32)
     labels = tf.cast(detections["labels"], tf.int32)
@@ -103,7 +104,8 @@ def merge_tile_detections(detections: dict[str, tf.Tensor], origins: tf.Tensor, 
     kept = ~(cut & covered)
     boxes, scores, labels = (tf.boolean_mask(t, kept) for t in (boxes, scores, labels))
 
-    chosen = tf.image.non_max_suppression(boxes, scores, max_detections, iou_threshold=iou_threshold)
+    chosen = tf.image.non_max_suppression(class_apart(boxes, labels), scores, max_detections,
+                                          iou_threshold=iou_threshold)
     count = tf.shape(chosen)[0]
     pad = max_detections - count
     return {
