@@ -101,3 +101,20 @@ def test_batch_size_must_be_positive(raccoon_model):
     model, config = load_trained(str(raccoon_model))
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         detect(model, tf.zeros([1, 64, 64, 3]), batch_size=0)
+
+
+def test_the_suppression_per_class_survives_infinite_and_far_off_boxes():
+    """An untrained or diverged model decodes some boxes to infinity or far off the picture:
+    they must not spread the classes' boxes apart past float32's precision (every box then one
+    point, all suppressed by the first) nor overlap another class's boxes."""
+    from components.detector.nms import GreedyNonMaxSuppression
+
+    nms = GreedyNonMaxSuppression(bounding_box_format="yxyx", from_logits=False, max_detections=5,
+                                  confidence_threshold=0.05)
+    boxes = np.array([[[0, 0, 10, 10], [0, 20, 10, 30], [40, 40, 50, 50], [0, 0, np.inf, np.inf],
+                       [1e6, 1e6, 1e6 + 5, 1e6 + 5]]], "float32")
+    scores = np.array([[[0.9, 0.0], [0.0, 0.8], [0.0, 0.7], [0.6, 0.0], [0.0, 0.5]]], "float32")
+    out = nms(boxes, scores, images=np.zeros([1, 64, 64, 3], "float32"))
+    assert int(out["num_detections"][0]) == 5  # none overlaps another of its class
+    assert out["labels"][0].numpy().tolist() == [0, 1, 1, 0, 1]
+    np.testing.assert_array_equal(out["boxes"][0].numpy()[:3], boxes[0][:3])  # the model's own boxes come back

@@ -50,11 +50,16 @@ import tensorflow as tf
 CANDIDATES_PER_DETECTION = 20
 
 
-def class_apart(boxes: tf.Tensor, classes: tf.Tensor) -> tf.Tensor:
-    """`boxes` ([N, 4], any corner format) moved by their class so that boxes of two classes
-    never overlap: one class-agnostic suppression of the moved boxes is a suppression per class."""
-    span = tf.reduce_max(tf.abs(boxes)) + 1.0
-    return boxes + tf.cast(classes, boxes.dtype)[:, tf.newaxis] * span
+def class_apart(boxes: tf.Tensor, classes: tf.Tensor, extent) -> tf.Tensor:
+    """`boxes` ([N, 4] corners, in the pixels of a picture whose longer side is `extent`) moved
+    by their class so that boxes of two classes never overlap: one class-agnostic suppression
+    of the moved boxes is a suppression per class. Each is first held within a side of the
+    picture beyond its edges, so that an untrained or diverged model's boxes (far off, or
+    infinite) neither overlap another class's nor spread the classes apart past float32's
+    precision."""
+    extent = tf.cast(extent, boxes.dtype)
+    bounded = tf.clip_by_value(boxes, -extent, 2.0 * extent)
+    return bounded + tf.cast(classes, boxes.dtype)[:, tf.newaxis] * (3.0 * extent)
 
 
 @keras.saving.register_keras_serializable(package="detpipe")
@@ -77,13 +82,18 @@ class GreedyNonMaxSuppression(keras_hub.layers.NonMaxSuppression):
         else:  # anchors known only when the graph runs
             candidates = tf.minimum(tf.shape(boxes)[1] * classes, candidates)
 
+        if images is not None and None not in images.shape[1:3]:
+            extent = max(images.shape[1:3])
+        else:  # called on boxes alone: the largest finite coordinate of the batch
+            extent = tf.reduce_max(tf.where(tf.abs(boxes) < 1e30, tf.abs(boxes), 1.0))
+
         def select(pair):  # the padded form of tf.image.non_max_suppression's kernel: static shapes, XLA-able
             image_boxes, image_scores = pair
             confidence, index = tf.math.top_k(tf.reshape(image_scores, [-1]), candidates)  # anchor-major
             label = index % classes
             found = tf.gather(image_boxes, index // classes)
             out = tf.raw_ops.NonMaxSuppressionV4(
-                boxes=class_apart(found, label), scores=confidence, max_output_size=limit,
+                boxes=class_apart(found, label, extent), scores=confidence, max_output_size=limit,
                 iou_threshold=self.iou_threshold, score_threshold=self.confidence_threshold,
                 pad_to_max_output_size=True)
             chosen = out.selected_indices

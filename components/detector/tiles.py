@@ -104,7 +104,7 @@ def merge_tile_detections(detections: dict[str, tf.Tensor], origins: tf.Tensor, 
     kept = ~(cut & covered)
     boxes, scores, labels = (tf.boolean_mask(t, kept) for t in (boxes, scores, labels))
 
-    chosen = tf.image.non_max_suppression(class_apart(boxes, labels), scores, max_detections,
+    chosen = tf.image.non_max_suppression(class_apart(boxes, labels, tf.maximum(height, width)), scores, max_detections,
                                           iou_threshold=iou_threshold)
     count = tf.shape(chosen)[0]
     pad = max_detections - count
