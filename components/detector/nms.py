@@ -12,8 +12,8 @@ at or below the confidence threshold never considered).
 One difference in what it keeps: the suppression is per class, as COCO detectors score
 (Detectron2's RetinaNet, Ultralytics' validation), where KerasHub's is class-agnostic on each
 anchor's best class. Each anchor is a candidate once per class, the best
-`CANDIDATES_PER_DETECTION` x max_detections candidates of an image are kept before the
-suppression (Detectron2 keeps the best 1,000 a level), and a box suppresses only boxes of
+`CANDIDATES_PER_DETECTION` x max_detections candidates of an image (at most `MAX_CANDIDATES`)
+are kept before the suppression (Detectron2 keeps the best 1,000 a level), and a box suppresses only boxes of
 its own class (`class_apart`). An object whose class the model hesitates over keeps both
 readings, and two objects of different classes that overlap (cards fanned in a hand) are
 both found: on a 6-class card set the same trained weights scored test mAP 0.621 against
@@ -46,8 +46,10 @@ import keras_hub
 import tensorflow as tf
 
 
-# An image's candidates for the suppression: this many per detection it may keep (see the module).
+# An image's candidates for the suppression: this many per detection it may keep (see the module),
 CANDIDATES_PER_DETECTION = 20
+# and never more than TensorRT's TopK layer takes (its largest k), so the ONNX file still builds an engine.
+MAX_CANDIDATES = 3840
 
 
 def class_apart(boxes: tf.Tensor, classes: tf.Tensor, extent) -> tf.Tensor:
@@ -76,7 +78,7 @@ class GreedyNonMaxSuppression(keras_hub.layers.NonMaxSuppression):
         scores = tf.cast(scores, tf.float32)
         limit = self.max_detections
         classes = scores.shape[-1]
-        candidates = CANDIDATES_PER_DETECTION * limit
+        candidates = min(CANDIDATES_PER_DETECTION * limit, MAX_CANDIDATES)
         if boxes.shape[1] is not None:
             candidates = min(boxes.shape[1] * classes, candidates)
         else:  # anchors known only when the graph runs
